@@ -1,0 +1,122 @@
+"""The one config: a frozen dataclass whose fields map 1:1 to `jaxintro train` flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from jaxintro.errors import ConfigError
+
+DATASETS = ("auto", "mnist", "fashion-mnist", "digits")
+MODELS = ("jax", "linen", "nnx", "equinox")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("constant", "warmup-cosine")
+LOOPS = ("scan", "python")
+PARALLEL = ("shard_map", "sharding")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run; saved as `config.json` in every run folder."""
+
+    dataset: str = "auto"
+    data_dir: str | None = None
+    model: str = "jax"
+    hidden: tuple[int, ...] = (256, 128)
+    dropout: float = 0.0
+    epochs: int = 10
+    batch_size: int = 128
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    clip_norm: float | None = None
+    seed: int = 0
+    loop: str = "scan"
+    devices: int = 1
+    parallel: str = "shard_map"
+
+    def validate(self) -> "TrainConfig":
+        """Raise ConfigError naming the first bad field and its allowed values; return self."""
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("model", self.model, MODELS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("schedule", self.schedule, SCHEDULES)
+        _choice("loop", self.loop, LOOPS)
+        _choice("parallel", self.parallel, PARALLEL)
+        _int_range("epochs", self.epochs, 1, 100_000)
+        _int_range("batch-size", self.batch_size, 1, 1 << 20)
+        _int_range("warmup-steps", self.warmup_steps, 0, 1 << 40)
+        _int_range("seed", self.seed, 0, 2**32 - 1)
+        _int_range("devices", self.devices, 1, 4096)
+        if not self.hidden:
+            raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
+        for width in self.hidden:
+            _int_range("hidden", width, 1, 1 << 16)
+        _float_range("lr", self.lr, 0.0, 1e12, low_open=True)
+        _float_range("weight-decay", self.weight_decay, 0.0, 1e6)
+        _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        if self.clip_norm is not None:
+            _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
+        if self.loop == "python" and self.devices > 1:
+            raise ConfigError("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as plain JSON values."""
+        return {**dataclasses.asdict(self), "hidden": list(self.hidden)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "TrainConfig":
+        """Rebuild a config saved by `to_json`; unknown keys are an error that names them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(obj) - names)
+        if unknown:
+            raise ConfigError(
+                f"config has unknown fields {unknown}: it was written by another jaxintro version; "
+                "retrain with this version"
+            )
+        obj = dict(obj)
+        if "hidden" in obj:
+            obj["hidden"] = tuple(obj["hidden"])
+        return cls(**obj)
+
+
+def parse_hidden(text: str) -> tuple[int, ...]:
+    """Parse `--hidden 512,256,128` into a tuple of widths."""
+    try:
+        widths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--hidden must be comma-separated integers like 256,128, got {text!r}") from None
+    if not widths:
+        raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
+    return widths
+
+
+def dumps(config: TrainConfig) -> str:
+    """The config as indented JSON text."""
+    return json.dumps(config.to_json(), indent=2, sort_keys=True)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"--{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _int_range(name: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"--{name} must be an integer from {low} to {high}; got {value!r}")
+
+
+def _float_range(
+    name: str, value: float, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        raise ConfigError(f"--{name} must be a finite number in {lo}{low:g}, {high:g}{hi}; got {value!r}")

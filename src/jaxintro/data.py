@@ -1,0 +1,394 @@
+"""Datasets as uint8 NumPy arrays: IDX parsing, checksum-verified files, cached downloads.
+
+Where MNIST and Fashion-MNIST come from, in order: `--data-dir` (or `JAXINTRO_DATA_DIR`),
+the user cache (`$XDG_CACHE_HOME/jaxintro`, else `~/.cache/jaxintro`), for Fashion-MNIST
+Debian's `/usr/share/datasets/fashion-mnist`, then a download from the public mirrors.
+Every file is checked against the SHA-256 of its canonical decompressed bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+import warnings
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxintro.errors import DataError, DataNotFoundError
+
+# IDX type codes (the third magic byte) and their big-endian NumPy dtypes.
+IDX_DTYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+DOWNLOAD_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSpec:
+    """One canonical IDX file: its stem, the SHA-256 of its decompressed bytes and its shape."""
+
+    stem: str
+    sha256: str
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """Where a dataset's four IDX files are checked, fetched and verified."""
+
+    name: str
+    train_images: FileSpec
+    train_labels: FileSpec
+    test_images: FileSpec
+    test_labels: FileSpec
+    mirrors: tuple[str, ...]
+    system_dirs: tuple[str, ...] = ()
+    classes: tuple[str, ...] = tuple(str(i) for i in range(10))
+
+    @property
+    def files(self) -> tuple[FileSpec, ...]:
+        """The four files in a fixed order."""
+        return (self.train_images, self.train_labels, self.test_images, self.test_labels)
+
+
+MNIST = DatasetSpec(
+    name="mnist",
+    train_images=FileSpec(
+        "train-images-idx3-ubyte",
+        "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        (60000, 28, 28),
+    ),
+    train_labels=FileSpec(
+        "train-labels-idx1-ubyte", "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5", (60000,)
+    ),
+    test_images=FileSpec(
+        "t10k-images-idx3-ubyte",
+        "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        (10000, 28, 28),
+    ),
+    test_labels=FileSpec(
+        "t10k-labels-idx1-ubyte", "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2", (10000,)
+    ),
+    # The original host refuses scripted downloads; these are the mirrors that JAX's
+    # examples and torchvision use.
+    mirrors=(
+        "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    ),
+)
+
+FASHION_MNIST = DatasetSpec(
+    name="fashion-mnist",
+    train_images=FileSpec(
+        "train-images-idx3-ubyte",
+        "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        (60000, 28, 28),
+    ),
+    train_labels=FileSpec(
+        "train-labels-idx1-ubyte", "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9", (60000,)
+    ),
+    test_images=FileSpec(
+        "t10k-images-idx3-ubyte",
+        "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        (10000, 28, 28),
+    ),
+    test_labels=FileSpec(
+        "t10k-labels-idx1-ubyte", "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34", (10000,)
+    ),
+    mirrors=(
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        "https://github.com/zalandoresearch/fashion-mnist/raw/master/data/fashion/",
+    ),
+    system_dirs=("/usr/share/datasets/fashion-mnist",),
+    classes=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+)
+
+IDX_DATASETS = {spec.name: spec for spec in (MNIST, FASHION_MNIST)}
+
+
+class Dataset(NamedTuple):
+    """A train/test split with flattened uint8 images (N, D) and int32 labels (N,)."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: tuple[str, ...]
+    image_shape: tuple[int, int]
+    source: str
+
+    @property
+    def num_features(self) -> int:
+        """Pixels per image."""
+        return int(self.x_train.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        """Number of label classes."""
+        return len(self.classes)
+
+
+# ---------------------------------------------------------------- IDX parsing (pure)
+
+
+def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
+    """Parse the bytes of an IDX file into an array, checking magic, dims and size."""
+    if len(raw) < 4:
+        raise DataError(f"{name}: {len(raw)} bytes is too short for an IDX header (4 bytes at least); re-download it")
+    if raw[0] != 0 or raw[1] != 0 or raw[2] not in IDX_DTYPES:
+        raise DataError(
+            f"{name}: bad magic number {raw[:4].hex()} (expected 0000 then a type byte 08-0e and a rank); "
+            "this is not an IDX file, or it is still compressed under another name"
+        )
+    dtype, ndim = IDX_DTYPES[raw[2]], raw[3]
+    header = 4 + 4 * ndim
+    if ndim == 0 or len(raw) < header:
+        raise DataError(f"{name}: header of rank {ndim} is truncated ({len(raw)} bytes); re-download the file")
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    actual = len(raw) - header
+    if actual != expected:
+        raise DataError(
+            f"{name}: header says shape {dims} ({expected} data bytes) but the file holds {actual}; "
+            "it is truncated or corrupt: delete it and re-download"
+        )
+    # The size check above bounds this allocation by the file's own length.
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+
+
+def sha256_hex(raw: bytes) -> str:
+    """SHA-256 of bytes, as hex."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def decompress_if_gzip(raw: bytes, name: str) -> bytes:
+    """Return the decompressed bytes when `raw` is gzip, else `raw` unchanged."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{name}: damaged gzip data ({exc}); delete it and re-download") from None
+
+
+# ---------------------------------------------------------------- files on disk
+
+
+def candidate_names(stem: str) -> tuple[str, ...]:
+    """File names a stem may be stored under: gzip or raw, `-idx3-` or `.idx3-` spelling."""
+    dotted = stem.replace("-idx", ".idx")
+    return (stem + ".gz", stem, dotted + ".gz", dotted)
+
+
+def find_file(folder: Path, spec: FileSpec) -> Path | None:
+    """The first existing path for `spec` in `folder`, or None."""
+    for name in candidate_names(spec.stem):
+        path = folder / name
+        if path.exists():
+            return path
+    return None
+
+
+def read_verified(path: Path, spec: FileSpec) -> np.ndarray:
+    """Read, decompress, checksum and parse one IDX file; raise DataError naming the fix."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, expected the IDX file {spec.stem}[.gz]; remove or rename it")
+    try:
+        raw = path.read_bytes()
+    except PermissionError:
+        raise DataError(f"{path}: no permission to read it; fix with: chmod a+r {path}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
+    raw = decompress_if_gzip(raw, str(path))
+    digest = sha256_hex(raw)
+    if digest != spec.sha256:
+        raise DataError(
+            f"{path}: SHA-256 of the decompressed file is {digest}, expected {spec.sha256}; "
+            "the file is corrupt, truncated or another dataset's: delete it and re-download"
+        )
+    array = parse_idx(raw, str(path))
+    if array.shape != spec.shape:
+        raise DataError(f"{path}: shape {array.shape}, expected {spec.shape}")
+    return array
+
+
+def default_cache_dir() -> Path:
+    """The user cache: `$XDG_CACHE_HOME/jaxintro`, else `~/.cache/jaxintro`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "jaxintro"
+
+
+def search_dirs(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> list[Path]:
+    """Folders searched for `spec`'s files, in order."""
+    dirs: list[Path] = []
+    explicit = data_dir if data_dir is not None else os.environ.get("JAXINTRO_DATA_DIR")
+    if explicit:
+        dirs.append(Path(explicit).expanduser())
+    dirs.append(default_cache_dir() / spec.name)
+    dirs.extend(Path(d) for d in spec.system_dirs)
+    return dirs
+
+
+def mirrors_for(spec: DatasetSpec) -> tuple[str, ...]:
+    """Mirror base URLs; `JAXINTRO_MIRRORS` (comma-separated) overrides the built-in list."""
+    override = os.environ.get("JAXINTRO_MIRRORS")
+    if override:
+        return tuple(url if url.endswith("/") else url + "/" for url in override.split(",") if url)
+    return spec.mirrors
+
+
+# ---------------------------------------------------------------- downloads
+
+
+def download_file(
+    spec: FileSpec, mirrors: tuple[str, ...], dest_dir: Path, *, timeout: float = DOWNLOAD_TIMEOUT_S
+) -> Path:
+    """Fetch `<mirror><stem>.gz` from the first mirror that serves verified bytes; return its cache path.
+
+    The bytes go to a temporary file in `dest_dir` and are renamed into place only once the
+    decompressed SHA-256 matches, so an interrupted or bad transfer leaves nothing behind.
+    """
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    target = dest_dir / (spec.stem + ".gz")
+    failures = []
+    for mirror in mirrors:
+        url = mirror + spec.stem + ".gz"
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.stem}.", suffix=".part", dir=dest_dir)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+            raw = decompress_if_gzip(tmp.read_bytes(), url)
+            digest = sha256_hex(raw)
+            if digest != spec.sha256:
+                raise DataError(f"{url}: SHA-256 {digest}, expected {spec.sha256}")
+            parse_idx(raw, url)
+            os.replace(tmp, target)
+            return target
+        except (OSError, urllib.error.URLError, DataError, ValueError) as exc:
+            failures.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise DataNotFoundError(
+        f"could not download {spec.stem}.gz from any mirror ({'; '.join(failures)})"
+    )
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def locate(spec: DatasetSpec, data_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]] | None:
+    """The first searched folder holding all four files of `spec`, with their paths; None if none does."""
+    for folder in search_dirs(spec, data_dir):
+        paths = {f.stem: find_file(folder, f) for f in spec.files}
+        if all(paths.values()):
+            return folder, paths  # type: ignore[return-value]
+    return None
+
+
+def load_idx_dataset(
+    spec: DatasetSpec, data_dir: str | os.PathLike | None = None, *, download: bool = True
+) -> Dataset:
+    """Load a verified IDX dataset from disk, downloading it into the cache when absent."""
+    found = locate(spec, data_dir)
+    if found is None:
+        explicit = data_dir if data_dir is not None else os.environ.get("JAXINTRO_DATA_DIR")
+        if explicit and Path(explicit).expanduser().is_dir() and any(
+            find_file(Path(explicit).expanduser(), f) for f in spec.files
+        ):
+            missing = [f.stem for f in spec.files if not find_file(Path(explicit).expanduser(), f)]
+            raise DataError(f"{explicit}: holds only part of {spec.name}; missing {', '.join(missing)}[.gz]")
+        if not download:
+            raise DataNotFoundError(f"{spec.name} not found in {', '.join(map(str, search_dirs(spec, data_dir)))}")
+        cache = default_cache_dir() / spec.name
+        paths = {}
+        for f in spec.files:
+            paths[f.stem] = find_file(cache, f) or download_file(f, mirrors_for(spec), cache)
+        folder = cache
+    else:
+        folder, paths = found
+    arrays = [read_verified(paths[f.stem], f) for f in spec.files]
+    x_train, y_train, x_test, y_test = arrays
+    for labels, path in ((y_train, paths[spec.train_labels.stem]), (y_test, paths[spec.test_labels.stem])):
+        if labels.max(initial=0) >= len(spec.classes):
+            raise DataError(f"{path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")
+    return Dataset(
+        name=spec.name,
+        x_train=x_train.reshape(len(x_train), -1),
+        y_train=y_train.astype(np.int32),
+        x_test=x_test.reshape(len(x_test), -1),
+        y_test=y_test.astype(np.int32),
+        classes=spec.classes,
+        image_shape=tuple(spec.train_images.shape[1:]),  # type: ignore[arg-type]
+        source=str(folder),
+    )
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled 8x8 digits (always offline), scaled to uint8 0..255, split 1437/360."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    bunch = sk_load_digits()
+    # The pixels are 0..16; rescale to MNIST's 0..255 so the same 1/255 scaling applies.
+    x = np.round(bunch.data * (255.0 / 16.0)).astype(np.uint8)
+    y = bunch.target.astype(np.int32)
+    split = 1437  # the first 80%, a fixed split so runs are comparable
+    return Dataset("digits", x[:split], y[:split], x[split:], y[split:], tuple(str(i) for i in range(10)), (8, 8),
+                   "scikit-learn (bundled)")
+
+
+def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, *, download: bool = True) -> Dataset:
+    """Load `name`; `auto` is MNIST when found or downloadable, else `digits` with a warning."""
+    if name == "digits":
+        return load_digits()
+    if name in IDX_DATASETS:
+        return load_idx_dataset(IDX_DATASETS[name], data_dir, download=download)
+    if name == "auto":
+        try:
+            return load_idx_dataset(MNIST, data_dir, download=download)
+        except DataNotFoundError as exc:
+            warnings.warn(
+                f"MNIST is not available ({exc}). Falling back to scikit-learn's small 8x8 'digits' set, "
+                "whose accuracies are not comparable with MNIST's. To use MNIST, connect to the internet "
+                "(it downloads once into the cache), or pass --data-dir (or set JAXINTRO_DATA_DIR) to a "
+                "folder with the four IDX files.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return load_digits()
+    raise DataError(f"unknown dataset {name!r}; choose one of auto, mnist, fashion-mnist, digits")
+
+
+def describe_sources(data_dir: str | os.PathLike | None = None) -> list[dict[str, str]]:
+    """For `jaxintro data`: each dataset, where it would load from, and whether it verifies."""
+    rows = [{"dataset": "digits", "source": "scikit-learn (bundled)", "status": "ok (always offline)"}]
+    for spec in IDX_DATASETS.values():
+        found = locate(spec, data_dir)
+        if found is None:
+            rows.append({"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
+                         "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")"})
+            continue
+        folder, paths = found
+        try:
+            for f in spec.files:
+                read_verified(paths[f.stem], f)
+            status = "ok (SHA-256 verified)"
+        except DataError as exc:
+            status = f"FAILS: {exc}"
+        rows.append({"dataset": spec.name, "source": str(folder), "status": status})
+    return rows

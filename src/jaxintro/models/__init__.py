@@ -1,0 +1,48 @@
+"""One model, four ways. Each style builds the same MLP and exposes it as a `Model`.
+
+A `Model` is two pure functions over a pytree of parameters, so one training loop
+(`jaxintro.train`) compiles every style the same way:
+
+- `init(key) -> params`
+- `apply(params, x_BxD, key) -> logits_BxC`; `key=None` means evaluation (no dropout).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+Params = Any  # a pytree of arrays
+
+
+class Model(NamedTuple):
+    """A model as pure functions: `init(key)` and `apply(params, x, key)`."""
+
+    name: str
+    sizes: tuple[int, ...]
+    init: Callable[[jax.Array], Params]
+    apply: Callable[[Params, jax.Array, jax.Array | None], jax.Array]
+
+
+def build_model(
+    style: str, in_dim: int, hidden: tuple[int, ...], num_classes: int, *, dropout: float = 0.0
+) -> Model:
+    """Build the MLP `in_dim -> hidden... -> num_classes` in `style` (jax, linen, nnx or equinox)."""
+    sizes = (in_dim, *hidden, num_classes)
+    if style == "jax":
+        from jaxintro.models import mlp as module
+    elif style == "linen":
+        from jaxintro.models import linen as module  # type: ignore[no-redef]
+    elif style == "nnx":
+        from jaxintro.models import nnx as module  # type: ignore[no-redef]
+    elif style == "equinox":
+        from jaxintro.models import equinox as module  # type: ignore[no-redef]
+    else:
+        raise ValueError(f"unknown model style {style!r}")
+    return module.build(sizes, dropout=dropout)
+
+
+def param_count(params: Params) -> int:
+    """Total number of scalars in a parameter pytree."""
+    return sum(int(leaf.size) for leaf in jax.tree.leaves(params))

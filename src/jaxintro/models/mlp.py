@@ -1,0 +1,64 @@
+"""The lesson's MLP in pure JAX: parameters are a dict of layers, the forward pass any depth."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from jaxintro.models import Model
+
+Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
+Params = dict[str, Layer]  # {"layer1": ..., "layer2": ..., ...}
+
+
+def he_normal(key: jax.Array, fan_in: int, fan_out: int) -> Float[Array, "fan_in fan_out"]:
+    """He (Kaiming) normal init: N(0, 2 / fan_in), suited to ReLU."""
+    return jax.random.normal(key, (fan_in, fan_out), jnp.float32) * jnp.sqrt(2.0 / fan_in)
+
+
+def init_params(key: jax.Array, sizes: tuple[int, ...] = (784, 256, 128, 10)) -> Params:
+    """He-initialised weights and zero biases, one key split off per layer (three for the lesson's model)."""
+    keys = jax.random.split(key, len(sizes) - 1)
+    return {
+        f"layer{i + 1}": {"w": he_normal(k, fan_in, fan_out), "b": jnp.zeros((fan_out,), jnp.float32)}
+        for i, (k, fan_in, fan_out) in enumerate(zip(keys, sizes[:-1], sizes[1:]))
+    }
+
+
+def layer_names(params: Params) -> list[str]:
+    """Layer keys in forward order; numeric, so `layer10` comes after `layer2` (unlike `jax.tree.leaves`)."""
+    return sorted(params, key=lambda name: int(name.removeprefix("layer")))
+
+
+def mlp_forward(
+    params: Params,
+    x: Float[Array, "batch features"],
+    *,
+    dropout: float = 0.0,
+    key: jax.Array | None = None,
+) -> Float[Array, "batch classes"]:
+    """Logits of an MLP of any depth: ReLU between layers, (inverted) dropout after each hidden ReLU when `key` is given."""
+    names = layer_names(params)
+    use_dropout = dropout > 0.0 and key is not None
+    keys = jax.random.split(key, len(names)) if use_dropout else [None] * len(names)
+    for name, layer_key in zip(names[:-1], keys):
+        x = jax.nn.relu(x @ params[name]["w"] + params[name]["b"])
+        if use_dropout:
+            keep = jax.random.bernoulli(layer_key, 1.0 - dropout, x.shape)
+            x = jnp.where(keep, x / (1.0 - dropout), 0.0)
+    last = params[names[-1]]
+    return x @ last["w"] + last["b"]
+
+
+# The lesson's name for the forward pass.
+forward = mlp_forward
+
+
+def build(sizes: tuple[int, ...], *, dropout: float = 0.0) -> Model:
+    """The pure-JAX style as a `Model`."""
+
+    def apply(params: Params, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        return mlp_forward(params, x, dropout=dropout, key=key)
+
+    return Model("jax", sizes, lambda key: init_params(key, sizes), apply)
