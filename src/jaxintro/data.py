@@ -117,6 +117,7 @@ FASHION_MNIST = DatasetSpec(
 )
 
 IDX_DATASETS = {spec.name: spec for spec in (MNIST, FASHION_MNIST)}
+KNOWN_FILES = {f.sha256: (spec.name, f.stem) for spec in IDX_DATASETS.values() for f in spec.files}
 
 
 class Dataset(NamedTuple):
@@ -216,9 +217,11 @@ def read_verified(path: Path, spec: FileSpec) -> np.ndarray:
     raw = decompress_if_gzip(raw, str(path))
     digest = sha256_hex(raw)
     if digest != spec.sha256:
+        known = KNOWN_FILES.get(digest)
+        what = f"it is {known[0]}'s {known[1]}" if known else "the file is corrupt, truncated or another dataset's"
         raise DataError(
             f"{path}: SHA-256 of the decompressed file is {digest}, expected {spec.sha256}; "
-            "the file is corrupt, truncated or another dataset's: delete it and re-download"
+            f"{what}: delete it and re-download, or point --data-dir at the right folder"
         )
     array = parse_idx(raw, str(path))
     if array.shape != spec.shape:

@@ -92,7 +92,7 @@ def train_step(
     loss, grads = grad_transform((loss, grads))
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return params, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+    return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
 
 def plan_epoch(key: jax.Array, num_examples: int, batch_size: int) -> tuple[jax.Array, Array, jax.Array]:

@@ -1,0 +1,209 @@
+"""The `jaxintro` command line: parse flags into the one config, run, report. All I/O lives here."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from jaxintro.config import DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES, TrainConfig, parse_hidden
+from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2), never a usage dump or a traceback."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def add_data_flags(p: argparse.ArgumentParser) -> None:
+    """`--dataset --data-dir`, shared by every command that loads data."""
+    p.add_argument("--dataset", default="auto", help=f"one of {', '.join(DATASETS)} (default: auto)")
+    p.add_argument("--data-dir", default=None, help="folder with the four IDX files (or set JAXINTRO_DATA_DIR)")
+
+
+def add_train_flags(p: argparse.ArgumentParser) -> None:
+    """Every `TrainConfig` field as a flag, 1:1."""
+    d = TrainConfig()
+    add_data_flags(p)
+    p.add_argument("--model", default=d.model, help=f"one of {', '.join(MODELS)} (default: {d.model})")
+    p.add_argument("--hidden", default=",".join(map(str, d.hidden)), help="hidden widths (default: 256,128)")
+    p.add_argument("--dropout", type=_number, default=d.dropout, help="dropout rate in [0, 1) (default: 0)")
+    p.add_argument("--epochs", type=_positive_int, default=d.epochs)
+    p.add_argument("--batch-size", type=_positive_int, default=d.batch_size)
+    p.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--lr", type=_number, default=d.lr)
+    p.add_argument("--weight-decay", type=_number, default=d.weight_decay, help="for adamw")
+    p.add_argument("--schedule", default=d.schedule, help=f"one of {', '.join(SCHEDULES)}")
+    p.add_argument("--warmup-steps", type=_positive_int, default=d.warmup_steps)
+    p.add_argument("--clip-norm", type=_number, default=None, help="clip_by_global_norm before the optimizer")
+    p.add_argument("--seed", type=_positive_int, default=d.seed)
+    p.add_argument("--loop", default=d.loop, help=f"one of {', '.join(LOOPS)} (default: scan, one program per epoch)")
+    p.add_argument("--devices", type=_positive_int, default=d.devices, help="data-parallel devices")
+    p.add_argument("--parallel", default=d.parallel, help=f"one of {', '.join(PARALLEL)}")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Map parsed flags onto the config (1:1) and validate it."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {name: getattr(args, name) for name in fields if hasattr(args, name)}
+    values["hidden"] = parse_hidden(args.hidden) if isinstance(args.hidden, str) else tuple(args.hidden)
+    return TrainConfig(**values).validate()
+
+
+def build_parser() -> ArgumentParser:
+    """All subcommands and their flags."""
+    parser = ArgumentParser(prog="jaxintro", description="The lesson 'Introduction to JAX', runnable.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    p = sub.add_parser("train", help="train the lesson's MLP (default: pure JAX + Optax on MNIST)")
+    add_train_flags(p)
+    p.add_argument("--run-dir", default=None, help="where to write this run (default: runs/<timestamp>)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+
+    p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+# ---------------------------------------------------------------- commands
+
+
+def setup_jax(args: argparse.Namespace, devices: int = 1) -> dict[str, Any]:
+    """Configure JAX before first use: CPU device count and the persistent compile cache."""
+    import jax
+
+    if devices > 1:
+        # Must happen before the backend starts; a no-op on GPU/TPU hosts that have the devices.
+        jax.config.update("jax_num_cpu_devices", devices)
+    info: dict[str, Any] = {"compile_cache": None}
+    if not getattr(args, "no_compile_cache", False):
+        from jaxintro.runtime import enable_compile_cache
+
+        info["compile_cache"] = str(enable_compile_cache())
+    return info
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`jaxintro train`."""
+    config = config_from_args(args)
+    from jaxintro.runs import claim_run_dir
+
+    # Refuse an unusable run folder before loading data or compiling anything.
+    run_dir = claim_run_dir(args.run_dir)
+    cache = setup_jax(args, config.devices)
+
+    from jaxintro import runs
+    from jaxintro.data import load_dataset
+    from jaxintro.plots import plot_curves
+    from jaxintro.runtime import compile_cache_counts
+    from jaxintro.train import fit
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
+    rows: list[dict[str, Any]] = []
+
+    def on_epoch(state, row) -> None:
+        rows.append(row._asdict())
+        runs.write_metrics(run_dir, rows)
+
+    print(f"Training {config.model} MLP {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
+          f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
+          f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
+    result = fit(config, dataset, on_epoch=on_epoch, progress=sys.stderr.isatty())
+    plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
+
+    last = result.history[-1]
+    hits = compile_cache_counts()["hits"]
+    summary = {
+        "dataset": dataset.name,
+        "model": config.model,
+        "epochs": last.epoch,
+        "param_count": result.param_count,
+        "test_accuracy": last.test_accuracy,
+        "train_accuracy": last.train_accuracy,
+        "final_loss": last.loss,
+        "train_seconds": result.train_seconds,
+        "compile_seconds": result.compile_seconds,
+        "samples_per_second": result.samples_per_second,
+        "compile_cache": "off" if cache["compile_cache"] is None else ("hit" if hits else "miss"),
+        "loop": config.loop,
+        "seed": config.seed,
+        "run_dir": str(run_dir),
+    }
+    runs.write_json(run_dir / runs.RESULT_FILE, summary)
+    print(f"Done: test accuracy {100 * last.test_accuracy:.2f}% after {last.epoch} epochs, "
+          f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
+          f"compile {result.compile_seconds:.2f}s (persistent cache: {summary['compile_cache']}). "
+          f"Curves: {run_dir / 'curves.png'}")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """`jaxintro data`."""
+    from jaxintro.data import describe_sources
+
+    rows = describe_sources(args.data_dir)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max(len(r["dataset"]) for r in rows)
+    for r in rows:
+        print(f"{r['dataset']:<{width}}  {r['source']}\n{'':<{width}}  {r['status']}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "data": cmd_data}
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"\nWARNING: {message}\n\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `jaxintro` console script."""
+    warnings.formatwarning = _format_warning
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"jaxintro {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except TrainingDivergedError as exc:
+        print(f"jaxintro {args.command}: training diverged: {exc}", file=sys.stderr)
+        return 1
+    except JaxintroError as exc:
+        print(f"jaxintro {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"jaxintro {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Plots written as PNG files (matplotlib's Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    """Save a figure atomically (temporary name, then rename) and close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Loss and train/test accuracy per epoch."""
+    epochs = [r["epoch"] for r in rows]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label="train loss (epoch mean)")
+    ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label="test loss")
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("cross-entropy")
+    ax_loss.legend()
+    ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label="train")
+    ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label="test")
+    ax_acc.set_xlabel("epoch")
+    ax_acc.set_ylabel("accuracy (%)")
+    ax_acc.legend()
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_bars(names: Sequence[str], values: Sequence[float], path: Path, *, ylabel: str, title: str) -> Path:
+    """A labelled bar chart (benchmark rows, model styles)."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 3.8))
+    bars = ax.bar(names, values, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.tick_params(axis="x", rotation=20)
+    return _save(fig, path)
+
+
+def plot_series(series: dict[str, np.ndarray], path: Path, *, xlabel: str, ylabel: str, title: str,
+                hline: float | None = None, logy: bool = False) -> Path:
+    """Several curves on one axis (per-step gradient norms, say)."""
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for label, values in series.items():
+        ax.plot(np.arange(1, len(values) + 1), values, lw=0.8, label=label)
+    if hline is not None:
+        ax.axhline(hline, color="k", ls=":", lw=1, label=f"clip threshold {hline:g}")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_image_grid(images: np.ndarray, captions: Sequence[str], path: Path, *, title: str, cols: int = 8) -> Path:
+    """Images (N, H, W) in a grid, each with a caption."""
+    rows = -(-len(images) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 2.0 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, caption in zip(axes.flat, images, captions):
+        ax.imshow(image, cmap="gray_r" if image.mean() < 128 else "gray")
+        ax.set_title(caption, fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_confusion(matrix: np.ndarray, classes: Sequence[str], path: Path, *, title: str) -> Path:
+    """A confusion matrix with counts in each cell."""
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    im = ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
+    ax.set_yticks(range(len(classes)), classes)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    for (i, j), count in np.ndenumerate(matrix):
+        ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
+                color="white" if count > matrix.max() / 2 else "black")
+    fig.colorbar(im, ax=ax)
+    ax.set_title(title)
+    return _save(fig, path)

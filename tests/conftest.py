@@ -1,0 +1,132 @@
+"""Shared fixtures: the canonical MNIST beside the repo, tiny synthetic IDX data, a local HTTP server."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from jaxintro.data import Dataset, sha256_hex
+
+REPO = Path(__file__).resolve().parents[1]
+MNIST_DIR = REPO.parent / "shared" / "data" / "mnist"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own empty user cache and no inherited data folder or mirrors."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.delenv("JAXINTRO_DATA_DIR", raising=False)
+    # Unreachable by construction: a test never touches the network by accident.
+    monkeypatch.setenv("JAXINTRO_MIRRORS", "http://127.0.0.1:9/")
+    return cache
+
+
+@pytest.fixture(scope="session")
+def mnist_dir() -> Path:
+    """The full canonical MNIST shipped beside the project (CI has it too)."""
+    if not (MNIST_DIR / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"canonical MNIST not found at {MNIST_DIR}")
+    return MNIST_DIR
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """Encode a uint8 array as an IDX file."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write_idx(folder: Path, stem: str, array: np.ndarray, *, gz: bool = True) -> Path:
+    """Write `array` as `<stem>[.gz]` in `folder`; return the path."""
+    raw = idx_bytes(array)
+    path = folder / (stem + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+def synthetic_dataset(n_train: int = 512, n_test: int = 128, side: int = 8, seed: int = 0) -> Dataset:
+    """A small learnable 10-class problem: each class lights up its own band of pixels."""
+    rng = np.random.default_rng(seed)
+
+    def make(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 10, n).astype(np.int32)
+        x = rng.integers(0, 60, (n, side * side)).astype(np.uint8)
+        band = side * side // 10
+        for i, label in enumerate(y):
+            x[i, label * band:(label + 1) * band] = 200
+        return x, y
+
+    x_train, y_train = make(n_train)
+    x_test, y_test = make(n_test)
+    return Dataset("synthetic", x_train, y_train, x_test, y_test, tuple(str(i) for i in range(10)), (side, side),
+                   "synthetic")
+
+
+@pytest.fixture
+def tiny() -> Dataset:
+    """The small synthetic dataset."""
+    return synthetic_dataset()
+
+
+class FileServer:
+    """A local HTTP server on 127.0.0.1; `routes[path] = (mode, payload)` says what each path does."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[str, bytes]] = {}
+        self.hits: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def do_GET(self) -> None:
+                server.hits.append(self.path)
+                mode, payload = server.routes.get(self.path, ("404", b""))
+                if mode == "404":
+                    self.send_error(404)
+                elif mode == "500":
+                    self.send_error(500)
+                elif mode == "cut":  # promise the whole file, send half, hang up
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self.connection.close()
+                elif mode == "slow":
+                    threading.Event().wait(3.0)
+                    self.send_response(200)
+                    self.end_headers()
+                else:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def file_server() -> Iterator[FileServer]:
+    """A running local file server, shut down after the test."""
+    server = FileServer()
+    yield server
+    server.close()
+
+
+__all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer"]

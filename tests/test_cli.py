@@ -1,0 +1,97 @@
+"""The command line: bad values are one-line errors (exit 2); a run writes its folder and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxintro.cli import main
+
+BAD_TRAIN_FLAGS = [
+    ["--batch-size", "0"],
+    ["--batch-size", "-3"],
+    ["--epochs", "0"],
+    ["--epochs", "-1"],
+    ["--epochs", "1e9"],
+    ["--lr", "0"],
+    ["--lr", "nan"],
+    ["--lr", "-1"],
+    ["--lr", "inf"],
+    ["--dropout", "1"],
+    ["--dropout", "-0.1"],
+    ["--dataset", "cifar"],
+    ["--model", "resnet"],
+    ["--optimizer", "lion"],
+    ["--schedule", "step"],
+    ["--hidden", "256,x"],
+    ["--hidden", "0"],
+    ["--seed", "-1"],
+    ["--clip-norm", "0"],
+    ["--devices", "0"],
+    ["--warmup-steps", "-5"],
+]
+
+
+@pytest.mark.parametrize("flags", BAD_TRAIN_FLAGS, ids=lambda f: " ".join(f))
+def test_bad_values_are_one_line_errors(flags, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(["train", "--run-dir", str(tmp_path / "run"), *flags])
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists(), "nothing may be written before the config is valid"
+
+
+def test_batch_larger_than_the_dataset_is_refused(capsys, tmp_path):
+    code = main(["train", "--dataset", "digits", "--batch-size", "5000", "--run-dir", str(tmp_path / "r")])
+    assert code == 2
+    assert "larger than the 1437 training images" in capsys.readouterr().err
+
+
+def test_train_on_digits_writes_the_run_folder_and_json(capsys, tmp_path):
+    run = tmp_path / "run"
+    code = main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--json",
+                 "--no-compile-cache"])
+    assert code == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert re.match(r"Epoch +1 \| Loss: ", out[1]) and "Train Acc: " in out[1] and "Test Acc: " in out[1]
+    summary = json.loads(out[-1])
+    for key in ["dataset", "model", "epochs", "param_count", "test_accuracy", "train_accuracy", "final_loss",
+                "train_seconds", "samples_per_second", "run_dir"]:
+        assert key in summary
+    assert summary["dataset"] == "digits" and summary["epochs"] == 2 and summary["param_count"] == 50_826
+    config = json.loads((run / "config.json").read_text())
+    assert config["epochs"] == 2 and config["hidden"] == [256, 128] and config["resolved_dataset"] == "digits"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert metrics[-1]["test_accuracy"] == summary["test_accuracy"]
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_used_run_folder_is_refused(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_offline_default_train_falls_back_to_digits_and_says_so(tmp_path):
+    """`make train` on a machine with no MNIST and no network still trains, and warns why."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "JAXINTRO_MIRRORS": "http://127.0.0.1:9/"}
+    env.pop("JAXINTRO_DATA_DIR", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxintro.cli", "train", "--epochs", "1", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: MNIST is not available" in proc.stderr and "--data-dir" in proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["dataset"] == "digits"
+    assert Path(tmp_path / summary["run_dir"], "metrics.jsonl").exists()

@@ -1,0 +1,81 @@
+"""The four model styles: the lesson's exact shapes, the same He-normal init, any-depth forward."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxintro.models import build_model, param_count
+from jaxintro.models.mlp import init_params, layer_names, mlp_forward
+
+STYLES = ["jax", "linen", "nnx", "equinox"]
+LESSON = (784, 256, 128, 10)
+
+
+
+def test_init_params_shapes_and_keys():
+    params = init_params(jax.random.key(0))
+    assert layer_names(params) == ["layer1", "layer2", "layer3"]
+    assert [params[n]["w"].shape for n in layer_names(params)] == [(784, 256), (256, 128), (128, 10)]
+    assert all(np.all(params[n]["b"] == 0) for n in params)
+    assert param_count(params) == 235_146
+
+
+def test_he_init_scale():
+    params = init_params(jax.random.key(1))
+    for name, fan_in in zip(layer_names(params), LESSON[:-1]):
+        std = float(jnp.std(params[name]["w"]))
+        assert std == pytest.approx(np.sqrt(2.0 / fan_in), rel=0.08 if fan_in < 200 else 0.03)
+        assert abs(float(jnp.mean(params[name]["w"]))) < 0.02
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_style_builds_the_lesson_architecture(style):
+    model = build_model(style, 784, (256, 128), 10)
+    params = model.init(jax.random.key(0))
+    assert param_count(params) == 235_146
+    shapes = sorted(tuple(sorted(leaf.shape)) for leaf in jax.tree.leaves(params))
+    assert shapes == sorted([(10,), (128,), (256,), (10, 128), (128, 256), (256, 784)])
+    logits = model.apply(params, jnp.ones((5, 784)), None)
+    assert logits.shape == (5, 10)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_style_uses_untruncated_he_normal(style):
+    params = build_model(style, 784, (256, 128), 10).init(jax.random.key(3))
+    big = [np.asarray(leaf) for leaf in jax.tree.leaves(params) if leaf.size == 784 * 256][0]
+    std = np.sqrt(2.0 / 784)
+    assert big.std() == pytest.approx(std, rel=0.02)
+    # A truncated normal (cut at 2 std) never goes beyond 2 std; He normal does ~4.6% of the time.
+    assert np.mean(np.abs(big) > 2 * std) == pytest.approx(0.0455, abs=0.006)
+    biases = [np.asarray(leaf) for leaf in jax.tree.leaves(params) if leaf.ndim == 1]
+    assert all(np.all(b == 0) for b in biases)
+
+
+def test_mlp_forward_any_depth_keeps_layer_order():
+    sizes = (6, *range(20, 31), 4)  # 12 layers: layer10..layer12 sort before layer2 as strings
+    params = init_params(jax.random.key(0), sizes)
+    assert len(params) == 12
+    assert sorted(params)[:4] == ["layer1", "layer10", "layer11", "layer12"]
+    x = jax.random.normal(jax.random.key(1), (3, 6))
+    h = x
+    for i in range(1, 13):  # the explicit loop
+        h = h @ params[f"layer{i}"]["w"] + params[f"layer{i}"]["b"]
+        if i < 12:
+            h = jax.nn.relu(h)
+    np.testing.assert_allclose(mlp_forward(params, x), h, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_dropout_is_random_in_training_and_off_in_evaluation(style):
+    model = build_model(style, 16, (64,), 3, dropout=0.5)
+    params = model.init(jax.random.key(0))
+    x = jnp.ones((4, 16))
+    eval_a, eval_b = model.apply(params, x, None), model.apply(params, x, None)
+    np.testing.assert_array_equal(eval_a, eval_b)
+    train_a = model.apply(params, x, jax.random.key(1))
+    train_b = model.apply(params, x, jax.random.key(2))
+    assert not np.allclose(train_a, train_b)
+    np.testing.assert_array_equal(train_a, model.apply(params, x, jax.random.key(1)))
