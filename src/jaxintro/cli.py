@@ -15,6 +15,9 @@ from jaxintro.config import DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHED
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 
 
+ROW_NAMES = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2), never a usage dump or a traceback."""
 
@@ -81,6 +84,16 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--run-dir", default=None, help="where to write this run (default: runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+
+    p = sub.add_parser("bench", help="exercise 4: nojit vs jit-step vs scan-epoch vs PyTorch, side by side")
+    add_data_flags(p)
+    p.add_argument("--rows", default=",".join(ROW_NAMES), help="comma-separated rows to run")
+    p.add_argument("--repeats", type=_positive_int, default=3, help="timed epochs per row (median)")
+    p.add_argument("--nojit-steps", type=_positive_int, default=100)
+    p.add_argument("--seed", type=_positive_int, default=0)
+    p.add_argument("--e2e", action="store_true", help="also time whole 10-epoch train processes")
+    p.add_argument("--out", default="runs/bench", help="folder for bench.png and bench.json")
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
     p.add_argument("--data-dir", default=None)
@@ -163,6 +176,86 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`jaxintro bench`."""
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = sorted(set(rows) - set(ROW_NAMES))
+    if unknown:
+        raise ConfigError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROW_NAMES)}")
+    _check_dataset(args.dataset)
+    out_dir = _writable_dir(args.out, "--out")
+    import tempfile
+
+    from jaxintro import bench
+    from jaxintro.data import load_dataset
+    from jaxintro.plots import plot_bars
+    from jaxintro.runs import write_json
+
+    dataset = load_dataset(args.dataset, args.data_dir)
+    plan = bench.make_plan(dataset.x_train, dataset.y_train, seed=args.seed, repeats=args.repeats,
+                           nojit_steps=args.nojit_steps)
+    flops = bench.train_flops_per_step((dataset.num_features, 256, 128, dataset.num_classes), plan.batch)
+    print(f"Benchmark on {dataset.name} ({len(dataset.x_train)} images, {len(plan.perm)} steps of {plan.batch}); "
+          f"each row in its own process, median of {args.repeats} epochs after a warm-up.", flush=True)
+    gflops_before = bench.measure_matmul_gflops()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        plan_path = Path(tmp) / "plan.npz"
+        plan.save(plan_path)
+        for name in rows:
+            print(f"  running {name} ...", flush=True)
+            results.append(bench.run_row_subprocess(name, plan_path))
+    # The machine's rate, measured before and after the rows; the higher one is the peak we compare with.
+    matmul_gflops = max(gflops_before, bench.measure_matmul_gflops())
+    for r in results:
+        if not r.skipped:
+            r.fraction_of_peak = flops / (r.ms_per_step / 1e3) / (matmul_gflops * 1e9)
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "batch_size": plan.batch,
+        "matmul_gflops": matmul_gflops,
+        "train_flops_per_step": flops,
+        "rows": [{k: getattr(r, k) for k in ("name", "compile_seconds", "ms_per_step", "samples_per_second",
+                                              "fraction_of_peak", "peak_rss_mb", "skipped")} for r in results],
+    }
+    print(f"\nfloat32 matmul rate (jitted 2048x2048): {matmul_gflops:.1f} GFLOP/s; "
+          f"training FLOPs per step (forward + backward matmuls): {flops / 1e6:.1f} M")
+    header = f"{'row':<14}{'compile s':>10}{'ms/step':>10}{'samples/s':>12}{'of peak':>9}{'peak RSS MB':>13}"
+    print(header + "\n" + "-" * len(header))
+    for r in results:
+        if r.skipped:
+            print(f"{r.name:<14}  skipped: {r.skipped}")
+        else:
+            print(f"{r.name:<14}{r.compile_seconds:>10.2f}{r.ms_per_step:>10.3f}{r.samples_per_second:>12,.0f}"
+                  f"{100 * r.fraction_of_peak:>8.1f}%{r.peak_rss_mb:>13.0f}")
+    done = {r.name: r for r in results if not r.skipped}
+    if "scan-epoch" in done:
+        base = done["scan-epoch"].samples_per_second
+        ratios = {name: base / r.samples_per_second for name, r in done.items() if name != "scan-epoch"}
+        report["scan_speedup_over"] = ratios
+        print("scan-epoch speed-up: " + ", ".join(f"{v:.2f}x over {k}" for k, v in ratios.items()))
+    if "nojit" in done and "jit-step" in done:
+        print(f"jit-step over nojit: {done['nojit'].ms_per_step / done['jit-step'].ms_per_step:.1f}x "
+              "(the lesson's 'JIT speedups of 100x' claim, measured here)")
+    if args.e2e:
+        data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        print("\nEnd to end: whole 10-epoch `jaxintro train` processes (start to final accuracy)")
+        report["end_to_end"] = bench.end_to_end(data_args)
+        for row in report["end_to_end"]:
+            print(f"  loop={row['loop']:<7} cache={row['cache']:<5} {row['wall_seconds']:7.1f}s wall  "
+                  f"peak RSS {row['peak_rss_mb']:6.0f} MB  test acc {100 * row['test_accuracy']:.2f}%")
+    names = [r.name for r in results if not r.skipped]
+    plot_bars(names, [done[n].samples_per_second for n in names], out_dir / "bench.png",
+              ylabel="samples / s (higher is better)",
+              title=f"MLP training throughput, {dataset.name}, batch {plan.batch} (matmul peak "
+                    f"{matmul_gflops:.0f} GFLOP/s)")
+    write_json(out_dir / "bench.json", report)
+    print(f"Chart: {out_dir / 'bench.png'}; numbers: {out_dir / 'bench.json'}")
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     """`jaxintro data`."""
     from jaxintro.data import describe_sources
@@ -177,7 +270,34 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "data": cmd_data}
+def _check_dataset(name: str) -> None:
+    """Refuse an unknown dataset name before any work."""
+    from jaxintro.config import DATASETS
+
+    if name not in DATASETS:
+        raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}; got {name!r}")
+
+
+def _writable_dir(path: str, flag: str) -> Path:
+    """Create `path` if needed and check that it is writable, else a ConfigError naming `flag`."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile_in(folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {folder} is not writable ({exc.strerror or exc}); choose another folder") from None
+    return folder
+
+
+def tempfile_in(folder: Path):
+    """A throwaway file in `folder` (a writability probe)."""
+    import tempfile
+
+    return tempfile.TemporaryFile(dir=folder)
+
+
+COMMANDS = {"train": cmd_train, "bench": cmd_bench, "data": cmd_data}
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:

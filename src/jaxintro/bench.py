@@ -1,0 +1,379 @@
+"""`jaxintro bench`: lesson exercise 4 and more. The same data, init, batch and Adam in every row.
+
+Rows:
+- `nojit`: the train step run op by op, no `jit` (100 steps, as the exercise asks);
+- `jit-step`: the lesson's loop, one jitted step per batch dispatched from Python;
+- `scan-epoch`: the whole epoch compiled as one `lax.scan` program (jaxintro's default);
+- `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
+
+Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
+The parent measures the machine's float32 matmul rate in the same run and converts each row's
+time per step into a fraction of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
+SIZES = (784, 256, 128, 10)
+
+
+@dataclasses.dataclass
+class RowResult:
+    """One benchmark row."""
+
+    name: str
+    compile_seconds: float = float("nan")
+    ms_per_step: float = float("nan")
+    samples_per_second: float = float("nan")
+    fraction_of_peak: float = float("nan")
+    peak_rss_mb: float = float("nan")
+    losses: list[float] = dataclasses.field(default_factory=list)  # the first steps' losses
+    skipped: str | None = None
+
+
+def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
+    """Matmul FLOPs of one training step: forward, weight gradients, and input gradients past layer 1."""
+    macs = [a * b for a, b in zip(sizes[:-1], sizes[1:])]
+    return 2 * batch * (sum(macs) * 2 + sum(macs[1:]))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def measure_matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """The machine's float32 matmul rate: a jitted n x n matmul, median of `repeats` after warm-up."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    matmul = jax.jit(lambda m: m @ m)
+    matmul(a).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+# ---------------------------------------------------------------- the rows (run in a child process)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What every row shares: data, initial parameters, batch order and how long to measure."""
+
+    x: np.ndarray  # (N, 784) uint8
+    y: np.ndarray  # (N,) int32
+    params: dict[str, np.ndarray]  # "layerK.w" (in, out), "layerK.b"
+    perm: np.ndarray  # (steps, batch) indices of one epoch, from the seed's key
+    seed: int
+    repeats: int
+    nojit_steps: int
+
+    def save(self, path: Path) -> None:
+        np.savez(path, x=self.x, y=self.y, perm=self.perm, meta=np.array(json.dumps(
+            {"seed": self.seed, "repeats": self.repeats, "nojit_steps": self.nojit_steps})),
+            **{f"param:{k}": v for k, v in self.params.items()})
+
+    @classmethod
+    def load(cls, path: Path) -> "Plan":
+        z = np.load(path)
+        meta = json.loads(str(z["meta"]))
+        params = {k.removeprefix("param:"): z[k] for k in z.files if k.startswith("param:")}
+        return cls(z["x"], z["y"], params, z["perm"], **meta)
+
+    @property
+    def batch(self) -> int:
+        return int(self.perm.shape[1])
+
+
+def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, repeats: int = 3,
+              nojit_steps: int = 100) -> Plan:
+    """The shared plan: the lesson's init from `seed` and the first epoch's permutation."""
+    import jax
+
+    from jaxintro.models.mlp import init_params
+    from jaxintro.train import plan_epoch
+
+    init_key, key = jax.random.split(jax.random.key(seed))
+    params = init_params(init_key, (x.shape[1], *SIZES[1:]))
+    _, perm, _ = plan_epoch(key, len(x), batch)
+    flat = {f"{name}.{leaf}": np.asarray(v) for name, layer in params.items() for leaf, v in layer.items()}
+    return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
+
+
+def jax_params(plan: Plan):
+    """The plan's parameters as the pure-JAX params dict."""
+    import jax.numpy as jnp
+
+    layers: dict[str, dict[str, Any]] = {}
+    for key, value in plan.params.items():
+        name, leaf = key.split(".")
+        layers.setdefault(name, {})[leaf] = jnp.asarray(value)
+    return layers
+
+
+def _timed_windows(run_window: Callable[[], Any], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run_window()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _jax_step(plan: Plan):
+    import jax
+    import optax
+
+    from jaxintro.models import build_model
+    from jaxintro.train import train_step
+    import functools
+
+    model = build_model("jax", plan.x.shape[1], SIZES[1:-1], SIZES[-1])
+    tx = optax.adam(1e-3)
+    params = jax_params(plan)
+    return functools.partial(train_step, model=model, tx=tx), params, tx.init(params)
+
+
+def row_nojit(plan: Plan) -> RowResult:
+    """The train step without jit: every jnp op dispatched on its own."""
+    import jax
+
+    step, params, opt_state = _jax_step(plan)
+    result = RowResult("nojit")
+    times, losses = [], []
+    with jax.disable_jit():
+        for i in range(plan.nojit_steps + 1):
+            idx = plan.perm[i % len(plan.perm)]
+            start = time.perf_counter()
+            params, opt_state, metrics = step(params, opt_state, (plan.x[idx], plan.y[idx]), None)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - start)
+            losses.append(float(metrics["loss"]))
+    result.compile_seconds = times[0]  # the first call: no compile, but caches warm up
+    result.ms_per_step = statistics.median(times[1:]) * 1e3
+    result.losses = losses[:3]
+    return result
+
+
+def row_jit_step(plan: Plan) -> RowResult:
+    """The lesson's loop: host-side batch indexing, one jitted step per batch."""
+    import jax
+
+    step, params, opt_state = _jax_step(plan)
+    step = jax.jit(step, donate_argnums=(0, 1))
+    result = RowResult("jit-step")
+    losses = []
+    start = time.perf_counter()
+    idx = plan.perm[0]
+    params, opt_state, metrics = step(params, opt_state, (plan.x[idx], plan.y[idx]), None)
+    jax.block_until_ready(metrics)
+    result.compile_seconds = time.perf_counter() - start
+    losses.append(float(metrics["loss"]))
+    for idx in plan.perm[1:3]:
+        params, opt_state, metrics = step(params, opt_state, (plan.x[idx], plan.y[idx]), None)
+        losses.append(float(metrics["loss"]))
+    state = {"p": params, "o": opt_state}
+
+    def epoch() -> None:
+        p, o = state["p"], state["o"]
+        for idx in plan.perm:
+            p, o, m = step(p, o, (plan.x[idx], plan.y[idx]), None)
+        jax.block_until_ready(m)
+        state["p"], state["o"] = p, o
+
+    epoch()  # warm-up
+    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
+    result.losses = losses
+    return result
+
+
+def row_scan_epoch(plan: Plan) -> RowResult:
+    """jaxintro's default: the epoch as one compiled `lax.scan`, data on device as uint8."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    step, params, opt_state = _jax_step(plan)
+    result = RowResult("scan-epoch")
+
+    def epoch_over(params, opt_state, perm, x, y):
+        def body(carry, idx):
+            p, o, m = step(*carry, (x[idx], y[idx]), None)
+            return (p, o), m
+
+        (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), perm)
+        return params, opt_state, metrics
+
+    x, y, perm = jnp.asarray(plan.x), jnp.asarray(plan.y), jnp.asarray(plan.perm)
+    start = time.perf_counter()
+    compiled = jax.jit(epoch_over, donate_argnums=(0, 1)).lower(params, opt_state, perm, x, y).compile()
+    result.compile_seconds = time.perf_counter() - start
+    first = jax.jit(functools.partial(epoch_over))(params, opt_state, perm[:3], x, y)[2]["loss"]
+    result.losses = [float(v) for v in first]
+    state = {"p": params, "o": opt_state}
+
+    def epoch() -> None:
+        state["p"], state["o"], m = compiled(state["p"], state["o"], perm, x, y)
+        jax.block_until_ready(m)
+
+    epoch()
+    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
+    return result
+
+
+def _torch_model(plan: Plan):
+    import torch
+
+    torch.manual_seed(plan.seed)
+    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
+    layers: list[torch.nn.Module] = []
+    for i, name in enumerate(names):
+        w, b = plan.params[f"{name}.w"], plan.params[f"{name}.b"]
+        linear = torch.nn.Linear(*w.shape)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(w.T.copy()))
+            linear.bias.copy_(torch.from_numpy(b))
+        layers.append(linear)
+        if i < len(names) - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def row_torch(plan: Plan, *, compile: bool) -> RowResult:
+    """PyTorch on the CPU: the same MLP, init, batches and Adam (eager, or `torch.compile`d)."""
+    name = "torch-compile" if compile else "torch-eager"
+    try:
+        import torch
+    except ImportError:
+        return RowResult(name, skipped="torch is not installed (pip install -e '.[torch]')")
+    model = _torch_model(plan)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x_all, y_all = torch.from_numpy(plan.x), torch.from_numpy(plan.y.astype(np.int64))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(idx) -> torch.Tensor:
+        xb = x_all[idx].float() / 255.0
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(xb), y_all[idx])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    forward = model
+    if compile:
+        try:
+            forward = torch.compile(model)
+        except Exception as exc:  # torch.compile needs a working C++ toolchain
+            return RowResult(name, skipped=f"torch.compile unavailable: {exc}")
+    result = RowResult(name)
+    perm = torch.from_numpy(plan.perm)
+    start = time.perf_counter()
+    try:
+        losses = [float(step(perm[0]))]
+    except Exception as exc:
+        return RowResult(name, skipped=f"torch.compile failed: {type(exc).__name__}: {exc}"[:300])
+    result.compile_seconds = time.perf_counter() - start
+    losses += [float(step(idx)) for idx in perm[1:3]]
+    result.losses = losses
+
+    def epoch() -> None:
+        for idx in perm:
+            step(idx)
+
+    epoch()
+    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
+    return result
+
+
+ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = {
+    "nojit": row_nojit,
+    "jit-step": row_jit_step,
+    "scan-epoch": row_scan_epoch,
+    "torch-eager": lambda plan: row_torch(plan, compile=False),
+    "torch-compile": lambda plan: row_torch(plan, compile=True),
+}
+
+
+def run_row(name: str, plan: Plan) -> RowResult:
+    """Run one row in this process and record its peak RSS."""
+    result = ROW_FUNCTIONS[name](plan)
+    result.peak_rss_mb = peak_rss_mb()
+    if not result.skipped:
+        result.samples_per_second = plan.batch / (result.ms_per_step / 1e3)
+    return result
+
+
+def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> RowResult:
+    """Run one row in a fresh Python process (its own memory, caches and threads)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "row.json"
+        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", name, str(plan_path), str(out)],
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            return RowResult(name, skipped=f"row failed (exit {proc.returncode}): {tail[0][:300]}")
+        return RowResult(**json.loads(out.read_text()))
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Wall time and peak RSS of one whole `jaxintro train` process (start to final accuracy)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *args, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"jaxintro train {' '.join(args)} failed with exit code {proc.returncode}")
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    return {"wall_seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024.0,
+            "test_accuracy": summary["test_accuracy"], "compile_cache": summary["compile_cache"]}
+
+
+def end_to_end(data_args: list[str], epochs: int = 10) -> list[dict[str, Any]]:
+    """Whole 10-epoch training processes: scan vs the lesson's loop, cold and warm compile cache."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for loop in ("scan", "python"):
+            env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"cache-{loop}")}
+            for cache in ("cold", "warm"):
+                run_dir = Path(tmp) / f"run-{loop}-{cache}"
+                timing = time_train_process([*data_args, "--epochs", str(epochs), "--loop", loop,
+                                             "--run-dir", str(run_dir)], env)
+                rows.append({"loop": loop, "cache": cache, **timing})
+    return rows
+
+
+def main() -> None:
+    """Child-process entry: `python -m jaxintro.bench ROW PLAN.npz OUT.json`."""
+    name, plan_path, out = sys.argv[1:4]
+    result = run_row(name, Plan.load(Path(plan_path)))
+    Path(out).write_text(json.dumps(dataclasses.asdict(result)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The benchmark's rows train the same function; its FLOP count is right. Never timings."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import synthetic_dataset
+from jaxintro import bench
+from jaxintro.cli import main
+from jaxintro.config import TrainConfig
+from jaxintro.data import Dataset
+from jaxintro.train import Trainer
+
+
+@pytest.fixture(scope="module")
+def plan() -> bench.Plan:
+    ds = synthetic_dataset(n_train=640, side=28)
+    return bench.make_plan(ds.x_train, ds.y_train, seed=3, repeats=1, nojit_steps=3)
+
+
+@pytest.fixture(scope="module")
+def reference(plan) -> list[float]:
+    return bench.run_row("scan-epoch", plan).losses
+
+
+@pytest.mark.parametrize("row", ["nojit", "jit-step", "torch-eager", "torch-compile"])
+def test_every_row_trains_the_same_function(plan, reference, row):
+    pytest.importorskip("torch")
+    result = bench.run_row(row, plan)
+    assert result.skipped is None, result.skipped
+    assert len(result.losses) == 3
+    # Same init, same three batches, same Adam: the same losses, step after step.
+    np.testing.assert_allclose(result.losses, reference, rtol=2e-4)
+    assert result.ms_per_step > 0 and result.peak_rss_mb > 0
+
+
+def test_flops_per_step_by_hand_and_by_xla():
+    flops = bench.train_flops_per_step((784, 256, 128, 10), 128)
+    forward = 2 * 128 * (784 * 256 + 256 * 128 + 128 * 10)
+    assert flops == 2 * forward + 2 * 128 * (256 * 128 + 128 * 10)
+    zeros = np.zeros((128, 784), np.uint8)
+    ds = Dataset("z", zeros, np.zeros(128, np.int32), zeros[:8], np.zeros(8, np.int32), tuple("0123456789"),
+                 (28, 28), "")
+    trainer = Trainer.create(TrainConfig(), ds)
+    state = trainer.init_state()
+    compiled = jax.jit(trainer.step_fn()).lower(state.params, state.opt_state, (zeros, ds.y_train), None).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    # XLA also counts the element-wise work (ReLU, softmax, Adam): a few percent more, never less.
+    assert flops <= cost["flops"] <= 1.06 * flops
+
+
+def test_bench_cli_reports_every_field(tmp_path, capsys):
+    code = main(["bench", "--dataset", "digits", "--rows", "nojit,scan-epoch", "--repeats", "1",
+                 "--nojit-steps", "3", "--out", str(tmp_path), "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["matmul_gflops"] > 0 and report["train_flops_per_step"] == bench.train_flops_per_step(
+        (64, 256, 128, 10), 128)
+    names = [row["name"] for row in report["rows"]]
+    assert names == ["nojit", "scan-epoch"]
+    for row in report["rows"]:
+        assert row["skipped"] is None
+        for key in ("compile_seconds", "ms_per_step", "samples_per_second", "fraction_of_peak", "peak_rss_mb"):
+            assert row[key] > 0
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_unknown_row_is_refused(capsys, tmp_path):
+    assert main(["bench", "--rows", "scan-epoch,tpu", "--out", str(tmp_path)]) == 2
+    assert "unknown tpu" in capsys.readouterr().err
