@@ -87,8 +87,8 @@ class Plan:
     repeats: int
     nojit_steps: int
 
-    def save(self, path: Path) -> None:
-        np.savez(path, x=self.x, y=self.y, perm=self.perm, meta=np.array(json.dumps(
+    def save(self, path: Path, **extra: np.ndarray) -> None:
+        np.savez(path, x=self.x, y=self.y, perm=self.perm, **extra, meta=np.array(json.dumps(
             {"seed": self.seed, "repeats": self.repeats, "nojit_steps": self.nojit_steps})),
             **{f"param:{k}": v for k, v in self.params.items()})
 
@@ -119,15 +119,19 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
 
-def jax_params(plan: Plan):
-    """The plan's parameters as the pure-JAX params dict."""
-    import jax.numpy as jnp
+def jax_trainer(plan: Plan):
+    """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order)."""
+    from jaxintro.config import TrainConfig
+    from jaxintro.data import Dataset
+    from jaxintro.train import Trainer
 
-    layers: dict[str, dict[str, Any]] = {}
-    for key, value in plan.params.items():
-        name, leaf = key.split(".")
-        layers.setdefault(name, {})[leaf] = jnp.asarray(value)
-    return layers
+    classes = tuple(str(i) for i in range(SIZES[-1]))
+    dataset = Dataset("bench", plan.x, plan.y, plan.x[:1], plan.y[:1], classes, (0, 0), "bench plan")
+    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed), dataset)
+    state = trainer.init_state()
+    init = {f"{n}.{leaf}": v for n, layer in state.params.items() for leaf, v in layer.items()}
+    assert all(np.array_equal(init[k], plan.params[k]) for k in plan.params), "plan and trainer disagree on init"
+    return trainer, state, dataset
 
 
 def _timed_windows(run_window: Callable[[], Any], repeats: int) -> list[float]:
@@ -139,25 +143,13 @@ def _timed_windows(run_window: Callable[[], Any], repeats: int) -> list[float]:
     return times
 
 
-def _jax_step(plan: Plan):
-    import jax
-    import optax
-
-    from jaxintro.models import build_model
-    from jaxintro.train import train_step
-    import functools
-
-    model = build_model("jax", plan.x.shape[1], SIZES[1:-1], SIZES[-1])
-    tx = optax.adam(1e-3)
-    params = jax_params(plan)
-    return functools.partial(train_step, model=model, tx=tx), params, tx.init(params)
-
-
 def row_nojit(plan: Plan) -> RowResult:
     """The train step without jit: every jnp op dispatched on its own."""
     import jax
 
-    step, params, opt_state = _jax_step(plan)
+    trainer, state, _ = jax_trainer(plan)
+    step = trainer.step_fn()
+    params, opt_state = state.params, state.opt_state
     result = RowResult("nojit")
     times, losses = [], []
     with jax.disable_jit():
@@ -168,77 +160,71 @@ def row_nojit(plan: Plan) -> RowResult:
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - start)
             losses.append(float(metrics["loss"]))
-    result.compile_seconds = times[0]  # the first call: no compile, but caches warm up
+    result.compile_seconds = times[0]  # the first call: nothing compiles, but caches warm up
     result.ms_per_step = statistics.median(times[1:]) * 1e3
     result.losses = losses[:3]
     return result
 
 
-def row_jit_step(plan: Plan) -> RowResult:
-    """The lesson's loop: host-side batch indexing, one jitted step per batch."""
+def _epoch_row(name: str, plan: Plan, first_epoch: Callable, epoch: Callable, state) -> RowResult:
+    """Time `first_epoch` (compile included), then the median of `plan.repeats` epochs."""
     import jax
 
-    step, params, opt_state = _jax_step(plan)
-    step = jax.jit(step, donate_argnums=(0, 1))
-    result = RowResult("jit-step")
-    losses = []
+    result = RowResult(name)
     start = time.perf_counter()
-    idx = plan.perm[0]
-    params, opt_state, metrics = step(params, opt_state, (plan.x[idx], plan.y[idx]), None)
+    state, metrics = first_epoch(state)
     jax.block_until_ready(metrics)
-    result.compile_seconds = time.perf_counter() - start
-    losses.append(float(metrics["loss"]))
-    for idx in plan.perm[1:3]:
-        params, opt_state, metrics = step(params, opt_state, (plan.x[idx], plan.y[idx]), None)
-        losses.append(float(metrics["loss"]))
-    state = {"p": params, "o": opt_state}
+    result.compile_seconds = time.perf_counter() - start  # includes one epoch; subtracted below
+    result.losses = [float(v) for v in np.asarray(metrics["loss"])[:3]]
+    holder = {"state": state}
 
-    def epoch() -> None:
-        p, o = state["p"], state["o"]
-        for idx in plan.perm:
-            p, o, m = step(p, o, (plan.x[idx], plan.y[idx]), None)
+    def run() -> None:
+        holder["state"], m = epoch(holder["state"])
         jax.block_until_ready(m)
-        state["p"], state["o"] = p, o
 
-    epoch()  # warm-up
-    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
-    result.losses = losses
+    times = _timed_windows(run, plan.repeats)
+    result.ms_per_step = statistics.median(times) / len(plan.perm) * 1e3
+    result.compile_seconds = max(result.compile_seconds - statistics.median(times), 0.0)
     return result
+
+
+def row_jit_step(plan: Plan) -> RowResult:
+    """The lesson's loop (`jaxintro train --loop python`): one jitted step per batch from Python."""
+    import jax
+
+    from jaxintro.train import TrainState, plan_epoch, python_epoch
+
+    trainer, state, dataset = jax_trainer(plan)
+    step_fn = trainer.jit_step()
+    plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
+
+    def epoch(state):
+        params, opt_state, key, metrics = python_epoch(state, trainer, step_fn, plan_fn, dataset)
+        return TrainState(params, opt_state, key, state.epoch + 1), metrics
+
+    return _epoch_row("jit-step", plan, epoch, epoch, state)
 
 
 def row_scan_epoch(plan: Plan) -> RowResult:
-    """jaxintro's default: the epoch as one compiled `lax.scan`, data on device as uint8."""
-    import functools
-
+    """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8."""
     import jax
-    import jax.numpy as jnp
 
-    step, params, opt_state = _jax_step(plan)
-    result = RowResult("scan-epoch")
+    from jaxintro.train import TrainState
 
-    def epoch_over(params, opt_state, perm, x, y):
-        def body(carry, idx):
-            p, o, m = step(*carry, (x[idx], y[idx]), None)
-            return (p, o), m
+    trainer, state, dataset = jax_trainer(plan)
+    x, y = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
+    jitted = trainer.jit_epoch()
+    compiled = {}
 
-        (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), perm)
-        return params, opt_state, metrics
+    def first_epoch(state):
+        compiled["fn"] = jitted.lower(state.params, state.opt_state, state.key, x, y).compile()
+        return epoch(state)
 
-    x, y, perm = jnp.asarray(plan.x), jnp.asarray(plan.y), jnp.asarray(plan.perm)
-    start = time.perf_counter()
-    compiled = jax.jit(epoch_over, donate_argnums=(0, 1)).lower(params, opt_state, perm, x, y).compile()
-    result.compile_seconds = time.perf_counter() - start
-    first = jax.jit(functools.partial(epoch_over))(params, opt_state, perm[:3], x, y)[2]["loss"]
-    result.losses = [float(v) for v in first]
-    state = {"p": params, "o": opt_state}
+    def epoch(state):
+        params, opt_state, key, metrics = compiled["fn"](state.params, state.opt_state, state.key, x, y)
+        return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
-    def epoch() -> None:
-        state["p"], state["o"], m = compiled(state["p"], state["o"], perm, x, y)
-        jax.block_until_ready(m)
-
-    epoch()
-    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
-    return result
+    return _epoch_row("scan-epoch", plan, first_epoch, epoch, state)
 
 
 def _torch_model(plan: Plan):
@@ -305,6 +291,35 @@ def row_torch(plan: Plan, *, compile: bool) -> RowResult:
     return result
 
 
+def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:
+    """The same job as `jaxintro train` in PyTorch eager: epochs reshuffled, full train/test accuracy each epoch."""
+    import torch
+
+    model = _torch_model(plan)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x_all, y_all = torch.from_numpy(plan.x), torch.from_numpy(plan.y.astype(np.int64))
+    xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test.astype(np.int64))
+    gen = torch.Generator().manual_seed(plan.seed)
+    steps = len(plan.x) // plan.batch
+
+    def accuracy(x: torch.Tensor, y: torch.Tensor) -> float:
+        with torch.no_grad():
+            return sum(int((model(x[i:i + 2000].float() / 255.0).argmax(1) == y[i:i + 2000]).sum())
+                       for i in range(0, len(x), 2000)) / len(x)
+
+    test_acc = 0.0
+    for _ in range(epochs):
+        perm = torch.randperm(len(x_all), generator=gen)[: steps * plan.batch].view(steps, plan.batch)
+        for idx in perm:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x_all[idx].float() / 255.0), y_all[idx])
+            loss.backward()
+            opt.step()
+        accuracy(x_all, y_all)
+        test_acc = accuracy(xt, yt)
+    return {"test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
+
+
 ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = {
     "nojit": row_nojit,
     "jit-step": row_jit_step,
@@ -354,10 +369,17 @@ def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]
             "test_accuracy": summary["test_accuracy"], "compile_cache": summary["compile_cache"]}
 
 
-def end_to_end(data_args: list[str], epochs: int = 10) -> list[dict[str, Any]]:
-    """Whole 10-epoch training processes: scan vs the lesson's loop, cold and warm compile cache."""
+def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10) -> list[dict[str, Any]]:
+    """Whole 10-epoch training processes: scan vs the lesson's loop, cold and warm compile cache, and PyTorch."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "torch.json"
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "torch-job", str(plan_path), str(out),
+                               str(epochs)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            rows.append({"loop": "torch-eager", "cache": "-", "wall_seconds": time.perf_counter() - start,
+                         "compile_cache": "-", **json.loads(out.read_text())})
         for loop in ("scan", "python"):
             env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"cache-{loop}")}
             for cache in ("cold", "warm"):
@@ -371,7 +393,12 @@ def end_to_end(data_args: list[str], epochs: int = 10) -> list[dict[str, Any]]:
 def main() -> None:
     """Child-process entry: `python -m jaxintro.bench ROW PLAN.npz OUT.json`."""
     name, plan_path, out = sys.argv[1:4]
-    result = run_row(name, Plan.load(Path(plan_path)))
+    plan = Plan.load(Path(plan_path))
+    if name == "torch-job":
+        z = np.load(plan_path)
+        Path(out).write_text(json.dumps(torch_job(plan, z["x_test"], z["y_test"], int(sys.argv[4]))))
+        return
+    result = run_row(name, plan)
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 
 

@@ -239,10 +239,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
               "(the lesson's 'JIT speedups of 100x' claim, measured here)")
     if args.e2e:
         data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        print("\nEnd to end: whole 10-epoch `jaxintro train` processes (start to final accuracy)")
-        report["end_to_end"] = bench.end_to_end(data_args)
+        print("\nEnd to end: whole 10-epoch training processes (start to final accuracy)", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            plan_path = Path(tmp) / "plan.npz"
+            plan.save(plan_path, x_test=dataset.x_test, y_test=dataset.y_test)
+            report["end_to_end"] = bench.end_to_end(data_args, plan_path)
         for row in report["end_to_end"]:
-            print(f"  loop={row['loop']:<7} cache={row['cache']:<5} {row['wall_seconds']:7.1f}s wall  "
+            print(f"  {row['loop']:<11} cache={row['cache']:<5} {row['wall_seconds']:7.1f}s wall  "
                   f"peak RSS {row['peak_rss_mb']:6.0f} MB  test acc {100 * row['test_accuracy']:.2f}%")
     names = [r.name for r in results if not r.skipped]
     plot_bars(names, [done[n].samples_per_second for n in names], out_dir / "bench.png",

@@ -168,7 +168,22 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
             "it is truncated or corrupt: delete it and re-download"
         )
     # The size check above bounds this allocation by the file's own length.
-    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+    out = aligned_empty(dims, dtype.newbyteorder("="))
+    out[...] = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+    return out
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+    """An uninitialised array whose data starts on an `align`-byte boundary.
+
+    On the CPU backend `jax.device_put` shares (does not copy) 64-byte-aligned host memory, so
+    MNIST's 47 MB of training pixels exist once, not twice.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buffer = np.empty(nbytes + align, np.uint8)
+    offset = (-buffer.ctypes.data) % align
+    return buffer[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 def sha256_hex(raw: bytes) -> str:
@@ -332,7 +347,7 @@ def load_idx_dataset(
             raise DataError(f"{path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")
     return Dataset(
         name=spec.name,
-        x_train=x_train.reshape(len(x_train), -1),
+        x_train=x_train.reshape(len(x_train), -1),  # a view: keeps the 64-byte alignment
         y_train=y_train.astype(np.int32),
         x_test=x_test.reshape(len(x_test), -1),
         y_test=y_test.astype(np.int32),
