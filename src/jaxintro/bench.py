@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from jaxintro.runtime import peak_rss_mb
 
 ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
 SIZES = (784, 256, 128, 10)
@@ -49,11 +50,6 @@ def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
     """Matmul FLOPs of one training step: forward, weight gradients, and input gradients past layer 1."""
     macs = [a * b for a, b in zip(sizes[:-1], sizes[1:])]
     return 2 * batch * (sum(macs) * 2 + sum(macs[1:]))
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def measure_matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
@@ -359,13 +355,12 @@ def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]
     proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *args, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
     stdout = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc.wait()
     wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"jaxintro train {' '.join(args)} failed with exit code {proc.returncode}")
     summary = json.loads(stdout.strip().splitlines()[-1])
-    return {"wall_seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024.0,
+    return {"wall_seconds": wall, "peak_rss_mb": summary["peak_rss_mb"],
             "test_accuracy": summary["test_accuracy"], "compile_cache": summary["compile_cache"]}
 
 

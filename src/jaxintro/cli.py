@@ -131,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from jaxintro import runs
     from jaxintro.data import load_dataset
     from jaxintro.plots import plot_curves
-    from jaxintro.runtime import compile_cache_counts
+    from jaxintro.runtime import compile_cache_counts, peak_rss_mb
     from jaxintro.train import fit
 
     dataset = load_dataset(config.dataset, config.data_dir)
@@ -164,6 +164,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "compile_cache": "off" if cache["compile_cache"] is None else ("hit" if hits else "miss"),
         "loop": config.loop,
         "seed": config.seed,
+        "peak_rss_mb": peak_rss_mb(),
         "run_dir": str(run_dir),
     }
     runs.write_json(run_dir / runs.RESULT_FILE, summary)

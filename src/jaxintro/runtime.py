@@ -37,6 +37,23 @@ def enable_compile_cache(directory: Path | None = None) -> Path:
     return directory
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB, from /proc's VmHWM where it exists.
+
+    `getrusage` would also count the parent's memory at fork time (Linux records the
+    pre-exec image's high-water mark), which inflates a child started by a large parent.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def compile_cache_counts() -> dict[str, int]:
     """Persistent-cache hits and misses seen so far in this process."""
     return dict(_events)
