@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -52,7 +53,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=d.model, help=f"one of {', '.join(MODELS)} (default: {d.model})")
     p.add_argument("--hidden", default=",".join(map(str, d.hidden)), help="hidden widths (default: 256,128)")
     p.add_argument("--dropout", type=_number, default=d.dropout, help="dropout rate in [0, 1) (default: 0)")
-    p.add_argument("--epochs", type=_positive_int, default=d.epochs)
+    p.add_argument("--epochs", type=_positive_int, default=None, help=f"(default: {d.epochs})")
     p.add_argument("--batch-size", type=_positive_int, default=d.batch_size)
     p.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
     p.add_argument("--lr", type=_number, default=d.lr)
@@ -82,6 +83,8 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("train", help="train the lesson's MLP (default: pure JAX + Optax on MNIST)")
     add_train_flags(p)
     p.add_argument("--run-dir", default=None, help="where to write this run (default: runs/<timestamp>)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue that run from its last checkpoint to --epochs in total (default: its own)")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
 
@@ -93,6 +96,33 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=_positive_int, default=0)
     p.add_argument("--e2e", action="store_true", help="also time whole 10-epoch train processes")
     p.add_argument("--out", default="runs/bench", help="folder for bench.png and bench.json")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("evaluate", help="test accuracy, per-class accuracy and a confusion matrix of a run")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("predict", help="classify PNG/JPEG images with a trained run")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("grads", help="exercise 2: per-example gradients and their norms")
+    add_data_flags(p)
+    p.add_argument("--run", default=None, metavar="RUN_DIR", help="a trained pure-JAX run (default: train briefly)")
+    p.add_argument("--n", type=_positive_int, default=32, help="how many test images (default: 32)")
+    p.add_argument("--seed", type=_positive_int, default=0)
+    p.add_argument("--out", default="runs/grads")
+    p.add_argument("--bench", action="store_true", help="time loop vs vmap vs fast norms (and torch.func)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("experiment", help="the lesson's experiments: dropout, models, clipping")
+    p.add_argument("name", choices=["dropout", "models", "clipping"])
+    add_train_flags(p)
+    p.add_argument("--rate", type=_number, default=0.2, help="dropout rate for `dropout` (default: 0.2)")
+    p.add_argument("--clip", type=_number, default=1.0, help="global-norm threshold for `clipping` (default: 1)")
+    p.add_argument("--out", default=None, help="folder for plots (default: runs/experiment-<name>)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
@@ -119,56 +149,120 @@ def setup_jax(args: argparse.Namespace, devices: int = 1) -> dict[str, Any]:
     return info
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    """`jaxintro train`."""
+class GracefulStop:
+    """First Ctrl-C: finish the epoch, checkpoint, stop. Second Ctrl-C: stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "GracefulStop":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this epoch's checkpoint (press Ctrl-C again to quit now)",
+              file=sys.stderr, flush=True)
+
+
+def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
+    """The run's config and folder: a new, claimed folder, or an existing run to `--resume`."""
+    if args.resume:
+        from jaxintro.checkpoint import load_config
+
+        run_dir = Path(args.resume)
+        config = load_config(run_dir)
+        changes = {"epochs": args.epochs} if args.epochs is not None else {}
+        if args.data_dir is not None:
+            changes["data_dir"] = args.data_dir
+        return dataclasses.replace(config, **changes).validate(), run_dir, True
+    if args.epochs is None:
+        args.epochs = TrainConfig().epochs
     config = config_from_args(args)
     from jaxintro.runs import claim_run_dir
 
     # Refuse an unusable run folder before loading data or compiling anything.
-    run_dir = claim_run_dir(args.run_dir)
+    return config, claim_run_dir(args.run_dir), False
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`jaxintro train`."""
+    config, run_dir, resuming = resolve_train_config(args)
     cache = setup_jax(args, config.devices)
 
     from jaxintro import runs
+    from jaxintro.checkpoint import Checkpointer, restore
     from jaxintro.data import load_dataset
     from jaxintro.plots import plot_curves
     from jaxintro.runtime import compile_cache_counts, peak_rss_mb
-    from jaxintro.train import fit
+    from jaxintro.train import Trainer, fit
 
     dataset = load_dataset(config.dataset, config.data_dir)
-    runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
     rows: list[dict[str, Any]] = []
+    state = None
+    if resuming:
+        state, meta = restore(run_dir, Trainer.create(config, dataset).init_state())
+        rows = list(meta["metrics"])
+        if state.epoch >= config.epochs:
+            raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")
+        print(f"Resuming {run_dir} from epoch {state.epoch} to {config.epochs}", flush=True)
+    runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
+    checkpointer = Checkpointer(run_dir)
 
     def on_epoch(state, row) -> None:
         rows.append(row._asdict())
+        # First the state, then the metrics that describe it.
+        checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
+                                                "classes": list(dataset.classes), "features": dataset.num_features})
         runs.write_metrics(run_dir, rows)
 
     print(f"Training {config.model} MLP {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
           f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
           f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
-    result = fit(config, dataset, on_epoch=on_epoch, progress=sys.stderr.isatty())
+    try:
+        with GracefulStop() as stop:
+            result = fit(config, dataset, state=state, on_epoch=on_epoch, progress=sys.stderr.isatty(),
+                         should_stop=lambda: stop.requested)
+    except TrainingDivergedError as exc:
+        kept = f"the last good checkpoint is epoch {rows[-1]['epoch']} in {run_dir}" if rows else "no epoch finished"
+        raise TrainingDivergedError(f"{exc}; {kept}") from None
+    finally:
+        checkpointer.close()
     plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
 
-    last = result.history[-1]
+    last = rows[-1]
     hits = compile_cache_counts()["hits"]
     summary = {
         "dataset": dataset.name,
         "model": config.model,
-        "epochs": last.epoch,
+        "epochs": last["epoch"],
         "param_count": result.param_count,
-        "test_accuracy": last.test_accuracy,
-        "train_accuracy": last.train_accuracy,
-        "final_loss": last.loss,
+        "test_accuracy": last["test_accuracy"],
+        "train_accuracy": last["train_accuracy"],
+        "final_loss": last["loss"],
         "train_seconds": result.train_seconds,
         "compile_seconds": result.compile_seconds,
         "samples_per_second": result.samples_per_second,
         "compile_cache": "off" if cache["compile_cache"] is None else ("hit" if hits else "miss"),
         "loop": config.loop,
         "seed": config.seed,
+        "devices": config.devices,
         "peak_rss_mb": peak_rss_mb(),
         "run_dir": str(run_dir),
     }
     runs.write_json(run_dir / runs.RESULT_FILE, summary)
-    print(f"Done: test accuracy {100 * last.test_accuracy:.2f}% after {last.epoch} epochs, "
+    if result.stopped_early:
+        print(f"Stopped after epoch {last['epoch']}; continue with: jaxintro train --resume {run_dir}")
+        if args.json:
+            print(json.dumps(summary))
+        return 130
+    print(f"Done: test accuracy {100 * last['test_accuracy']:.2f}% after {last['epoch']} epochs, "
           f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
           f"compile {result.compile_seconds:.2f}s (persistent cache: {summary['compile_cache']}). "
           f"Curves: {run_dir / 'curves.png'}")
@@ -260,6 +354,121 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """`jaxintro evaluate RUN_DIR`."""
+    from jaxintro.data import load_dataset
+    from jaxintro.evaluate import evaluate_run, load_run
+    from jaxintro.plots import plot_confusion
+
+    run_dir = Path(args.run_dir)
+    run = load_run(run_dir)
+    dataset = load_dataset(run.dataset["name"], args.data_dir or run.config.data_dir)
+    report = evaluate_run(run, dataset)
+    png = plot_confusion(report["confusion"], dataset.classes, run_dir / "confusion.png",
+                         title=f"{run.config.model} MLP, epoch {run.epoch}, {dataset.name} test set")
+    print(f"{run_dir}: {run.config.model} MLP after {run.epoch} epochs on {dataset.name}")
+    print(f"Test accuracy: {100 * report['test_accuracy']:.2f}% ({len(dataset.x_test)} images)")
+    for name, acc in report["per_class_accuracy"].items():
+        print(f"  class {name:<12} {100 * acc:6.2f}%")
+    print(f"Confusion matrix: {png}")
+    if args.json:
+        print(json.dumps({**report, "confusion": report["confusion"].tolist(), "confusion_png": str(png)}))
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """`jaxintro predict RUN_DIR IMAGE...`."""
+    import numpy as np
+
+    from jaxintro.evaluate import load_image, load_run, predict_proba
+
+    run = load_run(Path(args.run_dir))
+    shape = tuple(run.dataset["image_shape"])
+    images = np.stack([load_image(Path(p), shape) for p in args.images])  # every file checked before any output
+    probs = predict_proba(run, images)
+    classes = run.dataset["classes"]
+    results = []
+    for path, p in zip(args.images, probs):
+        top = np.argsort(p)[::-1][:3]
+        results.append({"file": path, "digit": classes[int(top[0])],
+                        "probabilities": {classes[int(i)]: float(p[i]) for i in range(len(p))},
+                        "top3": [[classes[int(i)], float(p[i])] for i in top]})
+        print(f"{path}: {classes[int(top[0])]}  (" + ", ".join(f"{classes[int(i)]}: {p[i]:.3f}" for i in top) + ")")
+    if args.json:
+        for r in results:
+            print(json.dumps(r))
+    return 0
+
+
+def cmd_grads(args: argparse.Namespace) -> int:
+    """`jaxintro grads`."""
+    _check_dataset(args.dataset)
+    out_dir = _writable_dir(args.out, "--out")
+    from jaxintro.experiments import explain_grads, grads_benchmark
+
+    report = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed, out=out_dir)
+    for line in report.pop("lines"):
+        print(line)
+    if args.bench:
+        timing = grads_benchmark(report.pop("_run"), n=max(args.n, 128))
+        report["bench"] = timing
+        print(f"\nPer-example gradient norms of {timing['n']} examples (median ms, warm, jitted):")
+        for name in ("loop", "vmap", "fast", "torch-func-vmap"):
+            if name in timing["ms"]:
+                print(f"  {name:<16}{timing['ms'][name]:9.2f} ms   {timing['ms']['loop'] / timing['ms'][name]:7.1f}x "
+                      "vs loop")
+        if "torch_skipped" in timing:
+            print(f"  torch-func-vmap skipped: {timing['torch_skipped']}")
+    report.pop("_run", None)
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """`jaxintro experiment dropout|models|clipping`."""
+    if args.epochs is None:
+        args.epochs = TrainConfig().epochs
+    config = config_from_args(args)
+    if args.name == "dropout" and not 0.0 < args.rate < 1.0:
+        raise ConfigError(f"--rate must be in (0, 1); got {args.rate}")
+    if args.name == "clipping" and not (args.clip > 0 and args.clip < float("inf")):
+        raise ConfigError(f"--clip must be a positive finite number; got {args.clip}")
+    out_dir = _writable_dir(args.out or f"runs/experiment-{args.name}", "--out")
+    setup_jax(args, config.devices)
+    from jaxintro import experiments
+    from jaxintro.data import load_dataset
+    from jaxintro.runs import write_json
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    if args.name == "dropout":
+        report = experiments.dropout_experiment(config, dataset, out_dir, rate=args.rate, log=print)
+        print(f"\nTest accuracy without dropout: {100 * report['accuracy_without']:.2f}% "
+              f"(train-test gap {100 * report['gap_without']:.2f} points)")
+        print(f"Test accuracy with dropout {args.rate:g}: {100 * report['accuracy_with']:.2f}% "
+              f"(train-test gap {100 * report['gap_with']:.2f} points)")
+        print(f"Plot: {report['plot']}")
+    elif args.name == "models":
+        report = experiments.models_experiment(config, dataset, out_dir, log=print)
+        print(f"\n{'model':<10}{'params':>10}{'test acc':>10}{'s/epoch':>10}{'compile s':>11}")
+        for r in report["rows"]:
+            print(f"{r['model']:<10}{r['param_count']:>10,}{100 * r['test_accuracy']:>9.2f}%"
+                  f"{r['seconds_per_epoch']:>10.2f}{r['compile_seconds']:>11.2f}")
+    else:
+        report = experiments.clipping_experiment(config, dataset, out_dir, clip=args.clip, log=print)
+        print(f"\nTest accuracy without clipping: {100 * report['accuracy_unclipped']:.2f}%")
+        print(f"Test accuracy with clip_by_global_norm({args.clip:g}): {100 * report['accuracy_clipped']:.2f}%")
+        print(f"Steps whose gradient norm exceeded {args.clip:g} (and were clipped): "
+              f"{100 * report['clipped_fraction']:.1f}% overall, "
+              f"{100 * report['clipped_fraction_first_epoch']:.1f}% in the first epoch")
+        print(f"Plot: {report['plot']}")
+    report["dataset"] = dataset.name
+    write_json(out_dir / f"{args.name}.json", report)
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     """`jaxintro data`."""
     from jaxintro.data import describe_sources
@@ -301,7 +510,15 @@ def tempfile_in(folder: Path):
     return tempfile.TemporaryFile(dir=folder)
 
 
-COMMANDS = {"train": cmd_train, "bench": cmd_bench, "data": cmd_data}
+COMMANDS = {
+    "train": cmd_train,
+    "bench": cmd_bench,
+    "evaluate": cmd_evaluate,
+    "predict": cmd_predict,
+    "grads": cmd_grads,
+    "experiment": cmd_experiment,
+    "data": cmd_data,
+}
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:

@@ -40,6 +40,23 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     return _save(fig, path)
 
 
+def plot_curves_compare(runs: dict[str, Sequence[dict]], path: Path, title: str = "") -> Path:
+    """Test accuracy and train-test gap per epoch for several runs."""
+    fig, (ax_acc, ax_gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, rows in runs.items():
+        epochs = [r["epoch"] for r in rows]
+        ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "o-", label=label)
+        ax_gap.plot(epochs, [100 * (r["train_accuracy"] - r["test_accuracy"]) for r in rows], "o-", label=label)
+    ax_acc.set_xlabel("epoch")
+    ax_acc.set_ylabel("test accuracy (%)")
+    ax_gap.set_xlabel("epoch")
+    ax_gap.set_ylabel("train - test accuracy (points)")
+    ax_acc.legend()
+    ax_gap.legend()
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
 def plot_bars(names: Sequence[str], values: Sequence[float], path: Path, *, ylabel: str, title: str) -> Path:
     """A labelled bar chart (benchmark rows, model styles)."""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 3.8))

@@ -1,0 +1,127 @@
+"""Orbax checkpoints in the run folder: saved at every epoch end, the last 3 kept, restored exactly.
+
+Layout: `RUN_DIR/checkpoints/<epoch>/{state,meta}`. `state` is a plain pytree
+(`params`, `opt_state`, `key` as raw uint32 key data) saved with `StandardSave`, readable with
+Orbax alone; `meta` is JSON (epoch, config, metrics so far, jaxintro version). Orbax writes each
+step into a temporary folder and renames it only once complete, so a crash while saving leaves the
+previous checkpoints intact and the half-written one invisible.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from jaxintro import __version__
+from jaxintro.config import TrainConfig
+from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.train import TrainState
+
+CHECKPOINT_DIR = "checkpoints"
+KEEP = 3
+
+# Orbax logs every save at INFO/WARNING; the training log says what matters.
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+
+def _manager(run_dir: Path, *, create: bool) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, create=create, enable_async_checkpointing=False)
+    return ocp.CheckpointManager((run_dir / CHECKPOINT_DIR).absolute(), options=options)
+
+
+def _as_tree(state: TrainState) -> dict[str, Any]:
+    return {"params": state.params, "opt_state": state.opt_state, "key": jax.random.key_data(state.key)}
+
+
+class Checkpointer:
+    """Saves a run's state at each epoch end (one Orbax `CheckpointManager` per run)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.manager = _manager(run_dir, create=True)
+
+    def save(self, state: TrainState, config: TrainConfig, metrics: list[dict[str, Any]],
+             dataset: dict[str, Any] | None = None) -> None:
+        """Save `state` as the checkpoint of `state.epoch`, with config, metrics and the dataset's description."""
+        meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": metrics, "dataset": dataset or {},
+                "jaxintro_version": __version__}
+        self.manager.save(state.epoch, args=ocp.args.Composite(state=ocp.args.StandardSave(_as_tree(state)),
+                                                               meta=ocp.args.JsonSave(meta)))
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Finish pending writes."""
+        self.manager.close()
+
+
+def read_meta(run_dir: Path, epoch: int | None = None) -> dict[str, Any]:
+    """The JSON metadata of the latest (or a given) checkpoint of `run_dir`."""
+    manager = _open(run_dir)
+    epoch = _pick_epoch(manager, run_dir, epoch)
+    try:
+        return manager.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    except Exception as exc:  # Orbax raises assorted errors for damaged folders
+        raise CheckpointError(f"{run_dir}: checkpoint {epoch} is damaged ({type(exc).__name__}: {exc})"[:500]) from None
+
+
+def restore(run_dir: Path, template: TrainState, epoch: int | None = None) -> tuple[TrainState, dict[str, Any]]:
+    """Restore the latest (or a given) checkpoint into the structure of `template`; return it and its meta."""
+    meta = read_meta(run_dir, epoch)
+    if meta.get("jaxintro_version") != __version__:
+        raise CheckpointError(
+            f"{run_dir}: written by jaxintro {meta.get('jaxintro_version')}, this is {__version__}; "
+            f"use jaxintro=={meta.get('jaxintro_version')} or retrain"
+        )
+    manager = _open(run_dir)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _as_tree(template))
+    try:
+        restored = manager.restore(meta["epoch"], args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+    except Exception as exc:
+        raise CheckpointError(
+            f"{run_dir}: checkpoint {meta['epoch']} does not match this model ({type(exc).__name__}: "
+            f"{str(exc)[:300]}); it belongs to another architecture, or its files are damaged"
+        ) from None
+    tree = restored.state
+    _check_shapes(run_dir, abstract, tree)
+    key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=jax.random.key_impl(template.key))
+    return TrainState(tree["params"], tree["opt_state"], key, int(meta["epoch"])), meta
+
+
+def load_config(run_dir: Path) -> TrainConfig:
+    """The config of a run, from its latest checkpoint."""
+    meta = read_meta(run_dir)
+    try:
+        return TrainConfig.from_json(meta["config"]).validate()
+    except (ConfigError, TypeError, KeyError) as exc:
+        raise CheckpointError(f"{run_dir}: its saved config is not usable by jaxintro {__version__}: {exc}") from None
+
+
+def _open(run_dir: Path) -> ocp.CheckpointManager:
+    if not (run_dir / CHECKPOINT_DIR).is_dir():
+        raise CheckpointError(f"{run_dir}: no {CHECKPOINT_DIR}/ folder; pass the folder of a `jaxintro train` run")
+    return _manager(run_dir, create=False)
+
+
+def _pick_epoch(manager: ocp.CheckpointManager, run_dir: Path, epoch: int | None) -> int:
+    steps = manager.all_steps()
+    if not steps:
+        raise CheckpointError(f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)")
+    if epoch is None:
+        return max(steps)
+    if epoch not in steps:
+        raise CheckpointError(f"{run_dir}: no checkpoint for epoch {epoch}; it has {sorted(steps)}")
+    return epoch
+
+
+def _check_shapes(run_dir: Path, expected, restored) -> None:
+    for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(restored)):
+        if tuple(want.shape) != tuple(got.shape):
+            raise CheckpointError(
+                f"{run_dir}: {jax.tree_util.keystr(path)} has shape {tuple(got.shape)} in the checkpoint, "
+                f"{tuple(want.shape)} in this model; it belongs to another architecture"
+            )

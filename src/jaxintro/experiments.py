@@ -1,0 +1,242 @@
+"""The lesson's experiments, each a few `fit` runs of the shared trainer compared side by side.
+
+- `dropout` (exercise 1): the same training with and without dropout;
+- `models`: the four model styles with the same seed;
+- `clipping` (exercise 5): with and without `optax.clip_by_global_norm(1.0)` before Adam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxintro.config import MODELS, TrainConfig
+from jaxintro.data import Dataset
+from jaxintro.plots import plot_curves_compare, plot_series
+from jaxintro.train import FitResult, fit
+
+Log = Callable[[str], None]
+
+
+def _run(config: TrainConfig, dataset: Dataset, label: str, log: Log) -> FitResult:
+    log(f"--- {label}")
+    return fit(config, dataset, log=log)
+
+
+def dropout_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, rate: float, log: Log) -> dict[str, Any]:
+    """Train without and with dropout `rate`; compare test accuracy and the train-test gap."""
+    runs = {
+        "no dropout": _run(dataclasses.replace(base, dropout=0.0), dataset, "without dropout", log),
+        f"dropout {rate:g}": _run(dataclasses.replace(base, dropout=rate), dataset, f"with dropout {rate:g}", log),
+    }
+    plot_curves_compare({k: [r._asdict() for r in v.history] for k, v in runs.items()}, out / "dropout.png",
+                        title=f"Dropout on {dataset.name}")
+    (plain, dropped) = runs.values()
+    return {
+        "rate": rate,
+        "accuracy_without": plain.history[-1].test_accuracy,
+        "accuracy_with": dropped.history[-1].test_accuracy,
+        "gap_without": plain.history[-1].train_accuracy - plain.history[-1].test_accuracy,
+        "gap_with": dropped.history[-1].train_accuracy - dropped.history[-1].test_accuracy,
+        "plot": str(out / "dropout.png"),
+    }
+
+
+def models_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, log: Log) -> dict[str, Any]:
+    """Train every model style with the same seed and config; one row each."""
+    rows = []
+    for style in MODELS:
+        result = _run(dataclasses.replace(base, model=style), dataset, f"model {style}", log)
+        rows.append({
+            "model": style,
+            "param_count": result.param_count,
+            "test_accuracy": result.history[-1].test_accuracy,
+            "seconds_per_epoch": float(np.median([r.seconds for r in result.history])),
+            "compile_seconds": result.compile_seconds,
+        })
+    return {"rows": rows}
+
+
+def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip: float, log: Log) -> dict[str, Any]:
+    """Train with and without `clip_by_global_norm(clip)`; record every step's gradient norm before clipping."""
+    unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, "without clipping", log)
+    clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset, f"with clip_by_global_norm({clip:g})", log)
+    norms = {
+        "without clipping": np.concatenate([m["grad_norm"] for m in unclipped.step_metrics]),
+        f"with clipping at {clip:g}": np.concatenate([m["grad_norm"] for m in clipped.step_metrics]),
+    }
+    plot_series(norms, out / "grad_norms.png", xlabel="training step", ylabel="global gradient norm (before clipping)",
+                title=f"Gradient norms on {dataset.name}", hline=clip, logy=True)
+    clipped_norms = norms[f"with clipping at {clip:g}"]
+    return {
+        "clip_norm": clip,
+        "accuracy_clipped": clipped.history[-1].test_accuracy,
+        "accuracy_unclipped": unclipped.history[-1].test_accuracy,
+        "clipped_fraction": float(np.mean(clipped_norms > clip)),
+        "clipped_fraction_first_epoch": float(np.mean(clipped.step_metrics[0]["grad_norm"] > clip)),
+        "median_norm_unclipped": float(np.median(norms["without clipping"])),
+        "max_norm_unclipped": float(np.max(norms["without clipping"])),
+        "plot": str(out / "grad_norms.png"),
+    }
+
+
+# ---------------------------------------------------------------- per-example gradients (exercise 2)
+
+
+def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
+                  out: Path) -> dict[str, Any]:
+    """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxintro.data import load_dataset
+    from jaxintro.evaluate import load_run
+    from jaxintro.grads import per_example_grad_norms_vmap
+    from jaxintro.plots import plot_image_grid
+    from jaxintro.train import scale_images
+
+    lines = []
+    if run_dir is not None:
+        run = load_run(Path(run_dir))
+        model, params = run.model, run.params
+        dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir)
+        lines.append(f"Model: {run_dir} ({run.config.model}, epoch {run.epoch}) on {dataset.name}")
+    else:
+        from jaxintro.train import Trainer
+
+        dataset = load_dataset(dataset_name, data_dir)
+        config = TrainConfig(dataset=dataset_name, data_dir=data_dir, epochs=2, seed=seed)
+        lines.append(f"No --run given: training the lesson's MLP for {config.epochs} epochs on {dataset.name} first")
+        result = fit(config, dataset, log=lambda _: None)
+        model, params = Trainer.create(config, dataset).model, result.state.params
+    if n > len(dataset.x_test):
+        from jaxintro.errors import ConfigError
+
+        raise ConfigError(f"--n {n} is more than the {len(dataset.x_test)} test images of {dataset.name}")
+    x_u8, y = dataset.x_test[:n], dataset.y_test[:n]
+    x = scale_images(jnp.asarray(x_u8))
+    norms = np.asarray(jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))(params, x, y))
+    probs = np.asarray(jax.nn.softmax(model.apply(params, x, None)))
+    preds, conf = probs.argmax(1), probs.max(1)
+    order = np.argsort(-norms)
+    wrong = preds != y
+    captions = [f"#{i} y={dataset.classes[y[i]][:6]} p={dataset.classes[preds[i]][:6]}\n"
+                f"conf {conf[i]:.2f} |g| {norms[i]:.3g}" for i in order]
+    png = plot_image_grid(x_u8[order].reshape(-1, *dataset.image_shape), captions, out / "grads.png",
+                          title=f"{n} test images sorted by per-example gradient norm (largest first)")
+    rank_corr = float(np.corrcoef(np.argsort(np.argsort(norms)), np.argsort(np.argsort(1 - conf)))[0, 1])
+    lines.append(f"Per-example gradient norms of {n} test images: jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))")
+    lines.append(f"{'rank':>4} {'index':>6} {'label':>6} {'pred':>6} {'conf':>6} {'norm':>10}")
+    for rank, i in enumerate(order[: min(8, n)], 1):
+        mark = "  <- misclassified" if wrong[i] else ""
+        lines.append(f"{rank:>4} {i:>6} {dataset.classes[y[i]][:6]:>6} {dataset.classes[preds[i]][:6]:>6} "
+                     f"{conf[i]:>6.3f} {norms[i]:>10.4g}{mark}")
+    top = order[: max(1, n // 8)]
+    lines.append(
+        f"Answer: the {len(top)} largest gradients belong to examples with mean confidence {conf[top].mean():.2f} "
+        f"(all {n}: {conf.mean():.2f}); {int(wrong[top].sum())} of them are misclassified "
+        f"({int(wrong.sum())} of all {n}). Spearman correlation of norm with (1 - confidence): {rank_corr:.2f}."
+    )
+    if wrong.any() and (~wrong).any():
+        lines.append(f"Mean norm: misclassified {norms[wrong].mean():.4g}, correct {norms[~wrong].mean():.4g}.")
+    lines.append("Why: the loss's gradient at the logits is softmax(z) - onehot(y); it vanishes as the model grows "
+                 "sure and right, and is largest for confident mistakes, so those examples drive the update.")
+    lines.append(f"Grid: {png}")
+    return {
+        "indices": [int(i) for i in order],
+        "labels": [int(y[i]) for i in order],
+        "predictions": [int(preds[i]) for i in order],
+        "confidences": [float(conf[i]) for i in order],
+        "norms": [float(norms[i]) for i in order],
+        "grid_png": str(png),
+        "lines": lines,
+        "_run": (model, params, dataset),
+    }
+
+
+def grads_benchmark(run: tuple, *, n: int = 128, repeats: int = 7) -> dict[str, Any]:
+    """Time per-example gradient norms: Python loop, vmap, the fast norms, and torch.func.vmap when installed."""
+    import statistics
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
+    from jaxintro.train import scale_images
+
+    model, params, dataset = run
+    x = scale_images(jnp.asarray(dataset.x_test[:n]))
+    y = jnp.asarray(dataset.y_test[:n])
+    fns: dict[str, Callable[[], Any]] = {
+        "loop": lambda: per_example_grad_norms_loop(params, model.apply, x, y),
+    }
+    vmap_fn = jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))
+    fns["vmap"] = lambda: vmap_fn(params, x, y)
+    report: dict[str, Any] = {"n": int(x.shape[0]), "ms": {}}
+    if model.name == "jax":
+        fast_fn = jax.jit(per_example_grad_norms_fast)
+        fns["fast"] = lambda: fast_fn(params, x, y)
+    else:
+        report["fast_skipped"] = f"the fast norms are written for the pure-JAX MLP, not {model.name}"
+    results = {}
+    for name, fn in fns.items():
+        results[name] = np.asarray(jax.block_until_ready(fn()))  # warm-up (and compile)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times.append(time.perf_counter() - start)
+        report["ms"][name] = statistics.median(times) * 1e3
+    if "fast" in results:
+        report["fast_max_rel_diff_vs_vmap"] = float(np.max(np.abs(results["fast"] - results["vmap"]) / results["vmap"]))
+    if model.name == "jax":
+        try:
+            report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(params, np.asarray(x), np.asarray(y), repeats)
+        except ImportError:
+            report["torch_skipped"] = "torch is not installed (pip install -e '.[torch]')"
+    return report
+
+
+def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> float:
+    """Median ms of per-example gradient norms with `torch.func.vmap(grad)` on the same MLP."""
+    import statistics
+    import time
+
+    import torch
+    from torch.func import functional_call, grad, vmap
+
+    from jaxintro.models.mlp import layer_names
+
+    names = layer_names(params)
+    layers = []
+    for i, name in enumerate(names):
+        layers.append(torch.nn.Linear(*params[name]["w"].shape))
+        if i < len(names) - 1:
+            layers.append(torch.nn.ReLU())
+    net = torch.nn.Sequential(*layers)
+    weights = {}
+    for i, name in enumerate(names):
+        weights[f"{2 * i}.weight"] = torch.from_numpy(np.asarray(params[name]["w"]).T.copy())
+        weights[f"{2 * i}.bias"] = torch.from_numpy(np.asarray(params[name]["b"]).copy())
+
+    def loss(w, xi, yi):
+        return torch.nn.functional.cross_entropy(functional_call(net, w, (xi[None],)), yi[None])
+
+    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
+    xt, yt = torch.from_numpy(np.array(x)), torch.from_numpy(y.astype(np.int64))
+
+    def norms():
+        g = per_example(weights, xt, yt)
+        return torch.sqrt(sum(v.reshape(v.shape[0], -1).square().sum(1) for v in g.values()))
+
+    norms()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        norms()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
