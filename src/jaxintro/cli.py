@@ -124,6 +124,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--clip", type=_number, default=1.0, help="global-norm threshold for `clipping` (default: 1)")
     p.add_argument("--out", default=None, help="folder for plots (default: runs/experiment-<name>)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
 
     p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
     p.add_argument("--data-dir", default=None)

@@ -1,0 +1,160 @@
+"""Checkpoints: resume is bit-identical for every style, Ctrl-C and crashes leave a usable run, bad ones fail clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxintro import checkpoint
+from jaxintro.cli import main
+from jaxintro.errors import CheckpointError
+from jaxintro.evaluate import load_run
+
+DIGITS = ["--dataset", "digits", "--no-compile-cache"]
+
+
+def train(capsys, *argv) -> dict:
+    assert main(["train", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("style, extra", [("jax", []), ("jax", ["--dropout", "0.2"]), ("linen", []),
+                                          ("nnx", []), ("equinox", []), ("jax", ["--loop", "python"])])
+def test_resume_is_bit_identical(capsys, tmp_path, style, extra):
+    flags = [*DIGITS, "--model", style, *extra]
+    whole = train(capsys, *flags, "--epochs", "3", "--run-dir", str(tmp_path / "whole"))
+    train(capsys, *flags, "--epochs", "1", "--run-dir", str(tmp_path / "parts"))
+    resumed = train(capsys, "--resume", str(tmp_path / "parts"), "--epochs", "3")
+    for key in ("epochs", "test_accuracy", "train_accuracy", "final_loss", "param_count"):
+        assert resumed[key] == whole[key], key
+    a, b = load_run(tmp_path / "whole"), load_run(tmp_path / "parts")
+    assert a.epoch == b.epoch == 3
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+        np.testing.assert_array_equal(x, y)
+    metrics = [json.loads(line) for line in (tmp_path / "parts" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+
+
+def test_only_the_last_three_checkpoints_are_kept(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "5", "--run-dir", str(tmp_path / "r"))
+    assert sorted(int(p.name) for p in (tmp_path / "r" / "checkpoints").iterdir() if p.name.isdigit()) == [3, 4, 5]
+
+
+def test_plain_orbax_reads_a_checkpoint_without_jaxintro(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "2", "--run-dir", str(tmp_path / "r"))
+    code = (
+        "import sys, orbax.checkpoint as ocp\n"
+        f"tree = ocp.StandardCheckpointer().restore({str(tmp_path / 'r' / 'checkpoints' / '2' / 'state')!r})\n"
+        "assert not any(m.startswith('jaxintro') for m in sys.modules)\n"
+        "print(sorted(tree['params']), tree['params']['layer1']['w'].shape)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "['layer1', 'layer2', 'layer3'] (64, 256)" in out
+
+
+def start_training(tmp_path: Path, epochs: int = 100000) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxintro.cli", "train", *DIGITS, "--epochs", str(epochs), "--run-dir",
+         str(tmp_path / "r"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_epoch(proc: subprocess.Popen, epoch: int) -> list[str]:
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("Epoch") and int(line.split("|")[0].split()[1]) >= epoch:
+            return lines
+    raise AssertionError("training ended before epoch %d: %s %s" % (epoch, lines, proc.stderr.read()))
+
+
+def test_ctrl_c_stops_after_a_checkpoint_and_resumes(capsys, tmp_path):
+    proc = start_training(tmp_path)
+    wait_for_epoch(proc, 2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "stopping after this epoch" in err and "jaxintro train --resume" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    stopped = summary["epochs"]
+    assert checkpoint.read_meta(tmp_path / "r")["epoch"] == stopped
+    resumed = train(capsys, "--resume", str(tmp_path / "r"), "--epochs", str(stopped + 1))
+    assert resumed["epochs"] == stopped + 1
+
+
+def test_second_ctrl_c_quits_at_once_and_keeps_the_last_checkpoint(tmp_path):
+    proc = start_training(tmp_path)
+    wait_for_epoch(proc, 2)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert checkpoint.read_meta(tmp_path / "r")["epoch"] >= 1
+    load_run(tmp_path / "r")  # the newest finished checkpoint restores
+
+
+def test_a_killed_run_always_leaves_a_restorable_checkpoint(tmp_path):
+    """SIGKILL lands at a random point, often mid-save: the previous checkpoints must survive."""
+    proc = start_training(tmp_path)
+    wait_for_epoch(proc, 3)
+    time.sleep(0.05)
+    proc.kill()
+    proc.communicate(timeout=60)
+    run = load_run(tmp_path / "r")
+    assert run.epoch >= 2
+
+
+def test_a_half_written_checkpoint_is_ignored(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "2", "--run-dir", str(tmp_path / "r"))
+    ckpts = tmp_path / "r" / "checkpoints"
+    partial = ckpts / "3.orbax-checkpoint-tmp-1234567"
+    (partial / "state").mkdir(parents=True)
+    (partial / "state" / "garbage").write_bytes(b"\x00" * 100)
+    assert load_run(tmp_path / "r").epoch == 2
+
+
+def test_damaged_and_foreign_checkpoints_are_clear_errors(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "r"))
+    with pytest.raises(CheckpointError, match="no checkpoints/ folder"):
+        load_run(tmp_path)
+    # another architecture: the config says 256,128 but the arrays are 32-wide
+    train(capsys, *DIGITS, "--epochs", "1", "--hidden", "32", "--run-dir", str(tmp_path / "small"))
+    meta_file = tmp_path / "small" / "checkpoints" / "1" / "meta" / "metadata"  # Orbax's JsonSave file
+    meta = json.loads(meta_file.read_text())
+    meta["config"]["hidden"] = [256, 128]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="another architecture"):
+        load_run(tmp_path / "small")
+    # a config from another jaxintro version
+    meta["config"]["hidden"] = [32]
+    meta["jaxintro_version"] = "0.0.1"
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="written by jaxintro 0.0.1"):
+        load_run(tmp_path / "small")
+
+
+def test_truncated_checkpoint_files_are_a_clear_error(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "r"))
+    state = tmp_path / "r" / "checkpoints" / "1" / "state"
+    for path in state.rglob("*"):
+        if path.is_file() and path.stat().st_size > 1000:
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    with pytest.raises(CheckpointError):
+        load_run(tmp_path / "r")
+    assert main(["evaluate", str(tmp_path / "r")]) == 2
+    assert "checkpoint" in capsys.readouterr().err
+
+
+def test_resume_of_a_missing_run_is_a_one_line_error(capsys, tmp_path):
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no checkpoints/ folder" in err

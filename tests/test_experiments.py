@@ -1,0 +1,59 @@
+"""The experiment commands run the shared trainer and report what they measured."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from jaxintro.cli import main
+
+SMALL = ["--dataset", "digits", "--epochs", "3", "--no-compile-cache"]
+
+
+def run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_dropout_experiment(capsys, tmp_path):
+    report = run_json(capsys, ["experiment", "dropout", *SMALL, "--rate", "0.3", "--out", str(tmp_path), "--json"])
+    assert report["rate"] == 0.3
+    assert 0.5 < report["accuracy_without"] <= 1 and 0.5 < report["accuracy_with"] <= 1
+    assert report["accuracy_with"] != report["accuracy_without"]
+    assert (tmp_path / "dropout.png").exists() and (tmp_path / "dropout.json").exists()
+
+
+def test_models_experiment_covers_every_style(capsys, tmp_path):
+    report = run_json(capsys, ["experiment", "models", *SMALL, "--out", str(tmp_path), "--json"])
+    rows = {r["model"]: r for r in report["rows"]}
+    assert set(rows) == {"jax", "linen", "nnx", "equinox"}
+    assert {r["param_count"] for r in rows.values()} == {64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10}
+    assert all(r["test_accuracy"] > 0.6 for r in rows.values())
+
+
+def test_clipping_experiment_records_every_step(capsys, tmp_path):
+    report = run_json(capsys, ["experiment", "clipping", *SMALL, "--clip", "0.5", "--out", str(tmp_path), "--json"])
+    assert 0.0 <= report["clipped_fraction"] <= 1.0
+    # Early gradients of a fresh network are large: some steps must have been clipped at 0.5.
+    assert report["clipped_fraction_first_epoch"] > 0
+    assert report["max_norm_unclipped"] > 0.5
+    assert {"accuracy_clipped", "accuracy_unclipped"} <= set(report)
+    assert (tmp_path / "grad_norms.png").exists()
+
+
+def test_clipping_changes_the_update_but_not_the_norm_record(tiny):
+    """The recorded norm is the gradient's before clipping; with a huge threshold nothing changes."""
+    import dataclasses
+
+    from jaxintro.config import TrainConfig
+    from jaxintro.train import fit
+
+    base = TrainConfig(epochs=1, batch_size=64)
+    plain = fit(base, tiny, log=lambda _: None)
+    loose = fit(dataclasses.replace(base, clip_norm=1e9), tiny, log=lambda _: None)
+    tight = fit(dataclasses.replace(base, clip_norm=0.01), tiny, log=lambda _: None)
+    np.testing.assert_allclose(plain.step_metrics[0]["grad_norm"], loose.step_metrics[0]["grad_norm"], rtol=1e-6)
+    assert plain.step_metrics[0]["grad_norm"][0] == tight.step_metrics[0]["grad_norm"][0]
+    # Step 1 used a clipped update, so step 2 sees other parameters and another gradient.
+    assert tight.step_metrics[0]["grad_norm"][1] != plain.step_metrics[0]["grad_norm"][1]

@@ -1,0 +1,80 @@
+"""Per-example gradients: vmap equals a loop, their mean equals the batch gradient, fast norms equal vmap."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxintro.cli import main
+from jaxintro.grads import (example_loss, global_norms, per_example_grad_norms_fast, per_example_grad_norms_loop,
+                            per_example_grad_norms_vmap, per_example_grads)
+from jaxintro.models import build_model
+from jaxintro.train import loss_fn
+
+
+def assert_close(got, want, rtol=1e-5):
+    """Relative error in the L2 sense, per array: ||got - want|| <= rtol * ||want||."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.linalg.norm(got - want) <= rtol * np.linalg.norm(want), np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = build_model("jax", 784, (256, 128), 10)
+    params = model.init(jax.random.key(0))
+    x = jax.random.uniform(jax.random.key(1), (16, 784))
+    y = jax.random.randint(jax.random.key(2), (16,), 0, 10)
+    return model, params, x, y
+
+
+def test_vmap_equals_a_python_loop_of_grad(setup):
+    model, params, x, y = setup
+    stacked = per_example_grads(params, model.apply, x, y)
+    for i in range(x.shape[0]):
+        single = jax.grad(example_loss)(params, model.apply, x[i], y[i])
+        for got, want in zip(jax.tree.leaves(stacked), jax.tree.leaves(single)):
+            assert_close(got[i], want)
+
+
+def test_mean_of_per_example_grads_is_the_batch_gradient(setup):
+    model, params, x, y = setup
+    stacked = per_example_grads(params, model.apply, x, y)
+    batch = jax.grad(loss_fn)(params, model.apply, x, y)
+    for got, want in zip(jax.tree.leaves(stacked), jax.tree.leaves(batch)):
+        assert_close(jnp.mean(got, axis=0), want)
+
+
+def test_fast_norms_equal_vmap_and_loop(setup):
+    model, params, x, y = setup
+    vmapped = per_example_grad_norms_vmap(params, model.apply, x, y)
+    np.testing.assert_allclose(per_example_grad_norms_fast(params, x, y), vmapped, rtol=1e-5)
+    np.testing.assert_allclose(per_example_grad_norms_loop(params, model.apply, x, y), vmapped, rtol=1e-5)
+    assert global_norms(per_example_grads(params, model.apply, x, y)).shape == (16,)
+
+
+def test_fast_norms_any_depth():
+    model = build_model("jax", 20, (9, 8, 7, 6), 5)
+    params = model.init(jax.random.key(4))
+    x = jax.random.normal(jax.random.key(5), (6, 20))
+    y = jnp.arange(6) % 5
+    np.testing.assert_allclose(per_example_grad_norms_fast(params, x, y),
+                               per_example_grad_norms_vmap(params, model.apply, x, y), rtol=1e-5)
+
+
+def test_grads_command_explains_and_benchmarks(capsys, tmp_path):
+    code = main(["grads", "--dataset", "digits", "--n", "32", "--out", str(tmp_path), "--bench", "--json"])
+    assert code == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert len(report["norms"]) == 32 and len(report["indices"]) == 32
+    assert report["norms"] == sorted(report["norms"], reverse=True)
+    assert sorted(report["indices"]) == list(range(32))
+    assert all(0 <= p <= 9 for p in report["predictions"])
+    assert "Answer: the 4 largest gradients" in out
+    assert report["bench"]["fast_max_rel_diff_vs_vmap"] < 1e-5
+    assert set(report["bench"]["ms"]) >= {"loop", "vmap", "fast"}
+    assert (tmp_path / "grads.png").read_bytes()[:4] == b"\x89PNG"
