@@ -78,7 +78,14 @@ def restore(run_dir: Path, template: TrainState, epoch: int | None = None) -> tu
             f"use jaxintro=={meta.get('jaxintro_version')} or retrain"
         )
     manager = _open(run_dir)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _as_tree(template))
+    # Restore onto this process's devices, whatever topology saved it (one process or several).
+    if jax.process_count() == 1:
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    else:
+        sharding = jax.sharding.NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)),
+                                              jax.sharding.PartitionSpec())
+    abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+                            _as_tree(template))
     try:
         restored = manager.restore(meta["epoch"], args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     except Exception as exc:

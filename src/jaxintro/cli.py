@@ -83,6 +83,10 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("train", help="train the lesson's MLP (default: pure JAX + Optax on MNIST)")
     add_train_flags(p)
     p.add_argument("--run-dir", default=None, help="where to write this run (default: runs/<timestamp>)")
+    p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="multi-process training: address of process 0 (jax.distributed)")
+    p.add_argument("--num-processes", type=_positive_int, default=1)
+    p.add_argument("--process-id", type=_positive_int, default=0)
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue that run from its last checkpoint to --epochs in total (default: its own)")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
@@ -136,12 +140,21 @@ def build_parser() -> ArgumentParser:
 
 
 def setup_jax(args: argparse.Namespace, devices: int = 1) -> dict[str, Any]:
-    """Configure JAX before first use: CPU device count and the persistent compile cache."""
+    """Configure JAX before first use: CPU device count, multi-process runtime, persistent compile cache."""
     import jax
 
     if devices > 1:
-        # Must happen before the backend starts; a no-op on GPU/TPU hosts that have the devices.
-        jax.config.update("jax_num_cpu_devices", devices)
+        # Must happen before the backend starts; it only affects the CPU backend.
+        try:
+            jax.config.update("jax_num_cpu_devices", devices)
+        except RuntimeError:  # JAX already started in this process (jaxintro used as a library)
+            if len(jax.devices()) < devices:
+                raise ConfigError(f"--devices {devices}: JAX already started with {len(jax.devices())} device(s) "
+                                  "in this process; run jaxintro in a fresh process") from None
+    if getattr(args, "coordinator", None):
+        from jaxintro.parallel import initialize_distributed
+
+        initialize_distributed(args.coordinator, args.num_processes, args.process_id)
     info: dict[str, Any] = {"compile_cache": None}
     if not getattr(args, "no_compile_cache", False):
         from jaxintro.runtime import enable_compile_cache
@@ -172,30 +185,45 @@ class GracefulStop:
               file=sys.stderr, flush=True)
 
 
-def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
-    """The run's config and folder: a new, claimed folder, or an existing run to `--resume`."""
+def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool, dict[str, Any]]:
+    """The run's config, folder, whether it resumes, and the JAX set-up (done here, before JAX starts)."""
     if args.resume:
         from jaxintro.checkpoint import load_config
+        from jaxintro.runs import CONFIG_FILE, read_json
 
         run_dir = Path(args.resume)
+        # JAX must learn the device count before Orbax starts it: read it from the plain config file.
+        saved = run_dir / CONFIG_FILE
+        jax_info = setup_jax(args, read_json(saved).get("devices", 1) if saved.is_file() else 1)
         config = load_config(run_dir)
         changes = {"epochs": args.epochs} if args.epochs is not None else {}
         if args.data_dir is not None:
             changes["data_dir"] = args.data_dir
-        return dataclasses.replace(config, **changes).validate(), run_dir, True
+        return dataclasses.replace(config, **changes).validate(), run_dir, True, jax_info
     if args.epochs is None:
         args.epochs = TrainConfig().epochs
     config = config_from_args(args)
     from jaxintro.runs import claim_run_dir
 
+    if args.coordinator is None and (args.num_processes != 1 or args.process_id != 0):
+        raise ConfigError("--num-processes and --process-id need --coordinator HOST:PORT")
+    if args.coordinator is not None:
+        from jaxintro.parallel import check_coordinator
+
+        if args.run_dir is None:
+            raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
+        check_coordinator(args.coordinator, args.num_processes, args.process_id)
+        if args.process_id != 0:  # process 0 claims the folder; the others share it
+            return config, Path(args.run_dir), False, setup_jax(args, config.devices)
     # Refuse an unusable run folder before loading data or compiling anything.
-    return config, claim_run_dir(args.run_dir), False
+    run_dir = claim_run_dir(args.run_dir)
+    return config, run_dir, False, setup_jax(args, config.devices)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """`jaxintro train`."""
-    config, run_dir, resuming = resolve_train_config(args)
-    cache = setup_jax(args, config.devices)
+    config, run_dir, resuming, cache = resolve_train_config(args)
+    import jax
 
     from jaxintro import runs
     from jaxintro.checkpoint import Checkpointer, restore
@@ -213,7 +241,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         if state.epoch >= config.epochs:
             raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")
         print(f"Resuming {run_dir} from epoch {state.epoch} to {config.epochs}", flush=True)
-    runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
+    # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
+    primary = jax.process_index() == 0
+    if primary:
+        runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
     checkpointer = Checkpointer(run_dir)
 
     def on_epoch(state, row) -> None:
@@ -221,7 +252,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         # First the state, then the metrics that describe it.
         checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
                                                 "classes": list(dataset.classes), "features": dataset.num_features})
-        runs.write_metrics(run_dir, rows)
+        if primary:
+            runs.write_metrics(run_dir, rows)
 
     print(f"Training {config.model} MLP {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
           f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
@@ -233,9 +265,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     except TrainingDivergedError as exc:
         kept = f"the last good checkpoint is epoch {rows[-1]['epoch']} in {run_dir}" if rows else "no epoch finished"
         raise TrainingDivergedError(f"{exc}; {kept}") from None
+    except Exception as exc:
+        if jax.process_count() == 1 or isinstance(exc, JaxintroError):
+            raise
+        # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
+        # means a peer died. Leave now: JAX's shutdown barrier would wait for it, then abort.
+        kept = f"resume from epoch {rows[-1]['epoch']} with --resume {run_dir}" if rows else "no epoch finished"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        print(f"jaxintro train: error: process {jax.process_index()} lost its peers ({type(exc).__name__}: "
+              f"{first}); {kept}", file=sys.stderr, flush=True)
+        os._exit(1)
     finally:
         checkpointer.close()
-    plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
+    if primary:
+        plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
 
     last = rows[-1]
     hits = compile_cache_counts()["hits"]
@@ -253,11 +296,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         "compile_cache": "off" if cache["compile_cache"] is None else ("hit" if hits else "miss"),
         "loop": config.loop,
         "seed": config.seed,
-        "devices": config.devices,
+        "devices": len(jax.devices()) if jax.process_count() > 1 else config.devices,
+        "processes": jax.process_count(),
         "peak_rss_mb": peak_rss_mb(),
         "run_dir": str(run_dir),
     }
-    runs.write_json(run_dir / runs.RESULT_FILE, summary)
+    if primary:
+        runs.write_json(run_dir / runs.RESULT_FILE, summary)
     if result.stopped_early:
         print(f"Stopped after epoch {last['epoch']}; continue with: jaxintro train --resume {run_dir}")
         if args.json:

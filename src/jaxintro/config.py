@@ -61,6 +61,11 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
+        if self.batch_size % self.devices:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} does not split over {self.devices} devices; "
+                f"use a multiple of {self.devices}"
+            )
         if self.loop == "python" and self.devices > 1:
             raise ConfigError("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)")
         return self

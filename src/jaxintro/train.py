@@ -81,15 +81,24 @@ def train_step(
     *,
     model: Model,
     tx: optax.GradientTransformation,
-    grad_transform: Callable[[Any], Any] = lambda grads: grads,
+    axis_name: str | None = None,
 ) -> tuple[Params, optax.OptState, dict[str, Array]]:
     """One Adam (or other) step on a uint8 batch; returns the loss and the gradient's global norm.
 
-    `grad_transform` lets data-parallel training average gradients across devices (`lax.pmean`).
+    Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
+    parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
+    lesson's `pmap` + `pmean`, in today's API.
     """
     x_u8, y = batch
-    loss, grads = jax.value_and_grad(loss_fn)(params, model.apply, scale_images(x_u8), y, key)
-    loss, grads = grad_transform((loss, grads))
+    if axis_name is not None:
+        # Without this cast JAX would sum the replicated parameters' gradients implicitly;
+        # marking them per-device keeps the all-reduce explicit, as the lesson teaches it.
+        params_for_grad = jax.lax.pcast(params, axis_name, to="varying")
+    else:
+        params_for_grad = params
+    loss, grads = jax.value_and_grad(loss_fn)(params_for_grad, model.apply, scale_images(x_u8), y, key)
+    if axis_name is not None:
+        loss, grads = jax.lax.pmean((loss, grads), axis_name)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
@@ -118,14 +127,30 @@ def train_epoch(
     step: Callable,
     batch_size: int,
     use_dropout: bool,
+    axis_name: str | None = None,
+    batch_sharding: Any = None,
 ) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """A whole epoch as one `lax.scan`: shuffle on device, then `step` on every batch; per-step metrics."""
+    """A whole epoch as one `lax.scan`: shuffle on device, then `step` on every batch; per-step metrics.
+
+    Inside `shard_map` (`axis_name` given) each device takes its slice of every batch; with
+    `batch_sharding`, each batch is laid out across devices and XLA splits the work.
+    """
     key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
+    if axis_name is not None:
+        devices = jax.lax.axis_size(axis_name)
+        index = jax.lax.axis_index(axis_name)
+        local = batch_size // devices
+        perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
+        if devices > 1:  # other examples on each device: other dropout masks
+            dropout_key = jax.random.fold_in(dropout_key, index)
 
     def body(carry, inputs):
         params, opt_state = carry
         i, idx = inputs
-        params, opt_state, metrics = step(params, opt_state, (x_u8[idx], y[idx]), step_key(dropout_key, i, use_dropout))
+        batch = (x_u8[idx], y[idx])
+        if batch_sharding is not None:
+            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+        params, opt_state, metrics = step(params, opt_state, batch, step_key(dropout_key, i, use_dropout))
         return (params, opt_state), metrics
 
     (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(perm.shape[0]), perm))
@@ -172,6 +197,7 @@ class Trainer:
     tx: optax.GradientTransformation
     steps_per_epoch: int
     schedule: Callable[[int], Any]
+    mesh: Any  # jax.sharding.Mesh with one axis, "data"
 
     @classmethod
     def create(cls, config: TrainConfig, dataset: Dataset) -> "Trainer":
@@ -183,11 +209,15 @@ class Trainer:
                 f"--batch-size {config.batch_size} is larger than the {len(dataset.x_train)} training "
                 f"images of {dataset.name}; use at most {len(dataset.x_train)}"
             )
+        from jaxintro.parallel import check_batch, make_mesh
+
+        mesh = make_mesh(config.devices)
+        check_batch(config.batch_size, mesh)
         steps = len(dataset.x_train) // config.batch_size
         model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
                             dropout=config.dropout)
         tx = build_optimizer(config, steps * config.epochs)
-        return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs))
+        return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs), mesh)
 
     def init_state(self) -> TrainState:
         """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state."""
@@ -209,10 +239,25 @@ class Trainer:
         return jax.jit(self.step_fn(), donate_argnums=(0, 1))
 
     def jit_epoch(self) -> Callable:
-        """The whole epoch compiled as one program, parameters and optimizer state donated."""
-        epoch = functools.partial(train_epoch, step=self.step_fn(), batch_size=self.config.batch_size,
-                                  use_dropout=self.use_dropout)
-        return jax.jit(epoch, donate_argnums=(0, 1))
+        """The whole epoch compiled as one program over the mesh, parameters and optimizer state donated.
+
+        One device or many, it is the same code: a mesh of one device makes `pmean` a no-op.
+        """
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from jaxintro.parallel import AXIS
+
+        common = dict(batch_size=self.config.batch_size, use_dropout=self.use_dropout)
+        if self.config.parallel == "sharding":
+            epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
+                                      batch_sharding=NamedSharding(self.mesh, P(AXIS)))
+            return jax.jit(epoch, donate_argnums=(0, 1))
+        step = functools.partial(train_step, model=self.model, tx=self.tx, axis_name=AXIS)
+        epoch = functools.partial(train_epoch, step=step, **common, axis_name=AXIS)
+        replicated = P()
+        sharded = jax.shard_map(epoch, mesh=self.mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
+        return jax.jit(sharded, donate_argnums=(0, 1))
 
     def jit_eval(self) -> Callable:
         """Correct count and summed loss over a chunked set, compiled."""
@@ -288,11 +333,19 @@ def fit(
     """Train `config.epochs` epochs (from `state` when resuming), evaluating on the full train and test sets."""
     from tqdm import tqdm
 
+    from jaxintro.parallel import replicate, to_host
+
     trainer = Trainer.create(config, dataset)
     state = state or trainer.init_state()
-    # Data lives on the device as uint8; the step scales each batch (4x less memory than float32).
-    x_train, y_train = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
-    evals = {"train": (x_train, y_train), "test": (jax.device_put(dataset.x_test), jax.device_put(dataset.y_test))}
+    if config.loop == "scan":
+        # Every device holds the parameters and the data, as uint8 (the step scales each batch).
+        state = TrainState(*replicate((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
+        x_train, y_train = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
+        x_test, y_test = replicate((dataset.x_test, dataset.y_test), trainer.mesh)
+    else:
+        x_train, y_train = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
+        x_test, y_test = jax.device_put(dataset.x_test), jax.device_put(dataset.y_test)
+    evals = {"train": (x_train, y_train), "test": (x_test, y_test)}
     eval_fn = trainer.jit_eval()
 
     compile_start = time.perf_counter()
@@ -317,14 +370,14 @@ def fit(
             bar.update(1)
         else:
             params, opt_state, key, metrics = python_epoch(state, trainer, step_fn, plan_fn, dataset, bar.update)
-        metrics = jax.device_get(metrics)  # a device-host sync point: the epoch really ran
+        metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
         state = TrainState(params, opt_state, key, epoch)
         check_finite(metrics, epoch, trainer.steps_per_epoch)
 
-        train_correct, _ = eval_fn(state.params, *evals["train"])
-        test_correct, test_loss = eval_fn(state.params, *evals["test"])
+        train_correct, _ = to_host(eval_fn(state.params, *evals["train"]))
+        test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
         row = EpochMetrics(
             epoch=epoch,
             loss=float(np.mean(metrics["loss"])),
