@@ -234,7 +234,7 @@ def _torch_model(plan: Plan):
         linear = torch.nn.Linear(*w.shape)
         with torch.no_grad():
             linear.weight.copy_(torch.from_numpy(w.T.copy()))
-            linear.bias.copy_(torch.from_numpy(b))
+            linear.bias.copy_(torch.from_numpy(np.array(b)))
         layers.append(linear)
         if i < len(names) - 1:
             layers.append(torch.nn.ReLU())

@@ -130,6 +130,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
 
+    p = sub.add_parser("tour", help="every concept of the lesson, run and printed with real values")
+    p.add_argument("--section", default=None, help="run one section (see --list)")
+    p.add_argument("--list", action="store_true", help="list the sections")
+    p.add_argument("--devices", type=_positive_int, default=4, help="CPU devices for the sharding section")
+
     p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", action="store_true")
@@ -515,6 +520,26 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tour(args: argparse.Namespace) -> int:
+    """`jaxintro tour`."""
+    from jaxintro.tour import SECTIONS, run_tour
+
+    if args.list:
+        for name, fn in SECTIONS.items():
+            print(f"{name:<14}{fn.__doc__}")
+        return 0
+    if args.section is not None and args.section not in SECTIONS:
+        raise ConfigError(f"--section must be one of {', '.join(SECTIONS)}; got {args.section!r}")
+    import jax
+
+    try:  # the sharding section wants several devices; on a CPU they are created here
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    except RuntimeError:
+        pass  # JAX already started in this process: use the devices it has
+    run_tour([args.section] if args.section else list(SECTIONS))
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     """`jaxintro data`."""
     from jaxintro.data import describe_sources
@@ -563,6 +588,7 @@ COMMANDS = {
     "predict": cmd_predict,
     "grads": cmd_grads,
     "experiment": cmd_experiment,
+    "tour": cmd_tour,
     "data": cmd_data,
 }
 
