@@ -233,7 +233,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     from jaxintro import runs
     from jaxintro.checkpoint import Checkpointer, restore
     from jaxintro.data import load_dataset
-    from jaxintro.plots import plot_curves
     from jaxintro.runtime import compile_cache_counts, peak_rss_mb
     from jaxintro.train import Trainer, fit
 
@@ -283,6 +282,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         checkpointer.close()
     if primary:
+        from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
+
         plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
 
     last = rows[-1]

@@ -334,6 +334,7 @@ def fit(
     from tqdm import tqdm
 
     from jaxintro.parallel import replicate, to_host
+    from jaxintro.runtime import release_free_memory
 
     trainer = Trainer.create(config, dataset)
     state = state or trainer.init_state()
@@ -351,6 +352,7 @@ def fit(
     compile_start = time.perf_counter()
     if config.loop == "scan":
         epoch_fn = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_train, y_train).compile()
+        release_free_memory()  # before the first epoch, not after the run
     else:
         step_fn = trainer.jit_step()
         plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
@@ -378,6 +380,8 @@ def fit(
 
         train_correct, _ = to_host(eval_fn(state.params, *evals["train"]))
         test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
+        if epoch == epochs[0]:
+            release_free_memory()  # the evaluation programs were compiled just now
         row = EpochMetrics(
             epoch=epoch,
             loss=float(np.mean(metrics["loss"])),
