@@ -342,6 +342,13 @@ def load_idx_dataset(
         folder, paths = found
     arrays = [read_verified(paths[f.stem], f) for f in spec.files]
     x_train, y_train, x_test, y_test = arrays
+    for images, labels, image_spec, label_spec in ((x_train, y_train, spec.train_images, spec.train_labels),
+                                                    (x_test, y_test, spec.test_images, spec.test_labels)):
+        if len(images) != len(labels):
+            raise DataError(
+                f"{paths[image_spec.stem]} holds {len(images)} images but {paths[label_spec.stem]} holds "
+                f"{len(labels)} labels; the two files come from different sets: re-download both"
+            )
     for labels, path in ((y_train, paths[spec.train_labels.stem]), (y_test, paths[spec.test_labels.stem])):
         if labels.max(initial=0) >= len(spec.classes):
             raise DataError(f"{path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")

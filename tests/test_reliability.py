@@ -1,0 +1,215 @@
+"""Faults and bad input: each fails safely with a clear message, and nothing is lost or half-written."""
+
+from __future__ import annotations
+
+import json
+import threading
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import idx_bytes, write_idx
+from jaxintro import checkpoint, data
+from jaxintro.cli import main
+from jaxintro.data import DatasetSpec, FileSpec, load_idx_dataset, parse_idx, read_verified, sha256_hex
+from jaxintro.errors import CheckpointError, DataError
+from jaxintro.runs import claim_run_dir
+
+# ---------------------------------------------------------------- data files
+
+
+def spec_for(arrays: dict[str, np.ndarray]) -> DatasetSpec:
+    files = [FileSpec(stem, sha256_hex(idx_bytes(a)), a.shape) for stem, a in arrays.items()]
+    return DatasetSpec("tiny", *files, mirrors=("http://127.0.0.1:9/",))
+
+
+def four_files(n_train=20, n_train_labels=20, label_max=9) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 4, 4), dtype=np.uint8),
+        "train-labels-idx1-ubyte": rng.integers(0, label_max + 1, (n_train_labels,), dtype=np.uint8),
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (10, 4, 4), dtype=np.uint8),
+        "t10k-labels-idx1-ubyte": rng.integers(0, 10, (10,), dtype=np.uint8),
+    }
+
+
+def test_image_and_label_counts_that_differ(tmp_path):
+    arrays = four_files(n_train_labels=19)
+    for stem, a in arrays.items():
+        write_idx(tmp_path, stem, a)
+    with pytest.raises(DataError, match="holds 20 images but .* holds 19 labels"):
+        load_idx_dataset(spec_for(arrays), tmp_path)
+
+
+def test_label_out_of_range(tmp_path):
+    arrays = four_files(label_max=200)
+    arrays["train-labels-idx1-ubyte"][3] = 200
+    for stem, a in arrays.items():
+        write_idx(tmp_path, stem, a)
+    with pytest.raises(DataError, match="label 200 out of range 0..9"):
+        load_idx_dataset(spec_for(arrays), tmp_path)
+
+
+def test_a_folder_where_a_file_should_be(tmp_path):
+    (tmp_path / "train-images-idx3-ubyte.gz").mkdir()
+    with pytest.raises(DataError, match="is a folder"):
+        read_verified(tmp_path / "train-images-idx3-ubyte.gz", data.MNIST.train_images)
+
+
+def test_no_read_permission(tmp_path, monkeypatch):
+    path = write_idx(tmp_path, "train-labels-idx1-ubyte", np.zeros(3, np.uint8))
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+
+    # Tests run as root in CI, where chmod cannot deny a read: simulate the OS's answer.
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(DataError, match="no permission to read it; fix with: chmod a\\+r"):
+        read_verified(path, data.MNIST.train_labels)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=64))
+def test_fuzz_random_bytes(raw):
+    try:
+        out = parse_idx(raw)
+    except DataError:
+        return
+    assert out.size * out.itemsize == len(raw) - 4 - 4 * raw[3]
+
+
+@settings(max_examples=300, deadline=None)
+@given(type_code=st.sampled_from([0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x07, 0xFF]),
+       dims=st.lists(st.integers(0, 2**32 - 1), min_size=0, max_size=5),
+       payload=st.binary(max_size=256))
+def test_fuzz_headers_never_allocate_beyond_the_file(type_code, dims, payload):
+    raw = bytes([0, 0, type_code, len(dims)]) + b"".join(d.to_bytes(4, "big") for d in dims) + payload
+    tracemalloc.start()
+    try:
+        out = parse_idx(raw)
+        assert int(np.prod(out.shape, dtype=np.int64)) * out.itemsize == len(payload)
+    except DataError:
+        pass
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    # Huge declared shapes (up to 2^160 bytes) must be refused before any allocation of that size.
+    assert peak < 10 * len(raw) + 64 * 1024
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--run-dir", "{file}/run"], "--run-dir"),
+    (["bench", "--out", "{file}/x"], "--out"),
+    (["grads", "--out", "{file}/x"], "--out"),
+    (["experiment", "dropout", "--out", "{file}/x"], "--out"),
+    (["experiment", "dropout", "--rate", "1.5"], "--rate"),
+    (["experiment", "clipping", "--clip", "nan"], "--clip"),
+    (["grads", "--dataset", "digits", "--n", "100000", "--out", "{tmp}/g"], "more than the 360 test images"),
+    (["train", "--dataset", "digits", "--hidden", "100000"], "--hidden"),
+    (["evaluate", "{tmp}/none"], "no checkpoints/ folder"),
+])
+def test_unusable_paths_and_values_are_refused(argv, message, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a folder")
+    argv = [a.format(file=blocker, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_two_runs_started_at_once_never_share_a_folder(tmp_path):
+    claimed, errors = [], []
+
+    def claim():
+        try:
+            claimed.append(claim_run_dir(None, root=tmp_path))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(claimed) == 24 and len(set(claimed)) == 24
+
+
+def test_the_same_explicit_run_dir_is_claimed_once(tmp_path):
+    results = []
+
+    def claim():
+        try:
+            results.append(claim_run_dir(tmp_path / "run"))
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(isinstance(r, Path) for r in results) == 1
+
+
+# ---------------------------------------------------------------- training faults
+
+
+def test_nan_loss_stops_naming_epoch_and_step_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    capsys.readouterr()
+    # A fresh run that diverges in its first epoch: SGD at lr 1e6.
+    code = main(["train", "--dataset", "digits", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e6",
+                 "--run-dir", str(tmp_path / "nan"), "--no-compile-cache"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "training diverged: loss became nan at epoch 1, step" in err and "lower --lr" in err
+    assert "no epoch finished" in err
+    # The good run's checkpoints are untouched by the failure of another.
+    assert checkpoint.read_meta(run)["epoch"] == 2
+
+
+def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
+    """Resume a good run with a learning rate that blows up: the old epochs stay restorable."""
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    import jaxintro.train as train
+
+    real = train.check_finite
+
+    def poisoned(metrics, epoch, steps):
+        metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
+        return real(metrics, epoch, steps)
+
+    monkeypatch.setattr(train, "check_finite", poisoned)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--epochs", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "loss became inf at epoch 3, step 2" in err and "last good checkpoint is epoch 2" in err
+    assert checkpoint.read_meta(run)["epoch"] == 2
+
+
+def test_a_finite_explosion_warns_with_the_likely_cause(tmp_path, capsys):
+    with pytest.warns(RuntimeWarning, match="exploded.*learning rate is most likely too high"):
+        code = main(["train", "--dataset", "digits", "--epochs", "1", "--lr", "1e6", "--run-dir",
+                     str(tmp_path / "r"), "--no-compile-cache"])
+    assert code in (0, 1)
+
+
+def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "1" / "state")
+    with pytest.raises(CheckpointError):
+        from jaxintro.evaluate import load_run
+
+        load_run(run)
