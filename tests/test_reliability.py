@@ -124,37 +124,33 @@ def test_unusable_paths_and_values_are_refused(argv, message, tmp_path, capsys):
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_two_runs_started_at_once_never_share_a_folder(tmp_path):
-    claimed, errors = [], []
+def run_concurrently(fn, n: int) -> list:
+    """Call `fn` from `n` threads at once; return each result or the exception it raised."""
+    results: list = []
+    barrier = threading.Barrier(n)
 
-    def claim():
+    def call():
+        barrier.wait()
         try:
-            claimed.append(claim_run_dir(None, root=tmp_path))
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=claim) for _ in range(24)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(claimed) == 24 and len(set(claimed)) == 24
-
-
-def test_the_same_explicit_run_dir_is_claimed_once(tmp_path):
-    results = []
-
-    def claim():
-        try:
-            results.append(claim_run_dir(tmp_path / "run"))
+            results.append(fn())
         except Exception as exc:
             results.append(exc)
 
-    threads = [threading.Thread(target=claim) for _ in range(8)]
+    threads = [threading.Thread(target=call) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+def test_two_runs_started_at_once_never_share_a_folder(tmp_path):
+    claimed = run_concurrently(lambda: claim_run_dir(None, root=tmp_path), 24)
+    assert all(isinstance(c, Path) for c in claimed) and len(set(claimed)) == 24
+
+
+def test_the_same_explicit_run_dir_is_claimed_once(tmp_path):
+    results = run_concurrently(lambda: claim_run_dir(tmp_path / "run"), 8)
     assert sum(isinstance(r, Path) for r in results) == 1
 
 

@@ -403,17 +403,27 @@ def describe_sources(data_dir: str | os.PathLike | None = None) -> list[dict[str
     """For `jaxintro data`: each dataset, where it would load from, and whether it verifies."""
     rows = [{"dataset": "digits", "source": "scikit-learn (bundled)", "status": "ok (always offline)"}]
     for spec in IDX_DATASETS.values():
-        found = locate(spec, data_dir)
-        if found is None:
-            rows.append({"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
-                         "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")"})
-            continue
-        folder, paths = found
-        try:
-            for f in spec.files:
-                read_verified(paths[f.stem], f)
-            status = "ok (SHA-256 verified)"
-        except DataError as exc:
-            status = f"FAILS: {exc}"
-        rows.append({"dataset": spec.name, "source": str(folder), "status": status})
+        row = None
+        skipped = []
+        for folder in search_dirs(spec, data_dir):
+            paths = {f.stem: find_file(folder, f) for f in spec.files}
+            if not all(paths.values()):
+                continue
+            try:
+                for f in spec.files:
+                    read_verified(paths[f.stem], f)  # type: ignore[arg-type]
+                row = {"dataset": spec.name, "source": str(folder), "status": "ok (SHA-256 verified)"}
+            except DataError as exc:
+                owner = next((KNOWN_FILES[h][0] for h in KNOWN_FILES if h in str(exc) and h not in
+                              {f.sha256 for f in spec.files}), None)
+                if owner is not None and owner != spec.name:
+                    skipped.append(f"{folder} holds {owner}")
+                    continue
+                row = {"dataset": spec.name, "source": str(folder), "status": f"FAILS: {exc}"}
+            break
+        if row is None:
+            note = f" ({'; '.join(skipped)})" if skipped else ""
+            row = {"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
+                   "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")" + note}
+        rows.append(row)
     return rows
