@@ -1,4 +1,4 @@
-"""Checkpoints: resume is bit-identical for every style, Ctrl-C and crashes leave a usable run, bad ones fail clearly."""
+"""Checkpoints: resume is bit-identical for every style; Ctrl-C and crashes leave a usable run; bad ones fail."""
 
 from __future__ import annotations
 

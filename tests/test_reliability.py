@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import tracemalloc
 from pathlib import Path

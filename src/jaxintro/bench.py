@@ -28,7 +28,6 @@ import numpy as np
 
 from jaxintro.runtime import peak_rss_mb
 
-ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
 SIZES = (784, 256, 128, 10)
 
 
@@ -316,6 +315,7 @@ def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 
     return {"test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
 
 
+# The row names, in the order `jaxintro bench` runs them (also its `--rows` default).
 ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = {
     "nojit": row_nojit,
     "jit-step": row_jit_step,

@@ -117,7 +117,9 @@ def _open(run_dir: Path) -> ocp.CheckpointManager:
 def _pick_epoch(manager: ocp.CheckpointManager, run_dir: Path, epoch: int | None) -> int:
     steps = manager.all_steps()
     if not steps:
-        raise CheckpointError(f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)")
+        raise CheckpointError(
+            f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)"
+        )
     if epoch is None:
         return max(steps)
     if epoch not in steps:

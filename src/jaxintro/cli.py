@@ -12,11 +12,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from jaxintro.bench import ROW_FUNCTIONS
 from jaxintro.config import DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES, TrainConfig, parse_hidden
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
-
-
-ROW_NAMES = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -94,7 +92,7 @@ def build_parser() -> ArgumentParser:
 
     p = sub.add_parser("bench", help="exercise 4: nojit vs jit-step vs scan-epoch vs PyTorch, side by side")
     add_data_flags(p)
-    p.add_argument("--rows", default=",".join(ROW_NAMES), help="comma-separated rows to run")
+    p.add_argument("--rows", default=",".join(ROW_FUNCTIONS), help="comma-separated rows to run")
     p.add_argument("--repeats", type=_positive_int, default=3, help="timed epochs per row (median)")
     p.add_argument("--nojit-steps", type=_positive_int, default=100)
     p.add_argument("--seed", type=_positive_int, default=0)
@@ -202,6 +200,10 @@ def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, b
         jax_info = setup_jax(args, read_json(saved).get("devices", 1) if saved.is_file() else 1)
         config = load_config(run_dir)
         changes = {"epochs": args.epochs} if args.epochs is not None else {}
+        if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
+            from jaxintro.checkpoint import read_meta
+
+            changes["dataset"] = read_meta(run_dir).get("dataset", {}).get("name", "auto")
         if args.data_dir is not None:
             changes["data_dir"] = args.data_dir
         return dataclasses.replace(config, **changes).validate(), run_dir, True, jax_info
@@ -326,9 +328,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     """`jaxintro bench`."""
     rows = [r for r in args.rows.split(",") if r]
-    unknown = sorted(set(rows) - set(ROW_NAMES))
+    unknown = sorted(set(rows) - set(ROW_FUNCTIONS))
     if unknown:
-        raise ConfigError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROW_NAMES)}")
+        raise ConfigError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(tuple(ROW_FUNCTIONS))}")
     _check_dataset(args.dataset)
     out_dir = _writable_dir(args.out, "--out")
     import tempfile
@@ -557,8 +559,6 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def _check_dataset(name: str) -> None:
     """Refuse an unknown dataset name before any work."""
-    from jaxintro.config import DATASETS
-
     if name not in DATASETS:
         raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}; got {name!r}")
 

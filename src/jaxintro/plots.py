@@ -73,7 +73,12 @@ def plot_series(series: dict[str, np.ndarray], path: Path, *, xlabel: str, ylabe
     """Several curves on one axis (per-step gradient norms, say)."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     for label, values in series.items():
-        ax.plot(np.arange(1, len(values) + 1), values, lw=0.8, label=label)
+        steps = np.arange(1, len(values) + 1)
+        (raw,) = ax.plot(steps, values, lw=0.5, alpha=0.35)
+        # Per-step values are noisy: a running mean over ~1% of the run shows the trend.
+        window = max(1, len(values) // 100)
+        smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+        ax.plot(steps[window - 1:], smooth, lw=1.6, color=raw.get_color(), zorder=3, label=f"{label} (running mean)")
     if hline is not None:
         ax.axhline(hline, color="k", ls=":", lw=1, label=f"clip threshold {hline:g}")
     if logy:

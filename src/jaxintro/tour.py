@@ -119,7 +119,10 @@ def per_example(out: Out) -> dict[str, Any]:
 
 def pytrees(out: Out) -> dict[str, Any]:
     """Parameters are pytrees: nested dicts/lists/tuples of arrays that jax.tree.map walks."""
-    params = {"layer1": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "layer2": {"w": jnp.ones((2, 1)), "b": jnp.zeros(1)}}
+    params = {
+        "layer1": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)},
+        "layer2": {"w": jnp.ones((2, 1)), "b": jnp.zeros(1)},
+    }
     shapes = jax.tree.map(lambda a: a.shape, params)
     scaled = jax.tree.map(lambda a: 0.5 * a, params)
     count = sum(a.size for a in jax.tree.leaves(params))

@@ -38,7 +38,7 @@ def mlp_forward(
     dropout: float = 0.0,
     key: jax.Array | None = None,
 ) -> Float[Array, "batch classes"]:
-    """Logits of an MLP of any depth: ReLU between layers, (inverted) dropout after each hidden ReLU when `key` is given."""
+    """Logits of an MLP of any depth: ReLU between layers, inverted dropout after hidden ReLUs when `key` is given."""
     names = layer_names(params)
     use_dropout = dropout > 0.0 and key is not None
     keys = jax.random.split(key, len(names)) if use_dropout else [None] * len(names)
