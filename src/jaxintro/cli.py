@@ -460,11 +460,12 @@ def cmd_grads(args: argparse.Namespace) -> int:
     out_dir = _writable_dir(args.out, "--out")
     from jaxintro.experiments import explain_grads, grads_benchmark
 
-    report = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed, out=out_dir)
-    for line in report.pop("lines"):
+    report, lines, subject = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed,
+                                           out=out_dir)
+    for line in lines:
         print(line)
     if args.bench:
-        timing = grads_benchmark(report.pop("_run"), n=max(args.n, 128))
+        timing = grads_benchmark(subject, n=max(args.n, 128))
         report["bench"] = timing
         print(f"\nPer-example gradient norms of {timing['n']} examples (median ms, warm, jitted):")
         for name in ("loop", "vmap", "fast", "torch-func-vmap"):
@@ -473,7 +474,6 @@ def cmd_grads(args: argparse.Namespace) -> int:
                       "vs loop")
         if "torch_skipped" in timing:
             print(f"  torch-func-vmap skipped: {timing['torch_skipped']}")
-    report.pop("_run", None)
     if args.json:
         print(json.dumps(report))
     return 0

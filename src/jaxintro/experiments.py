@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -86,9 +86,20 @@ def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip:
 # ---------------------------------------------------------------- per-example gradients (exercise 2)
 
 
+class GradsSubject(NamedTuple):
+    """The model, parameters and data that `explain_grads` looked at (reused by `grads_benchmark`)."""
+
+    model: Any
+    params: Any
+    dataset: Dataset
+
+
 def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
-                  out: Path) -> dict[str, Any]:
-    """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them."""
+                  out: Path) -> tuple[dict[str, Any], list[str], GradsSubject]:
+    """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them.
+
+    Returns the JSON report, the lines to print, and what was examined.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -145,19 +156,18 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     lines.append("Why: the loss's gradient at the logits is softmax(z) - onehot(y); it vanishes as the model grows "
                  "sure and right, and is largest for confident mistakes, so those examples drive the update.")
     lines.append(f"Grid: {png}")
-    return {
+    report = {
         "indices": [int(i) for i in order],
         "labels": [int(y[i]) for i in order],
         "predictions": [int(preds[i]) for i in order],
         "confidences": [float(conf[i]) for i in order],
         "norms": [float(norms[i]) for i in order],
         "grid_png": str(png),
-        "lines": lines,
-        "_run": (model, params, dataset),
     }
+    return report, lines, GradsSubject(model, params, dataset)
 
 
-def grads_benchmark(run: tuple, *, n: int = 128, repeats: int = 7) -> dict[str, Any]:
+def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) -> dict[str, Any]:
     """Time per-example gradient norms: Python loop, vmap, the fast norms, and torch.func.vmap when installed."""
     import statistics
     import time
@@ -168,7 +178,7 @@ def grads_benchmark(run: tuple, *, n: int = 128, repeats: int = 7) -> dict[str, 
     from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
     from jaxintro.train import scale_images
 
-    model, params, dataset = run
+    model, params, dataset = subject
     x = scale_images(jnp.asarray(dataset.x_test[:n]))
     y = jnp.asarray(dataset.y_test[:n])
     fns: dict[str, Callable[[], Any]] = {
