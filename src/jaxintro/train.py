@@ -354,7 +354,9 @@ def fit(
         epoch_fn = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_train, y_train).compile()
         release_free_memory()  # before the first epoch, not after the run
     else:
-        step_fn = trainer.jit_step()
+        batch = (dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size])
+        key = step_key(state.key, 0, trainer.use_dropout)
+        step_fn = trainer.jit_step().lower(state.params, state.opt_state, batch, key).compile()
         plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
     compile_seconds = time.perf_counter() - compile_start
 
@@ -394,7 +396,8 @@ def fit(
         )
         history.append(row)
         step_metrics.append(metrics)
-        log(row.line(config.epochs))
+        with tqdm.external_write_mode():  # the line goes above the progress bar, not through it
+            log(row.line(config.epochs))
         if on_epoch is not None:
             on_epoch(state, row)
         if should_stop() and epoch < config.epochs:
