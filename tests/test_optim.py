@@ -1,0 +1,45 @@
+"""Optax recipes: the schedule's shape, the chain's order, and each optimizer's update rule."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxintro.config import TrainConfig
+from jaxintro.optim import build_optimizer, build_schedule
+
+
+def test_warmup_cosine_rises_then_decays_to_zero():
+    schedule = build_schedule(TrainConfig(schedule="warmup-cosine", warmup_steps=100, lr=1e-3), total_steps=1000)
+    values = np.array([float(schedule(s)) for s in range(0, 1001, 50)])
+    assert values[0] == 0.0 and float(schedule(100)) == pytest.approx(1e-3)
+    assert np.all(np.diff(values[:3]) > 0) and np.all(np.diff(values[2:]) <= 0)
+    assert float(schedule(1000)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_constant_adam_is_the_lessons_adam():
+    params = {"w": jnp.array([1.0, -2.0])}
+    grads = {"w": jnp.array([0.5, 4.0])}
+    ours, lesson = build_optimizer(TrainConfig(), 100), optax.adam(1e-3)
+    got, _ = ours.update(grads, ours.init(params), params)
+    want, _ = lesson.update(grads, lesson.init(params), params)
+    np.testing.assert_array_equal(got["w"], want["w"])
+
+
+def test_clipping_comes_first_in_the_chain():
+    params = {"w": jnp.zeros(2)}
+    grads = {"w": jnp.array([30.0, 40.0])}  # norm 50
+    tx = build_optimizer(TrainConfig(optimizer="sgd", lr=1.0, clip_norm=1.0), 10)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(updates["w"], [-0.6, -0.8], rtol=1e-6)  # clipped to norm 1, then -lr * g
+
+
+def test_adamw_decays_weights_and_adam_does_not():
+    params = {"w": jnp.array([10.0])}
+    zero = {"w": jnp.array([0.0])}
+    for name, expect_change in (("adamw", True), ("adam", False)):
+        tx = build_optimizer(TrainConfig(optimizer=name, lr=0.1, weight_decay=0.5), 10)
+        updates, _ = tx.update(zero, tx.init(params), params)
+        assert (float(updates["w"][0]) != 0.0) is expect_change, name
