@@ -95,3 +95,12 @@ def test_offline_default_train_falls_back_to_digits_and_says_so(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["dataset"] == "digits"
     assert Path(tmp_path / summary["run_dir"], "metrics.jsonl").exists()
+
+
+def test_hidden_sets_depth_and_widths_and_param_count_follows(capsys, tmp_path):
+    code = main(["train", "--dataset", "digits", "--epochs", "1", "--hidden", "32,16,8", "--run-dir",
+                 str(tmp_path / "r"), "--json", "--no-compile-cache"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["param_count"] == (64 * 32 + 32) + (32 * 16 + 16) + (16 * 8 + 8) + (8 * 10 + 10)
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["hidden"] == [32, 16, 8]
