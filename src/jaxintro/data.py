@@ -64,23 +64,28 @@ class DatasetSpec:
         return (self.train_images, self.train_labels, self.test_images, self.test_labels)
 
 
-MNIST = DatasetSpec(
-    name="mnist",
-    train_images=FileSpec(
-        "train-images-idx3-ubyte",
+# MNIST and Fashion-MNIST share file names and shapes; only contents, hashes and hosts differ.
+IDX_FILES = (
+    ("train-images-idx3-ubyte", (60000, 28, 28)),
+    ("train-labels-idx1-ubyte", (60000,)),
+    ("t10k-images-idx3-ubyte", (10000, 28, 28)),
+    ("t10k-labels-idx1-ubyte", (10000,)),
+)
+
+
+def mnist_like(name: str, sha256s: tuple[str, str, str, str], mirrors: tuple[str, ...], **kwargs) -> DatasetSpec:
+    """A dataset laid out as MNIST's four IDX files, with the SHA-256 of each decompressed file."""
+    files = [FileSpec(stem, digest, shape) for (stem, shape), digest in zip(IDX_FILES, sha256s)]
+    return DatasetSpec(name, *files, mirrors=mirrors, **kwargs)
+
+
+MNIST = mnist_like(
+    "mnist",
+    (
         "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-        (60000, 28, 28),
-    ),
-    train_labels=FileSpec(
-        "train-labels-idx1-ubyte", "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5", (60000,)
-    ),
-    test_images=FileSpec(
-        "t10k-images-idx3-ubyte",
+        "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
         "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-        (10000, 28, 28),
-    ),
-    test_labels=FileSpec(
-        "t10k-labels-idx1-ubyte", "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2", (10000,)
+        "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
     ),
     # The original host refuses scripted downloads; these are the mirrors that JAX's
     # examples and torchvision use.
@@ -90,23 +95,13 @@ MNIST = DatasetSpec(
     ),
 )
 
-FASHION_MNIST = DatasetSpec(
-    name="fashion-mnist",
-    train_images=FileSpec(
-        "train-images-idx3-ubyte",
+FASHION_MNIST = mnist_like(
+    "fashion-mnist",
+    (
         "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-        (60000, 28, 28),
-    ),
-    train_labels=FileSpec(
-        "train-labels-idx1-ubyte", "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9", (60000,)
-    ),
-    test_images=FileSpec(
-        "t10k-images-idx3-ubyte",
+        "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
         "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-        (10000, 28, 28),
-    ),
-    test_labels=FileSpec(
-        "t10k-labels-idx1-ubyte", "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34", (10000,)
+        "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     ),
     mirrors=(
         "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
