@@ -71,6 +71,16 @@ def test_no_read_permission(tmp_path, monkeypatch):
         read_verified(path, data.MNIST.train_labels)
 
 
+@pytest.mark.parametrize("dims", [
+    (0, 3484, 3484, 3690, 25740507),   # found by the fuzzer: NumPy cannot even describe this empty shape
+    (65536, 65536, 65536, 65536),      # 2**64 elements: an int64 product would wrap to 0 and match
+])
+def test_hostile_shapes_found_by_fuzzing(dims):
+    raw = bytes([0, 0, 0x0E, len(dims)]) + b"".join(d.to_bytes(4, "big") for d in dims)
+    with pytest.raises(DataError):
+        parse_idx(raw)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=64))
 def test_fuzz_random_bytes(raw):

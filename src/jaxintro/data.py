@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import math
 import os
 import tempfile
 import urllib.error
@@ -155,7 +156,7 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
     if ndim == 0 or len(raw) < header:
         raise DataError(f"{name}: header of rank {ndim} is truncated ({len(raw)} bytes); re-download the file")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: a hostile header cannot overflow this
     actual = len(raw) - header
     if actual != expected:
         raise DataError(
@@ -163,8 +164,11 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
             "it is truncated or corrupt: delete it and re-download"
         )
     # The size check above bounds this allocation by the file's own length.
-    out = aligned_empty(dims, dtype.newbyteorder("="))
-    out[...] = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+    try:
+        out = aligned_empty(dims, dtype.newbyteorder("="))
+        out[...] = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+    except ValueError:  # e.g. a zero dimension beside others whose product NumPy cannot represent
+        raise DataError(f"{name}: header shape {dims} cannot be represented; the file is corrupt") from None
     return out
 
 
