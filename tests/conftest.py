@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import tempfile
 import http.server
 import threading
 from pathlib import Path
@@ -10,6 +11,13 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# No example database and no cache in the checkout: test runs leave nothing behind there.
+set_hypothesis_home_dir(tempfile.mkdtemp(prefix="jaxintro-hypothesis-"))
+settings.register_profile("jaxintro", database=None)
+settings.load_profile("jaxintro")
 
 from jaxintro.data import Dataset, sha256_hex
 

@@ -59,6 +59,12 @@ class Checkpointer:
         self.manager.close()
 
 
+def abstract_state(model, tx) -> TrainState:
+    """The shapes of a model's training state, to restore into: nothing is initialised just to be overwritten."""
+    params = jax.eval_shape(model.init, jax.random.key(0))
+    return TrainState(params, jax.eval_shape(tx.init, params), jax.random.key(0), 0)
+
+
 def read_meta(run_dir: Path, epoch: int | None = None) -> dict[str, Any]:
     """The JSON metadata of the latest (or a given) checkpoint of `run_dir`."""
     manager = _open(run_dir)

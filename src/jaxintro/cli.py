@@ -233,7 +233,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import jax
 
     from jaxintro import runs
-    from jaxintro.checkpoint import Checkpointer, restore
+    from jaxintro.checkpoint import Checkpointer, abstract_state, restore
     from jaxintro.data import load_dataset
     from jaxintro.runtime import compile_cache_counts, peak_rss_mb
     from jaxintro.train import Trainer, fit
@@ -242,7 +242,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     state = None
     if resuming:
-        state, meta = restore(run_dir, Trainer.create(config, dataset).init_state())
+        trainer = Trainer.create(config, dataset)
+        state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx))
         rows = list(meta["metrics"])
         if state.epoch >= config.epochs:
             raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -99,11 +98,6 @@ def parse_hidden(text: str) -> tuple[int, ...]:
     if not widths:
         raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
     return widths
-
-
-def dumps(config: TrainConfig) -> str:
-    """The config as indented JSON text."""
-    return json.dumps(config.to_json(), indent=2, sort_keys=True)
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

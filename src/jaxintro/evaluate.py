@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxintro.checkpoint import load_config, read_meta, restore
+from jaxintro.checkpoint import abstract_state, load_config, read_meta, restore
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import CheckpointError, DataError
 from jaxintro.models import Model, build_model
-from jaxintro.train import TrainState, scale_images
+from jaxintro.train import scale_images
 
 MNIST_BOX = 20  # MNIST digits are fitted into 20x20, then centred by mass in 28x28
 
@@ -39,10 +39,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         raise CheckpointError(f"{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
     model = build_model(config.model, int(info["features"]), config.hidden, len(info["classes"]),
                         dropout=config.dropout)
-    # Shapes only: nothing is initialised just to be overwritten.
-    params = jax.eval_shape(model.init, jax.random.key(0))
-    opt_state = jax.eval_shape(build_optimizer(config, 1).init, params)
-    state, _ = restore(run_dir, TrainState(params, opt_state, jax.random.key(0), 0))
+    state, _ = restore(run_dir, abstract_state(model, build_optimizer(config, 1)))
     return LoadedRun(config, model, state.params, state.epoch, info)
 
 

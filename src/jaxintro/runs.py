@@ -45,14 +45,6 @@ def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
     write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The per-epoch rows of `metrics.jsonl` (empty when absent)."""
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) -> Path:
     """Create and claim a fresh run folder; `None` means `runs/<timestamp>`.
 
