@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxintro.config import BENCH_ROWS
+from jaxintro.errors import JaxintroError
 from jaxintro.runtime import peak_rss_mb
 
 SIZES = (784, 256, 128, 10)
@@ -42,7 +44,8 @@ class RowResult:
     fraction_of_peak: float = float("nan")
     peak_rss_mb: float = float("nan")
     losses: list[float] = dataclasses.field(default_factory=list)  # the first steps' losses
-    skipped: str | None = None
+    skipped: str | None = None  # why the row could not run here (e.g. PyTorch not installed)
+    error: str | None = None  # the row ran and crashed: a failure, reported as one
 
 
 def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
@@ -303,8 +306,10 @@ def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 
                        for i in range(0, len(x), 2000)) / len(x)
 
     test_acc = 0.0
-    for _ in range(epochs):
-        perm = torch.randperm(len(x_all), generator=gen)[: steps * plan.batch].view(steps, plan.batch)
+    for epoch in range(epochs):
+        # The first epoch takes the plan's batches (JAX's permutation); later ones PyTorch's own generator.
+        perm = (torch.from_numpy(plan.perm) if epoch == 0 else
+                torch.randperm(len(x_all), generator=gen)[: steps * plan.batch].view(steps, plan.batch))
         for idx in perm:
             opt.zero_grad(set_to_none=True)
             loss = torch.nn.functional.cross_entropy(model(x_all[idx].float() / 255.0), y_all[idx])
@@ -315,14 +320,14 @@ def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 
     return {"test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
 
 
-# The row names, in the order `jaxintro bench` runs them (also its `--rows` default).
-ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = {
-    "nojit": row_nojit,
-    "jit-step": row_jit_step,
-    "scan-epoch": row_scan_epoch,
-    "torch-eager": lambda plan: row_torch(plan, compile=False),
-    "torch-compile": lambda plan: row_torch(plan, compile=True),
-}
+# The rows, in the order `jaxintro bench` runs them; `config.BENCH_ROWS` names them for `--help`.
+ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
+    row_nojit,
+    row_jit_step,
+    row_scan_epoch,
+    lambda plan: row_torch(plan, compile=False),
+    lambda plan: row_torch(plan, compile=True),
+), strict=True))
 
 
 def run_row(name: str, plan: Plan) -> RowResult:
@@ -341,9 +346,14 @@ def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> R
         proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", name, str(plan_path), str(out)],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            return RowResult(name, skipped=f"row failed (exit {proc.returncode}): {tail[0][:300]}")
+            return RowResult(name, error=f"exit {proc.returncode}: {last_line(proc.stderr or proc.stdout)}")
         return RowResult(**json.loads(out.read_text()))
+
+
+def last_line(text: str | None) -> str:
+    """The last non-empty line of a child's output (where Python puts the exception), cut to 300 characters."""
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
 
 
 # ---------------------------------------------------------------- end to end
@@ -352,13 +362,13 @@ def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> R
 def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]:
     """Wall time and peak RSS of one whole `jaxintro train` process (start to final accuracy)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *args, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
-    stdout = proc.stdout.read() if proc.stdout else ""
-    proc.wait()
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", *args, "--json"],
+                          capture_output=True, env=env, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"jaxintro train {' '.join(args)} failed with exit code {proc.returncode}")
+        raise JaxintroError(f"the timed `jaxintro train {' '.join(args)}` failed (exit {proc.returncode}): "
+                            f"{last_line(proc.stderr)}")
+    stdout = proc.stdout
     summary = json.loads(stdout.strip().splitlines()[-1])
     return {"wall_seconds": wall, "peak_rss_mb": summary["peak_rss_mb"],
             "test_accuracy": summary["test_accuracy"], "compile_cache": summary["compile_cache"]}
@@ -372,9 +382,10 @@ def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10) -> list[
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "torch-job", str(plan_path), str(out),
                                str(epochs)], capture_output=True, text=True)
-        if proc.returncode == 0:
-            rows.append({"loop": "torch-eager", "cache": "-", "wall_seconds": time.perf_counter() - start,
-                         "compile_cache": "-", **json.loads(out.read_text())})
+        if proc.returncode != 0:
+            raise JaxintroError(f"the timed PyTorch job failed (exit {proc.returncode}): {last_line(proc.stderr)}")
+        rows.append({"loop": "torch-eager", "cache": "-", "wall_seconds": time.perf_counter() - start,
+                     "compile_cache": "-", **json.loads(out.read_text())})
         for loop in ("scan", "python"):
             env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"cache-{loop}")}
             for cache in ("cold", "warm"):

@@ -14,6 +14,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "warmup-cosine")
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
+# The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
+BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
+import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from jaxintro.errors import ConfigError
 
@@ -45,12 +48,16 @@ def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
     write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
+CLAIM_FILE = ".claimed"
+
+
 def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) -> Path:
     """Create and claim a fresh run folder; `None` means `runs/<timestamp>`.
 
-    The claim is `mkdir` of a folder that must not exist yet (or an empty one given by the
-    user, claimed through an exclusively created marker), so two runs started at once can
-    never write into the same folder.
+    The claim is `mkdir` of a folder that must not exist yet, or, for a folder given by the user, an
+    exclusively created marker holding this process's id. A folder whose earlier run never wrote a
+    checkpoint (it failed to start, or was killed in its first epoch) is free again, unless the
+    process that claimed it is still alive: two runs started at once never share a folder.
     """
     if run_dir is None:
         try:
@@ -62,25 +69,142 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
             path = root / (stamp if attempt == 0 else f"{stamp}-{attempt}")
             try:
                 path.mkdir()
-                return path
             except FileExistsError:
                 continue
+            _write_claim(path / CLAIM_FILE)
+            return path
         raise ConfigError(f"could not claim a new run folder under {root}; pass --run-dir DIR")
     path = Path(run_dir)
+    taken = (f"--run-dir {path} already holds a run; choose another folder, continue it with --resume {path}, "
+             "or see `jaxintro runs`")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".claimed"
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        os.close(fd)
+        with _locked(path):  # two claims of one folder run one after the other, never interleaved
+            if not has_checkpoint(path) and not claim_is_live(path):
+                release_run_dir(path)  # the debris of a run that never wrote a checkpoint
+            _write_claim(path / CLAIM_FILE)
     except FileExistsError:
-        raise ConfigError(
-            f"--run-dir {path} already holds a run; choose another folder, or continue it with --resume {path}"
-        ) from None
+        raise ConfigError(taken) from None
     except OSError as exc:
         raise ConfigError(f"--run-dir {path} is not writable ({exc.strerror}); choose another folder") from None
-    if (path / CONFIG_FILE).exists():
-        probe.unlink()
-        raise ConfigError(
-            f"--run-dir {path} already holds a run; choose another folder, or continue it with --resume {path}"
-        )
+    if has_checkpoint(path) or (path / RESULT_FILE).exists():
+        (path / CLAIM_FILE).unlink()
+        raise ConfigError(taken)
     return path
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _write_claim(marker: Path) -> None:
+    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{os.getpid()} {socket.gethostname()}\n")
+
+
+def claim_is_live(run_dir: Path) -> bool:
+    """Whether the process that claimed `run_dir` still runs (on this host; another host's claim counts as live)."""
+    try:
+        pid_text, _, host = (run_dir / CLAIM_FILE).read_text().strip().partition(" ")
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False  # no marker, or one from an older version: nobody holds it
+    if host and host != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether `run_dir/checkpoints/` holds a finished step (Orbax renames a step's folder only when complete)."""
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and any(child.name.isdigit() for child in folder.iterdir())
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Remove what a run wrote before its first checkpoint (its claim, config, partial files): the folder is free."""
+    import shutil
+
+    for name in (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png"):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+
+
+def discard_run_dir(run_dir: Path, *, created: bool) -> None:
+    """After a failed start: remove a folder this run created, or free one the user named."""
+    import shutil
+
+    if has_checkpoint(run_dir):
+        return
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        release_run_dir(run_dir)
+
+
+def writable_dir(path: str | os.PathLike, flag: str) -> Path:
+    """Create `path` if needed and check that it is writable, else a ConfigError naming `flag`."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {folder} is not writable ({exc.strerror or exc}); choose another folder") from None
+    return folder
+
+
+def describe_run(run_dir: Path) -> dict[str, Any] | None:
+    """What `jaxintro runs` shows of one folder: dataset, model, epochs, accuracy and status; None if not a run."""
+    config_path, metrics_path = run_dir / CONFIG_FILE, run_dir / METRICS_FILE
+    if not (config_path.exists() or (run_dir / CLAIM_FILE).exists()):
+        return None
+    try:
+        config = read_json(config_path) if config_path.exists() else {}
+        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] \
+            if metrics_path.exists() else []
+        result = read_json(run_dir / RESULT_FILE) if (run_dir / RESULT_FILE).exists() else None
+    except (OSError, ValueError):
+        return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
+                "test_accuracy": None, "status": "unreadable"}
+    done = rows[-1]["epoch"] if rows else 0
+    planned = int(config.get("epochs", 0))
+    if result is not None and result.get("finished", result.get("epochs") == planned):
+        status = "finished"
+    elif claim_is_live(run_dir) and result is None:
+        status = "running"
+    elif has_checkpoint(run_dir):
+        status = f"stopped after epoch {done}: jaxintro train --resume {run_dir}"
+    else:
+        status = "empty (no checkpoint)"
+    return {"run_dir": str(run_dir), "dataset": config.get("resolved_dataset", config.get("dataset", "?")),
+            "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
+            "test_accuracy": rows[-1]["test_accuracy"] if rows else None, "status": status}
+
+
+def list_runs(root: Path = Path("runs")) -> list[dict[str, Any]]:
+    """Every run folder directly under `root`, oldest first."""
+    if not root.is_dir():
+        return []
+    found = (describe_run(child) for child in sorted(root.iterdir()) if child.is_dir())
+    return [info for info in found if info is not None]
+
+
+def newest_finished_run(root: Path = Path("runs")) -> Path | None:
+    """The most recently finished run under `root` (by its result file's time), or None."""
+    finished = [Path(info["run_dir"]) for info in list_runs(root) if info["status"] == "finished"]
+    return max(finished, key=lambda p: (p / RESULT_FILE).stat().st_mtime, default=None)

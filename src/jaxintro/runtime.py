@@ -21,6 +21,21 @@ def _on_event(event: str, **_: object) -> None:
         _events["misses"] += 1
 
 
+def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | None:
+    """Set JAX up before first use: the CPU device count and the persistent compile cache (its folder, or None)."""
+    from jaxintro.errors import ConfigError
+
+    if devices > 1:
+        # Must happen before the backend starts; it only affects the CPU backend.
+        try:
+            jax.config.update("jax_num_cpu_devices", devices)
+        except RuntimeError:  # JAX already started in this process (jaxintro used as a library)
+            if len(jax.devices()) < devices:
+                raise ConfigError(f"--devices {devices}: JAX already started with {len(jax.devices())} device(s) "
+                                  "in this process; run jaxintro in a fresh process") from None
+    return enable_compile_cache() if compile_cache else None
+
+
 def enable_compile_cache(directory: Path | None = None) -> Path:
     """Turn on JAX's persistent compilation cache (default: the user cache's `xla/`); return its folder."""
     global _listening

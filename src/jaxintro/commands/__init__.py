@@ -1,0 +1,1 @@
+"""One module per `jaxintro` command, each with `run(args) -> int`; `jaxintro.cli` parses the flags."""

@@ -1,0 +1,20 @@
+"""`jaxintro data`: each dataset, where it would load from, and whether it verifies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (or `--json`) one row per dataset."""
+    from jaxintro.data import describe_sources
+
+    rows = describe_sources(args.data_dir)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max(len(r["dataset"]) for r in rows)
+    for r in rows:
+        print(f"{r['dataset']:<{width}}  {r['source']}\n{'':<{width}}  {r['status']}")
+    return 0

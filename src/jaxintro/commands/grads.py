@@ -1,0 +1,32 @@
+"""`jaxintro grads`: exercise 2, per-example gradients and their norms."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def run(args: argparse.Namespace) -> int:
+    """Explain per-example gradients on `--n` test images; with `--bench`, time three ways to get their norms."""
+    from jaxintro.runs import writable_dir
+
+    out_dir = writable_dir(args.out, "--out")
+    from jaxintro.experiments import explain_grads, grads_benchmark
+
+    report, lines, subject = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed,
+                                           out=out_dir)
+    for line in lines:
+        print(line)
+    if args.bench:
+        timing = grads_benchmark(subject, n=max(args.n, 128))
+        report["bench"] = timing
+        print(f"\nPer-example gradient norms of {timing['n']} examples (median ms, warm, jitted):")
+        for name in ("loop", "vmap", "fast", "torch-func-vmap"):
+            if name in timing["ms"]:
+                print(f"  {name:<16}{timing['ms'][name]:9.2f} ms   {timing['ms']['loop'] / timing['ms'][name]:7.1f}x "
+                      "vs loop")
+        if "torch_skipped" in timing:
+            print(f"  torch-func-vmap skipped: {timing['torch_skipped']}")
+    if args.json:
+        print(json.dumps(report))
+    return 0

@@ -1,0 +1,31 @@
+"""`jaxintro predict RUN_DIR IMAGE...`: classify image files with a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the top-3 classes of every image (every file is checked before any output)."""
+    import numpy as np
+
+    from jaxintro.evaluate import load_image, load_run, predict_proba
+
+    loaded = load_run(Path(args.run_dir))
+    shape = tuple(loaded.dataset["image_shape"])
+    images = np.stack([load_image(Path(p), shape) for p in args.images])
+    probs = predict_proba(loaded, images)
+    classes = loaded.dataset["classes"]
+    results = []
+    for path, p in zip(args.images, probs):
+        top = np.argsort(p)[::-1][:3]
+        results.append({"file": path, "digit": classes[int(top[0])],
+                        "probabilities": {classes[int(i)]: float(p[i]) for i in range(len(p))},
+                        "top3": [[classes[int(i)], float(p[i])] for i in top]})
+        print(f"{path}: {classes[int(top[0])]}  (" + ", ".join(f"{classes[int(i)]}: {p[i]:.3f}" for i in top) + ")")
+    if args.json:
+        for r in results:
+            print(json.dumps(r))
+    return 0

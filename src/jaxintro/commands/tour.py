@@ -1,0 +1,27 @@
+"""`jaxintro tour`: every concept of the lesson, run and printed with real values."""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxintro.errors import ConfigError
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every section, or one, or list them."""
+    from jaxintro.tour import SECTIONS, run_tour
+
+    if args.list:
+        for name, fn in SECTIONS.items():
+            print(f"{name:<14}{fn.__doc__}")
+        return 0
+    if args.section is not None and args.section not in SECTIONS:
+        raise ConfigError(f"--section must be one of {', '.join(SECTIONS)}; got {args.section!r}")
+    import jax
+
+    try:  # the sharding section wants several devices; on a CPU they are created here
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    except RuntimeError:
+        pass  # JAX already started in this process: use the devices it has
+    run_tour([args.section] if args.section else list(SECTIONS))
+    return 0

@@ -1,0 +1,214 @@
+"""`jaxintro train`: resolve the run (new, resumed, or one process of many), train it, report.
+
+The order matters: every flag and the run folder are checked before JAX starts or data loads, so a
+mistake costs a second, not a compile; JAX learns the device count before anything imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from jaxintro.config import TrainConfig, parse_hidden
+from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Map parsed flags onto the config (1:1) and validate it."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {name: getattr(args, name) for name in fields if hasattr(args, name)}
+    if values.get("epochs") is None:
+        values["epochs"] = TrainConfig().epochs
+    values["hidden"] = parse_hidden(args.hidden) if isinstance(args.hidden, str) else tuple(args.hidden)
+    return TrainConfig(**values).validate()
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """This process's place in a multi-process run (one process: coordinator None)."""
+
+    coordinator: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
+
+
+def resolve_cluster(args: argparse.Namespace) -> Cluster:
+    """`--coordinator/--num-processes/--process-id` checked together, before anything starts."""
+    if args.coordinator is None:
+        if args.num_processes not in (None, 1) or args.process_id not in (None, 0):
+            raise ConfigError("--num-processes and --process-id need --coordinator HOST:PORT")
+        return Cluster()
+    from jaxintro.parallel import check_coordinator
+
+    cluster = Cluster(args.coordinator, args.num_processes or 1, args.process_id or 0)
+    check_coordinator(cluster.coordinator, cluster.num_processes, cluster.process_id)
+    return cluster
+
+
+def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool, Cluster]:
+    """The run's config, folder, whether it resumes, and the cluster; JAX is configured here, before it starts."""
+    from jaxintro.runtime import configure_jax
+
+    cluster = resolve_cluster(args)
+    if args.resume:
+        from jaxintro.checkpoint import load_config
+        from jaxintro.runs import CONFIG_FILE, read_json
+
+        run_dir = Path(args.resume)
+        # JAX must learn the device count before Orbax starts it: read it from the plain config file.
+        saved = run_dir / CONFIG_FILE
+        configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
+                      compile_cache=not args.no_compile_cache)
+        _join(cluster)
+        config = load_config(run_dir)
+        changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
+        if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
+            from jaxintro.checkpoint import read_meta
+
+            changes["dataset"] = read_meta(run_dir).get("dataset", {}).get("name", "auto")
+        if args.data_dir is not None:
+            changes["data_dir"] = args.data_dir
+        return dataclasses.replace(config, **changes).validate(), run_dir, True, cluster
+    config = config_from_args(args)
+    from jaxintro.runs import claim_run_dir
+
+    if cluster.coordinator is not None:
+        if args.run_dir is None:
+            raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
+        # Process 0 claims the folder (before joining: a refusal must not leave the others waiting long);
+        # the others share it.
+        run_dir = claim_run_dir(args.run_dir) if cluster.process_id == 0 else Path(args.run_dir)
+        configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
+        _join(cluster)
+        return config, run_dir, False, cluster
+    # Refuse an unusable run folder before loading data or compiling anything.
+    run_dir = claim_run_dir(args.run_dir)
+    configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
+    return config, run_dir, False, cluster
+
+
+def _join(cluster: Cluster) -> None:
+    if cluster.coordinator is not None:
+        from jaxintro.parallel import initialize_distributed
+
+        initialize_distributed(cluster.coordinator, cluster.num_processes, cluster.process_id)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, checkpoint every epoch, plot the curves, and print (and save) the summary."""
+    created = args.run_dir is None or not Path(args.run_dir).exists()
+    config, run_dir, resuming, cluster = resolve_train_config(args)
+    try:
+        return train_run(args, config, run_dir, resuming)
+    except BaseException:
+        # A run that failed before its first checkpoint leaves nothing behind: the same command works again.
+        if not resuming and cluster.process_id == 0:
+            from jaxintro.runs import discard_run_dir
+
+            discard_run_dir(run_dir, created=created)
+        raise
+
+
+def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, resuming: bool) -> int:
+    """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
+    import jax
+
+    from jaxintro import runs
+    from jaxintro.checkpoint import Checkpointer, abstract_state, restore
+    from jaxintro.data import load_dataset
+    from jaxintro.runtime import compile_cache_counts, peak_rss_mb
+    from jaxintro.signals import GracefulStop
+    from jaxintro.train import Trainer, fit
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    rows: list[dict[str, Any]] = []
+    state = None
+    if resuming:
+        trainer = Trainer.create(config, dataset)
+        state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx))
+        rows = list(meta["metrics"])
+        if state.epoch >= config.epochs:
+            raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")
+        print(f"Resuming {run_dir} from epoch {state.epoch} to {config.epochs}", flush=True)
+    # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
+    primary = jax.process_index() == 0
+    if primary:
+        runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
+    checkpointer = Checkpointer(run_dir)
+
+    def on_epoch(state, row) -> None:
+        rows.append(row._asdict())
+        # First the state, then the metrics that describe it.
+        checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
+                                                "classes": list(dataset.classes), "features": dataset.num_features})
+        if primary:
+            runs.write_metrics(run_dir, rows)
+
+    print(f"Training {config.model} MLP {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
+          f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
+          f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
+    try:
+        with GracefulStop() as stop:
+            result = fit(config, dataset, state=state, on_epoch=on_epoch, progress=sys.stderr.isatty(),
+                         should_stop=lambda: stop.requested)
+    except TrainingDivergedError as exc:
+        kept = f"the last good checkpoint is epoch {rows[-1]['epoch']} in {run_dir}" if rows else "no epoch finished"
+        raise TrainingDivergedError(f"{exc}; {kept}") from None
+    except Exception as exc:
+        if jax.process_count() == 1 or isinstance(exc, JaxintroError):
+            raise
+        # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
+        # means a peer died. Leave now: JAX's shutdown barrier would wait for it, then abort.
+        kept = f"resume from epoch {rows[-1]['epoch']} with --resume {run_dir}" if rows else "no epoch finished"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        print(f"jaxintro train: error: process {jax.process_index()} lost its peers ({type(exc).__name__}: "
+              f"{first}); {kept}", file=sys.stderr, flush=True)
+        os._exit(1)
+    finally:
+        checkpointer.close()
+    if primary:
+        from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
+
+        plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
+
+    last = rows[-1]
+    hits = compile_cache_counts()["hits"]
+    summary = {
+        "dataset": dataset.name,
+        "model": config.model,
+        "epochs": last["epoch"],
+        "param_count": result.param_count,
+        "test_accuracy": last["test_accuracy"],
+        "train_accuracy": last["train_accuracy"],
+        "final_loss": last["loss"],
+        "train_seconds": result.train_seconds,
+        "compile_seconds": result.compile_seconds,
+        "samples_per_second": result.samples_per_second,
+        "compile_cache": "off" if args.no_compile_cache else ("hit" if hits else "miss"),
+        "loop": config.loop,
+        "seed": config.seed,
+        "devices": len(jax.devices()) if jax.process_count() > 1 else config.devices,
+        "processes": jax.process_count(),
+        "peak_rss_mb": peak_rss_mb(),
+        "run_dir": str(run_dir),
+        "finished": not result.stopped_early,
+    }
+    if primary:
+        runs.write_json(run_dir / runs.RESULT_FILE, summary)
+    if result.stopped_early:
+        print(f"Stopped after epoch {last['epoch']}; continue with: jaxintro train --resume {run_dir}")
+        if args.json:
+            print(json.dumps(summary))
+        return stop.exit_code()
+    print(f"Done: test accuracy {100 * last['test_accuracy']:.2f}% after {last['epoch']} epochs, "
+          f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
+          f"compile {result.compile_seconds:.2f}s (persistent cache: {summary['compile_cache']}). "
+          f"Curves: {run_dir / 'curves.png'}")
+    if args.json:
+        print(json.dumps(summary))
+    return 0

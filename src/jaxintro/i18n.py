@@ -1,0 +1,37 @@
+"""The language of what a learner reads: GNU gettext catalogs, chosen by `--lang` or the locale."""
+
+from __future__ import annotations
+
+import gettext
+import os
+from pathlib import Path
+
+DOMAIN = "jaxintro"
+LOCALE_DIR = Path(__file__).parent / "locale"
+LANGUAGES = ("en", "es")
+
+_translation: gettext.NullTranslations = gettext.NullTranslations()
+
+
+def resolve_language(flag: str | None = None) -> str:
+    """`--lang` when given, else the first of LC_ALL, LC_MESSAGES, LANG that is set: `es` or `en`."""
+    if flag:
+        return flag
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(name)
+        if value:
+            return "es" if value.lower().startswith("es") else "en"
+    return "en"
+
+
+def set_language(flag: str | None = None) -> str:
+    """Install the catalog of `flag` (or of the locale); English when no catalog is found. Return the language."""
+    global _translation
+    lang = resolve_language(flag)
+    _translation = gettext.translation(DOMAIN, LOCALE_DIR, languages=[lang], fallback=True)
+    return lang
+
+
+def _(message: str) -> str:
+    """`message` in the chosen language."""
+    return _translation.gettext(message)

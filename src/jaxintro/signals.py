@@ -1,0 +1,99 @@
+"""Graceful stops: SIGINT (Ctrl-C) and SIGTERM end training at the next epoch boundary, checkpoint written.
+
+Python runs signal handlers only in the main thread, between bytecodes, so a handler cannot run
+while the main thread waits for a compiled epoch (seconds, or minutes on big data). The C-level
+handler still writes the signal's number to the wake-up pipe at once; a watcher thread reads it:
+
+- the first SIGINT or SIGTERM asks for a stop at the end of the running epoch (after its checkpoint);
+- a second SIGINT quits at once, even in the middle of an epoch (exit 130; the checkpoints already on
+  disk are complete, since Orbax renames a step's folder only once it is fully written).
+
+In a multi-process run JAX's preemption notifier owns SIGTERM: every process learns of it through
+`multihost_utils.reached_preemption_sync_point`, which `fit`'s caller polls at each epoch boundary
+so that all processes stop after the same epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import TracebackType
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class GracefulStop:
+    """A context in which SIGINT/SIGTERM request a stop at the next epoch boundary; a second Ctrl-C quits now."""
+
+    def __init__(self, *, catch_sigterm: bool = True) -> None:
+        self.signum: int | None = None  # the first stop signal received
+        self._signals = [signal.SIGINT] + ([signal.SIGTERM] if catch_sigterm else [])
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was asked for."""
+        return self.signum is not None
+
+    def __enter__(self) -> "GracefulStop":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals belong to the main thread; elsewhere (tests, libraries) nothing is installed
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._pipe = (read_fd, write_fd)
+        for signum in self._signals:
+            # A do-nothing Python handler: the watcher thread does the work, as soon as the signal arrives.
+            self._previous[signum] = signal.signal(signum, lambda *_: None)
+        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="jaxintro-signals", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._pipe is None:
+            return
+        signal.set_wakeup_fd(self._previous_fd)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        read_fd, write_fd = self._pipe
+        os.close(write_fd)  # ends the watcher's read with EOF
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        os.close(read_fd)
+        self._pipe = None
+
+    def _watch(self) -> None:
+        read_fd = self._pipe[0]  # type: ignore[index]
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                self._on_signal(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        if signum not in self._signals:
+            return
+        if self.signum is None:
+            self.signum = signum
+            name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            again = " (press Ctrl-C again to quit now)" if signum == signal.SIGINT else ""
+            print(f"\n{name}: stopping after this epoch's checkpoint{again}", file=sys.stderr, flush=True)
+        elif signum == signal.SIGINT:
+            print("Ctrl-C again: quitting now; the checkpoints already written are intact", file=sys.stderr,
+                  flush=True)
+            os._exit(EXIT_INTERRUPTED)
+
+    def exit_code(self) -> int:
+        """130 for a stop asked by Ctrl-C, 143 for one asked by SIGTERM."""
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
