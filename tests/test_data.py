@@ -82,7 +82,7 @@ def test_checksum_mismatch_names_file_and_fix(tmp_path):
 
 
 def test_wrong_dataset_file_is_named(tmp_path, mnist_dir):
-    with pytest.raises(DataError, match="it is mnist's train-labels"):
+    with pytest.raises(DataError, match="is mnist's train-labels-idx1-ubyte: .* pass --dataset mnist"):
         read_verified(mnist_dir / "train-labels-idx1-ubyte.gz", data.FASHION_MNIST.train_labels)
 
 
@@ -202,3 +202,43 @@ def test_describe_sources_reports_each_dataset(mnist_dir):
     assert rows["mnist"]["status"] == "ok (SHA-256 verified)"
     assert rows["digits"]["status"].startswith("ok")
     assert "fashion-mnist" in rows
+
+
+# ---------------------------------------------------------------- a folder the user named
+
+
+@pytest.mark.parametrize("name", ["auto", "mnist"])
+@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_a_named_data_folder_without_the_data_is_an_error_naming_it(tmp_path, monkeypatch, name, how, folder):
+    path = tmp_path / "nonexistent" if folder == "missing" else tmp_path
+    if how == "env":
+        monkeypatch.setenv("JAXINTRO_DATA_DIR", str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no quiet fall-back to the 8x8 digits
+        with pytest.raises(DataNotFoundError) as err:
+            load_dataset(name, path if how == "flag" else None)
+    text = str(err.value)
+    assert str(path) in text and ("--data-dir" if how == "flag" else "JAXINTRO_DATA_DIR") in text
+    assert ("does not exist" if folder == "missing" else "holds none") in text
+
+
+def test_another_datasets_folder_names_the_flag_that_loads_it(mnist_dir):
+    with pytest.raises(DataError, match="holds mnist, not fashion-mnist: pass --dataset mnist"):
+        load_dataset("fashion-mnist", mnist_dir)
+
+
+def test_data_and_train_agree_on_a_cache_folder_holding_another_dataset(isolated_cache, mnist_dir):
+    wrong = isolated_cache / "jaxintro" / "fashion-mnist"
+    wrong.mkdir(parents=True)
+    for f in data.MNIST.files:
+        (wrong / f"{f.stem}.gz").write_bytes((mnist_dir / f"{f.stem}.gz").read_bytes())
+    found = data.find_dataset(data.FASHION_MNIST)
+    row = {r["dataset"]: r for r in data.describe_sources()}["fashion-mnist"]
+    assert found is None or found.folder != wrong  # passed over, never loaded as Fashion-MNIST
+    assert row["source"] == (str(found.folder) if found else row["source"]) and row["source"] != str(wrong)
+    if found is None:
+        with pytest.raises(DataNotFoundError, match="searched"):
+            load_dataset("fashion-mnist", download=False)
+    else:
+        assert load_dataset("fashion-mnist", download=False).source == row["source"]

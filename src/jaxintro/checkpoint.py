@@ -10,8 +10,9 @@ previous checkpoints intact and the half-written one invisible.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -54,6 +55,13 @@ class Checkpointer:
                                                                meta=ocp.args.JsonSave(meta)))
         self.manager.wait_until_finished()
 
+    def discard_after(self, epoch: int) -> list[int]:
+        """Delete checkpoints newer than `epoch` (damaged ones a resume passed over), so the run can save them anew."""
+        newer = [step for step in self.manager.all_steps() if step > epoch]
+        for step in newer:
+            self.manager.delete(step)
+        return newer
+
     def close(self) -> None:
         """Finish pending writes."""
         self.manager.close()
@@ -66,24 +74,20 @@ def abstract_state(model, tx) -> TrainState:
 
 
 def read_meta(run_dir: Path, epoch: int | None = None) -> dict[str, Any]:
-    """The JSON metadata of the latest (or a given) checkpoint of `run_dir`."""
+    """The JSON metadata of the newest intact (or a given) checkpoint of `run_dir`."""
     manager = _open(run_dir)
-    epoch = _pick_epoch(manager, run_dir, epoch)
-    try:
-        return manager.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    except Exception as exc:  # Orbax raises assorted errors for damaged folders
-        raise CheckpointError(f"{run_dir}: checkpoint {epoch} is damaged ({type(exc).__name__}: {exc})"[:500]) from None
+    steps = _pick_steps(manager, run_dir, epoch)
+    return _newest_intact(run_dir, steps, lambda step: _restore_meta(manager, step))[1]
 
 
 def restore(run_dir: Path, template: TrainState, epoch: int | None = None) -> tuple[TrainState, dict[str, Any]]:
-    """Restore the latest (or a given) checkpoint into the structure of `template`; return it and its meta."""
-    meta = read_meta(run_dir, epoch)
-    if meta.get("jaxintro_version") != __version__:
-        raise CheckpointError(
-            f"{run_dir}: written by jaxintro {meta.get('jaxintro_version')}, this is {__version__}; "
-            f"use jaxintro=={meta.get('jaxintro_version')} or retrain"
-        )
+    """Restore the newest intact (or a given) checkpoint into `template`'s structure; return it and its meta.
+
+    A damaged newest step (a crash of the disk, not of jaxintro: Orbax writes steps atomically) is
+    passed over with a warning naming it, and the run goes on from the newest step that restores.
+    """
     manager = _open(run_dir)
+    steps = _pick_steps(manager, run_dir, epoch)
     # Restore onto this process's devices, whatever topology saved it (one process or several).
     if jax.process_count() == 1:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -92,26 +96,73 @@ def restore(run_dir: Path, template: TrainState, epoch: int | None = None) -> tu
                                               jax.sharding.PartitionSpec())
     abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
                             _as_tree(template))
-    try:
-        restored = manager.restore(meta["epoch"], args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-    except Exception as exc:
-        raise CheckpointError(
-            f"{run_dir}: checkpoint {meta['epoch']} does not match this model ({type(exc).__name__}: "
-            f"{str(exc)[:300]}); it belongs to another architecture, or its files are damaged"
-        ) from None
-    tree = restored.state
+
+    def restore_step(step: int) -> tuple[Any, dict[str, Any]]:
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                                 meta=ocp.args.JsonRestore()))
+        _check_version(restored.meta)
+        return restored.state, restored.meta
+
+    step, (tree, meta) = _newest_intact(run_dir, steps, restore_step)
     _check_shapes(run_dir, abstract, tree)
     key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=jax.random.key_impl(template.key))
-    return TrainState(tree["params"], tree["opt_state"], key, int(meta["epoch"])), meta
+    return TrainState(tree["params"], tree["opt_state"], key, step), meta
 
 
-def load_config(run_dir: Path) -> TrainConfig:
-    """The config of a run, from its latest checkpoint."""
-    meta = read_meta(run_dir)
+def config_from_meta(run_dir: Path, meta: dict[str, Any]) -> TrainConfig:
+    """The run's config as its checkpoint saved it."""
     try:
         return TrainConfig.from_json(meta["config"]).validate()
     except (ConfigError, TypeError, KeyError) as exc:
         raise CheckpointError(f"{run_dir}: its saved config is not usable by jaxintro {__version__}: {exc}") from None
+
+
+def load_config(run_dir: Path) -> TrainConfig:
+    """The config of a run, from its newest intact checkpoint."""
+    return config_from_meta(run_dir, read_meta(run_dir))
+
+
+def _restore_meta(manager: ocp.CheckpointManager, step: int) -> dict[str, Any]:
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    _check_version(meta)
+    return meta
+
+
+def _check_version(meta: dict[str, Any]) -> None:
+    if meta.get("jaxintro_version") != __version__:
+        raise CheckpointError(
+            f"written by jaxintro {meta.get('jaxintro_version')}, this is {__version__}; "
+            f"use jaxintro=={meta.get('jaxintro_version')} or retrain"
+        )
+
+
+def _newest_intact(run_dir: Path, steps: list[int], restore_step: Callable[[int], Any]) -> tuple[int, Any]:
+    """`restore_step(step)` of the first of `steps` (newest first) that works; warn about the ones passed over."""
+    failures: list[tuple[int, str]] = []
+    for step in steps:
+        try:
+            value = restore_step(step)
+        except CheckpointError as exc:  # a version or config mismatch: older steps share it
+            raise CheckpointError(f"{run_dir}: checkpoint {step} {exc}") from None
+        except Exception as exc:  # Orbax and TensorStore raise assorted errors for damaged or foreign files
+            failures.append((step, f"{type(exc).__name__}: {_first_line(exc)}"))
+            continue
+        if failures:
+            warnings.warn(
+                f"{run_dir}: checkpoint(s) {', '.join(str(s) for s, _ in failures)} could not be read "
+                f"({failures[0][1]}); using checkpoint {step}, the newest intact one. To get rid of the damaged "
+                f"one(s): rm -r " + " ".join(str(run_dir / CHECKPOINT_DIR / str(s)) for s, _ in failures),
+                RuntimeWarning, stacklevel=3)
+        return step, value
+    raise CheckpointError(
+        f"{run_dir}: no checkpoint could be restored (tried {', '.join(str(s) for s, _ in failures)}; newest: "
+        f"{failures[0][1]}); it belongs to another architecture, or its files are damaged"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else "no message")[:200]
 
 
 def _open(run_dir: Path) -> ocp.CheckpointManager:
@@ -120,17 +171,18 @@ def _open(run_dir: Path) -> ocp.CheckpointManager:
     return _manager(run_dir, create=False)
 
 
-def _pick_epoch(manager: ocp.CheckpointManager, run_dir: Path, epoch: int | None) -> int:
+def _pick_steps(manager: ocp.CheckpointManager, run_dir: Path, epoch: int | None) -> list[int]:
+    """The steps to try, newest first (just `epoch` when one is asked for)."""
     steps = manager.all_steps()
     if not steps:
         raise CheckpointError(
             f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)"
         )
     if epoch is None:
-        return max(steps)
+        return sorted(steps, reverse=True)
     if epoch not in steps:
         raise CheckpointError(f"{run_dir}: no checkpoint for epoch {epoch}; it has {sorted(steps)}")
-    return epoch
+    return [epoch]
 
 
 def _check_shapes(run_dir: Path, expected, restored) -> None:

@@ -175,7 +175,29 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
     p.add_argument("--data-dir", default=None, help="a folder to look in first (or set JAXINTRO_DATA_DIR)")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
+
+    p = sub.add_parser("serve", help="a local web page: draw a digit, see the prediction, saliency and mistakes")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None,
+                   help="the run to serve (default: the newest finished run under runs/)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens it to the network")
+    p.add_argument("--port", type=natural_int, default=8000, help="port (0: any free one)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.add_argument("--data-dir", default=None, help="folder with the run's dataset, for the mistakes panel")
     return parser
+
+
+def given_flags(argv: Sequence[str] | None) -> frozenset[str]:
+    """The destinations of the flags the user actually typed (a parse in which no flag has a default)."""
+    parser = build_parser()
+    parsers = [parser]
+    while parsers:
+        current = parsers.pop()
+        for action in current._actions:
+            if action.option_strings:
+                action.default = argparse.SUPPRESS
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    return frozenset(vars(parser.parse_args(argv))) - {"command"}
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
@@ -186,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jaxintro` console script."""
     warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
+    args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
     from jaxintro.i18n import set_language
 
     set_language(args.lang)

@@ -116,6 +116,19 @@ IDX_DATASETS = {spec.name: spec for spec in (MNIST, FASHION_MNIST)}
 KNOWN_FILES = {f.sha256: (spec.name, f.stem) for spec in IDX_DATASETS.values() for f in spec.files}
 
 
+def owner_of(spec: FileSpec) -> str:
+    """The dataset a canonical file belongs to (`dataset` for files of an unregistered spec)."""
+    return KNOWN_FILES.get(spec.sha256, ("dataset",))[0]
+
+
+class WrongDatasetError(DataError):
+    """A folder holds another known dataset's files (e.g. Fashion-MNIST given as MNIST)."""
+
+    def __init__(self, message: str, holds: str) -> None:
+        super().__init__(message)
+        self.holds = holds
+
+
 class Dataset(NamedTuple):
     """A train/test split with flattened uint8 images (N, D) and int32 labels (N,)."""
 
@@ -232,7 +245,11 @@ def read_verified(path: Path, spec: FileSpec) -> np.ndarray:
     digest = sha256_hex(raw)
     if digest != spec.sha256:
         known = KNOWN_FILES.get(digest)
-        what = f"it is {known[0]}'s {known[1]}" if known else "the file is corrupt, truncated or another dataset's"
+        if known is not None and known[0] != owner_of(spec):
+            raise WrongDatasetError(
+                f"{path} is {known[0]}'s {known[1]}: {path.parent} holds {known[0]}, not {owner_of(spec)}: "
+                f"pass --dataset {known[0]} to use it, or point --data-dir at a {owner_of(spec)} folder", known[0])
+        what = f"it is {known[0]}'s {known[1]}" if known else "the file is corrupt or truncated"
         raise DataError(
             f"{path}: SHA-256 of the decompressed file is {digest}, expected {spec.sha256}; "
             f"{what}: delete it and re-download, or point --data-dir at the right folder"
@@ -249,15 +266,18 @@ def default_cache_dir() -> Path:
     return Path(base) / "jaxintro"
 
 
-def search_dirs(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> list[Path]:
-    """Folders searched for `spec`'s files, in order."""
-    dirs: list[Path] = []
+def explicit_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
+    """The folder the user named (`--data-dir`, else `JAXINTRO_DATA_DIR`), or None."""
     explicit = data_dir if data_dir is not None else os.environ.get("JAXINTRO_DATA_DIR")
-    if explicit:
-        dirs.append(Path(explicit).expanduser())
-    dirs.append(default_cache_dir() / spec.name)
-    dirs.extend(Path(d) for d in spec.system_dirs)
-    return dirs
+    return Path(explicit).expanduser() if explicit else None
+
+
+def search_dirs(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> list[Path]:
+    """Folders searched for `spec`'s files, in order; a folder the user named is the only one searched."""
+    explicit = explicit_data_dir(data_dir)
+    if explicit is not None:
+        return [explicit]
+    return [default_cache_dir() / spec.name, *(Path(d) for d in spec.system_dirs)]
 
 
 def mirrors_for(spec: DatasetSpec) -> tuple[str, ...]:
@@ -309,48 +329,88 @@ def download_file(
 # ---------------------------------------------------------------- datasets
 
 
-def locate(spec: DatasetSpec, data_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]] | None:
-    """The first searched folder holding all four files of `spec`, with their paths; None if none does."""
+class Found(NamedTuple):
+    """Where a dataset loads from, and its four verified arrays."""
+
+    folder: Path
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    skipped: tuple[str, ...]  # searched folders passed over, and why
+
+
+def find_dataset(spec: DatasetSpec, data_dir: str | os.PathLike | None = None) -> Found | None:
+    """The first searched folder whose four files verify as `spec`, read; None when no folder holds them.
+
+    A folder the user named must hold the dataset (else an error that names it). Of the default
+    folders, one holding another dataset (Fashion-MNIST in MNIST's cache) is passed over; one holding
+    a damaged file is an error, never silently skipped. `train`, `data` and every other command call
+    this, so what `jaxintro data` reports is what `train` uses.
+    """
+    explicit = explicit_data_dir(data_dir)
+    skipped = []
     for folder in search_dirs(spec, data_dir):
-        paths = {f.stem: find_file(folder, f) for f in spec.files}
-        if all(paths.values()):
-            return folder, paths  # type: ignore[return-value]
+        paths = [find_file(folder, f) for f in spec.files]
+        if not any(paths):
+            continue
+        if not all(paths):
+            missing = [f.stem for f, path in zip(spec.files, paths) if path is None]
+            raise DataError(f"{folder}: holds only part of {spec.name}; missing {', '.join(missing)}[.gz]")
+        try:
+            arrays = tuple(read_verified(path, f) for path, f in zip(paths, spec.files))  # type: ignore[arg-type]
+        except WrongDatasetError as exc:
+            if explicit is not None:
+                raise
+            skipped.append(f"{folder} holds {exc.holds}")
+            continue
+        check_consistent(spec, paths, arrays)  # type: ignore[arg-type]
+        return Found(folder, arrays, tuple(skipped))  # type: ignore[arg-type]
+    if explicit is not None:
+        why = "does not exist" if not explicit.exists() else (
+            "is not a folder" if not explicit.is_dir() else f"holds none of {spec.name}'s four IDX files")
+        source = "--data-dir" if data_dir is not None else "JAXINTRO_DATA_DIR"
+        raise DataNotFoundError(
+            f"{source} {explicit} {why} ({', '.join(f.stem for f in spec.files)}, .gz or not); "
+            f"point it at the folder that holds them, or leave it out to use the cache and the download"
+        )
     return None
+
+
+def check_consistent(spec: DatasetSpec, paths: list[Path], arrays: tuple[np.ndarray, ...]) -> None:
+    """Images and labels of each split agree in count; labels are valid classes."""
+    x_train, y_train, x_test, y_test = arrays
+    for images, labels, image_path, label_path in ((x_train, y_train, paths[0], paths[1]),
+                                                    (x_test, y_test, paths[2], paths[3])):
+        if len(images) != len(labels):
+            raise DataError(
+                f"{image_path} holds {len(images)} images but {label_path} holds {len(labels)} labels; "
+                "the two files come from different sets: re-download both"
+            )
+        if labels.max(initial=0) >= len(spec.classes):
+            raise DataError(f"{label_path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")
 
 
 def load_idx_dataset(
     spec: DatasetSpec, data_dir: str | os.PathLike | None = None, *, download: bool = True
 ) -> Dataset:
-    """Load a verified IDX dataset from disk, downloading it into the cache when absent."""
-    found = locate(spec, data_dir)
+    """Load a verified IDX dataset from disk, downloading it into the cache when no searched folder holds it."""
+    found = find_dataset(spec, data_dir)
     if found is None:
-        explicit = data_dir if data_dir is not None else os.environ.get("JAXINTRO_DATA_DIR")
-        if explicit and Path(explicit).expanduser().is_dir() and any(
-            find_file(Path(explicit).expanduser(), f) for f in spec.files
-        ):
-            missing = [f.stem for f in spec.files if not find_file(Path(explicit).expanduser(), f)]
-            raise DataError(f"{explicit}: holds only part of {spec.name}; missing {', '.join(missing)}[.gz]")
+        searched = ", ".join(map(str, search_dirs(spec, data_dir)))
         if not download:
-            raise DataNotFoundError(f"{spec.name} not found in {', '.join(map(str, search_dirs(spec, data_dir)))}")
+            raise DataNotFoundError(f"{spec.name} not found (searched {searched})")
         cache = default_cache_dir() / spec.name
-        paths = {}
-        for f in spec.files:
-            paths[f.stem] = find_file(cache, f) or download_file(f, mirrors_for(spec), cache)
-        folder = cache
-    else:
-        folder, paths = found
-    arrays = [read_verified(paths[f.stem], f) for f in spec.files]
-    x_train, y_train, x_test, y_test = arrays
-    for images, labels, image_spec, label_spec in ((x_train, y_train, spec.train_images, spec.train_labels),
-                                                    (x_test, y_test, spec.test_images, spec.test_labels)):
-        if len(images) != len(labels):
-            raise DataError(
-                f"{paths[image_spec.stem]} holds {len(images)} images but {paths[label_spec.stem]} holds "
-                f"{len(labels)} labels; the two files come from different sets: re-download both"
-            )
-    for labels, path in ((y_train, paths[spec.train_labels.stem]), (y_test, paths[spec.test_labels.stem])):
-        if labels.max(initial=0) >= len(spec.classes):
-            raise DataError(f"{path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")
+        try:
+            for f in spec.files:
+                if find_file(cache, f) is None:
+                    download_file(f, mirrors_for(spec), cache)
+        except DataNotFoundError as exc:
+            raise DataNotFoundError(
+                f"{spec.name} is not on disk (searched {searched}) and {exc}; pass --data-dir DIR with the four "
+                "IDX files, or connect to the internet once"
+            ) from None
+        found = find_dataset(spec, data_dir)
+        if found is None:
+            raise DataNotFoundError(f"{spec.name}: downloaded into {cache}, yet not found there")
+    x_train, y_train, x_test, y_test = found.arrays
     return Dataset(
         name=spec.name,
         x_train=x_train.reshape(len(x_train), -1),  # a view: keeps the 64-byte alignment
@@ -359,7 +419,7 @@ def load_idx_dataset(
         y_test=y_test.astype(np.int32),
         classes=spec.classes,
         image_shape=tuple(spec.train_images.shape[1:]),  # type: ignore[arg-type]
-        source=str(folder),
+        source=str(found.folder),
     )
 
 
@@ -383,6 +443,8 @@ def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, 
     if name in IDX_DATASETS:
         return load_idx_dataset(IDX_DATASETS[name], data_dir, download=download)
     if name == "auto":
+        if explicit_data_dir(data_dir) is not None:  # a folder the user named must hold the data: no fallback
+            return load_idx_dataset(MNIST, data_dir, download=download)
         try:
             return load_idx_dataset(MNIST, data_dir, download=download)
         except DataNotFoundError as exc:
@@ -399,30 +461,23 @@ def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, 
 
 
 def describe_sources(data_dir: str | os.PathLike | None = None) -> list[dict[str, str]]:
-    """For `jaxintro data`: each dataset, where it would load from, and whether it verifies."""
+    """For `jaxintro data`: each dataset, where it would load from (by `find_dataset`), and whether it verifies."""
     rows = [{"dataset": "digits", "source": "scikit-learn (bundled)", "status": "ok (always offline)"}]
     for spec in IDX_DATASETS.values():
-        row = None
-        skipped = []
-        for folder in search_dirs(spec, data_dir):
-            paths = {f.stem: find_file(folder, f) for f in spec.files}
-            if not all(paths.values()):
-                continue
-            try:
-                for f in spec.files:
-                    read_verified(paths[f.stem], f)  # type: ignore[arg-type]
-                row = {"dataset": spec.name, "source": str(folder), "status": "ok (SHA-256 verified)"}
-            except DataError as exc:
-                owner = next((KNOWN_FILES[h][0] for h in KNOWN_FILES if h in str(exc) and h not in
-                              {f.sha256 for f in spec.files}), None)
-                if owner is not None and owner != spec.name:
-                    skipped.append(f"{folder} holds {owner}")
-                    continue
-                row = {"dataset": spec.name, "source": str(folder), "status": f"FAILS: {exc}"}
-            break
-        if row is None:
-            note = f" ({'; '.join(skipped)})" if skipped else ""
-            row = {"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
-                   "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")" + note}
-        rows.append(row)
+        try:
+            found = find_dataset(spec, data_dir)
+        except WrongDatasetError as exc:
+            rows.append({"dataset": spec.name, "source": str(explicit_data_dir(data_dir)),
+                         "status": f"not here: {exc}"})
+            continue
+        except DataError as exc:
+            rows.append({"dataset": spec.name, "source": str(explicit_data_dir(data_dir) or "?"),
+                         "status": f"FAILS: {exc}"})
+            continue
+        if found is not None:
+            note = f" (passed over: {'; '.join(found.skipped)})" if found.skipped else ""
+            rows.append({"dataset": spec.name, "source": str(found.folder), "status": "ok (SHA-256 verified)" + note})
+            continue
+        rows.append({"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
+                     "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")"})
     return rows

@@ -118,8 +118,6 @@ def claim_is_live(run_dir: Path) -> bool:
         return False  # no marker, or one from an older version: nobody holds it
     if host and host != socket.gethostname():
         return True
-    if pid == os.getpid():
-        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

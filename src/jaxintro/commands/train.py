@@ -50,13 +50,16 @@ def resolve_cluster(args: argparse.Namespace) -> Cluster:
     return cluster
 
 
-def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool, Cluster]:
-    """The run's config, folder, whether it resumes, and the cluster; JAX is configured here, before it starts."""
+def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, dict[str, Any] | None, Cluster]:
+    """The run's config, folder, the checkpoint meta it resumes from (or None), and the cluster.
+
+    JAX is configured here, before anything starts it.
+    """
     from jaxintro.runtime import configure_jax
 
     cluster = resolve_cluster(args)
     if args.resume:
-        from jaxintro.checkpoint import load_config
+        from jaxintro.checkpoint import config_from_meta, read_meta
         from jaxintro.runs import CONFIG_FILE, read_json
 
         run_dir = Path(args.resume)
@@ -65,15 +68,15 @@ def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, b
         configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
                       compile_cache=not args.no_compile_cache)
         _join(cluster)
-        config = load_config(run_dir)
+        meta = read_meta(run_dir)
+        config = config_from_meta(run_dir, meta)
+        check_resume_flags(args, config, run_dir)
         changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
         if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
-            from jaxintro.checkpoint import read_meta
-
-            changes["dataset"] = read_meta(run_dir).get("dataset", {}).get("name", "auto")
+            changes["dataset"] = meta.get("dataset", {}).get("name", "auto")
         if args.data_dir is not None:
             changes["data_dir"] = args.data_dir
-        return dataclasses.replace(config, **changes).validate(), run_dir, True, cluster
+        return dataclasses.replace(config, **changes).validate(), run_dir, meta, cluster
     config = config_from_args(args)
     from jaxintro.runs import claim_run_dir
 
@@ -85,11 +88,35 @@ def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, b
         run_dir = claim_run_dir(args.run_dir) if cluster.process_id == 0 else Path(args.run_dir)
         configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
         _join(cluster)
-        return config, run_dir, False, cluster
+        return config, run_dir, None, cluster
     # Refuse an unusable run folder before loading data or compiling anything.
     run_dir = claim_run_dir(args.run_dir)
     configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
-    return config, run_dir, False, cluster
+    return config, run_dir, None, cluster
+
+
+# What `--resume` can honour: how far to go, where the data and the peers are, and how to report.
+RESUME_FLAGS = frozenset({"resume", "epochs", "data_dir", "json", "no_compile_cache", "coordinator",
+                          "num_processes", "process_id"})
+
+
+def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: Path) -> None:
+    """Refuse flags that would silently be ignored by `--resume`, and extending a scheduled run."""
+    refused = sorted(getattr(args, "given", frozenset()) - RESUME_FLAGS)
+    if refused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in refused)
+        raise ConfigError(
+            f"--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop them, "
+            "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache)"
+        )
+    if args.epochs is not None and args.epochs != config.epochs and config.schedule != "constant":
+        # The schedule's shape depends on the total: resumed with another total, the learning rate would jump
+        # and the run would be neither the planned one nor the longer one.
+        raise ConfigError(
+            f"{run_dir} follows a {config.schedule} schedule planned for {config.epochs} epochs; --resume can "
+            f"finish it (--epochs {config.epochs}) but not change its length: start a new run with --epochs "
+            f"{args.epochs} instead"
+        )
 
 
 def _join(cluster: Cluster) -> None:
@@ -102,19 +129,20 @@ def _join(cluster: Cluster) -> None:
 def run(args: argparse.Namespace) -> int:
     """Train, checkpoint every epoch, plot the curves, and print (and save) the summary."""
     created = args.run_dir is None or not Path(args.run_dir).exists()
-    config, run_dir, resuming, cluster = resolve_train_config(args)
+    config, run_dir, resumed_meta, cluster = resolve_train_config(args)
     try:
-        return train_run(args, config, run_dir, resuming)
+        return train_run(args, config, run_dir, resumed_meta)
     except BaseException:
         # A run that failed before its first checkpoint leaves nothing behind: the same command works again.
-        if not resuming and cluster.process_id == 0:
+        if resumed_meta is None and cluster.process_id == 0:
             from jaxintro.runs import discard_run_dir
 
             discard_run_dir(run_dir, created=created)
         raise
 
 
-def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, resuming: bool) -> int:
+def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
+              resumed_meta: dict[str, Any] | None) -> int:
     """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
     import jax
 
@@ -128,7 +156,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, resu
     dataset = load_dataset(config.dataset, config.data_dir)
     rows: list[dict[str, Any]] = []
     state = None
-    if resuming:
+    if resumed_meta is not None:
         trainer = Trainer.create(config, dataset)
         state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx))
         rows = list(meta["metrics"])
@@ -140,6 +168,8 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, resu
     if primary:
         runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
     checkpointer = Checkpointer(run_dir)
+    if state is not None and primary:
+        checkpointer.discard_after(state.epoch)
 
     def on_epoch(state, row) -> None:
         rows.append(row._asdict())

@@ -1,0 +1,91 @@
+"""Run folders: a failed start leaves no debris, a folder without a checkpoint is free again, `jaxintro runs`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxintro import runs
+from jaxintro.cli import main
+
+DIGITS = ["--dataset", "digits", "--no-compile-cache"]
+
+
+def test_a_failed_data_load_leaves_nothing_and_the_corrected_command_works(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere"), "--epochs", "1"]
+    assert main([*bad, "--run-dir", "myrun"]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "myrun").exists()  # the folder it created is gone
+    (tmp_path / "mine").mkdir()
+    assert main([*bad, "--run-dir", "mine"]) == 2
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())  # the user's folder, emptied
+    assert main(bad) == 2  # a timestamped folder is removed whole
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", "myrun"]) == 0
+
+
+def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(tmp_path, capsys):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / runs.CLAIM_FILE).write_text(f"{dead.pid} {os.uname().nodename}\n")  # a SIGKILLed run's claim
+    (folder / runs.CONFIG_FILE).write_text("{}")
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(folder)]) == 0
+
+
+def test_a_live_claim_or_a_checkpointed_run_is_refused_with_the_way_forward(tmp_path, capsys):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / runs.CLAIM_FILE).write_text(f"{os.getppid()} {os.uname().nodename}\n")  # a live process
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and f"--resume {folder}" in err and "jaxintro runs" in err
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "done")]) == 0
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "done")]) == 2
+
+
+def test_runs_lists_each_folder_and_removes_only_unfinished_ones(tmp_path, capsys):
+    root = tmp_path / "runs"
+    assert main(["train", *DIGITS, "--epochs", "2", "--run-dir", str(root / "finished")]) == 0
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(root / "stopped")]) == 0
+    result = json.loads((root / "stopped" / runs.RESULT_FILE).read_text())
+    (root / "stopped" / runs.RESULT_FILE).write_text(json.dumps({**result, "finished": False}))
+    (root / "empty").mkdir()
+    (root / "empty" / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    capsys.readouterr()
+    assert main(["runs", "--root", str(root), "--json"]) == 0
+    listed = {Path(r["run_dir"]).name: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["finished"]["status"] == "finished" and listed["finished"]["epochs"] == 2
+    assert listed["finished"]["dataset"] == "digits" and listed["finished"]["test_accuracy"] > 0.5
+    assert listed["stopped"]["status"].startswith("stopped after epoch 1: jaxintro train --resume")
+    assert listed["empty"]["status"] == "empty (no checkpoint)"
+    assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 2  # no terminal to ask: needs --yes
+    assert "--yes" in capsys.readouterr().err and (root / "empty").exists()
+    assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
+    assert sorted(p.name for p in root.iterdir()) == ["finished"]
+
+
+def test_version_and_defaults_in_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("jaxintro ")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("--lr LR learning rate (peak, with a schedule) (default: 0.001)", "(default: 128)",
+                  "(default: 256,128)", "(default: scan)", "(default: 10; with --resume: the run's own)"):
+        assert shown in text, shown
+
+
+def test_help_does_not_import_jax():
+    code = "import sys; from jaxintro.cli import main\ntry:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n" \
+           "print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().splitlines()[-1] == "False"
