@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,10 +62,10 @@ def test_plain_orbax_reads_a_checkpoint_without_jaxintro(capsys, tmp_path):
     assert "['layer1', 'layer2', 'layer3'] (64, 256)" in out
 
 
-def start_training(tmp_path: Path, epochs: int = 100000) -> subprocess.Popen:
+def start_training(tmp_path: Path, epochs: int = 100000, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "jaxintro.cli", "train", *DIGITS, "--epochs", str(epochs), "--run-dir",
+        [sys.executable, "-m", "jaxintro.cli", "train", *DIGITS, *extra, "--epochs", str(epochs), "--run-dir",
          str(tmp_path / "r"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -158,3 +159,43 @@ def test_resume_of_a_missing_run_is_a_one_line_error(capsys, tmp_path):
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no checkpoints/ folder" in err
+
+
+def test_resume_refuses_the_flags_it_cannot_honour(capsys, tmp_path):
+    train(capsys, *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "r"))
+    code = main(["train", "--resume", str(tmp_path / "r"), "--dataset", "fashion-mnist", "--lr", "0.5",
+                 "--hidden", "32", "--model", "nnx", "--epochs", "2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "cannot honour --dataset, --hidden, --lr, --model" in err
+    assert checkpoint.read_meta(tmp_path / "r")["epoch"] == 1  # nothing ran
+
+
+def test_a_scheduled_run_resumes_to_its_planned_end_but_not_beyond(capsys, tmp_path):
+    flags = [*DIGITS, "--schedule", "warmup-cosine", "--warmup-steps", "10", "--epochs", "3"]
+    whole = train(capsys, *flags, "--run-dir", str(tmp_path / "whole"))
+    train(capsys, *flags, "--run-dir", str(tmp_path / "r"))
+    shutil.rmtree(tmp_path / "r" / "checkpoints" / "3")  # as if stopped after epoch 2
+    assert main(["train", "--resume", str(tmp_path / "r"), "--epochs", "5"]) == 2
+    assert "planned for 3 epochs" in capsys.readouterr().err
+    resumed = train(capsys, "--resume", str(tmp_path / "r"))
+    assert resumed["test_accuracy"] == whole["test_accuracy"] and resumed["final_loss"] == whole["final_loss"]
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(capsys, tmp_path):
+    whole = train(capsys, *DIGITS, "--epochs", "4", "--run-dir", str(tmp_path / "whole"))
+    train(capsys, *DIGITS, "--epochs", "3", "--run-dir", str(tmp_path / "r"))
+    damaged = tmp_path / "r" / "checkpoints" / "3"
+    for path in (damaged / "state").rglob("*"):
+        if path.is_file() and path.stat().st_size > 1000:
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--resume", str(tmp_path / "r"),
+                           "--epochs", "4", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint(s) 3 could not be read" in proc.stderr and "using checkpoint 2" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr
+    assert "Resuming" in proc.stdout and "from epoch 2 to 4" in proc.stdout
+    resumed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert resumed["final_loss"] == whole["final_loss"] and resumed["test_accuracy"] == whole["test_accuracy"]
+    assert load_run(tmp_path / "r").epoch == 4  # epoch 3 was written anew, intact

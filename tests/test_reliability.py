@@ -166,19 +166,18 @@ def test_the_same_explicit_run_dir_is_claimed_once(tmp_path):
 # ---------------------------------------------------------------- training faults
 
 
-def test_nan_loss_stops_naming_epoch_and_step_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--no-compile-cache"]) == 0
-    capsys.readouterr()
+def test_nan_loss_stops_naming_epoch_and_step_and_leaves_a_reusable_folder(tmp_path, capsys):
     # A fresh run that diverges in its first epoch: SGD at lr 1e6.
+    run = tmp_path / "nan"
     code = main(["train", "--dataset", "digits", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e6",
-                 "--run-dir", str(tmp_path / "nan"), "--no-compile-cache"])
+                 "--run-dir", str(run), "--no-compile-cache"])
     err = capsys.readouterr().err
     assert code == 1
     assert "training diverged: loss became nan at epoch 1, step" in err and "lower --lr" in err
     assert "no epoch finished" in err
-    # The good run's checkpoints are untouched by the failure of another.
-    assert checkpoint.read_meta(run)["epoch"] == 2
+    # No epoch finished, so nothing of the run is kept: the corrected command uses the same folder.
+    assert not run.exists()
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
 
 
 def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
@@ -195,17 +194,21 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(train, "check_finite", poisoned)
     capsys.readouterr()
+    before = (run / "metrics.jsonl").read_text()
     assert main(["train", "--resume", str(run), "--epochs", "4"]) == 1
     err = capsys.readouterr().err
     assert "loss became inf at epoch 3, step 2" in err and "last good checkpoint is epoch 2" in err
+    # The run at risk is the resumed one: its checkpoints and metrics are as they were after epoch 2.
     assert checkpoint.read_meta(run)["epoch"] == 2
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [1, 2]
+    assert (run / "metrics.jsonl").read_text() == before
 
 
 def test_a_finite_explosion_warns_with_the_likely_cause(tmp_path, capsys):
     with pytest.warns(RuntimeWarning, match="exploded.*learning rate is most likely too high"):
         code = main(["train", "--dataset", "digits", "--epochs", "1", "--lr", "1e6", "--run-dir",
                      str(tmp_path / "r"), "--no-compile-cache"])
-    assert code in (0, 1)
+    assert code == 0  # finite: a warning, not a failure (a NaN would be exit 1, tested above)
 
 
 def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
@@ -214,7 +217,8 @@ def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
     import shutil
 
     shutil.rmtree(run / "checkpoints" / "1" / "state")
-    with pytest.raises(CheckpointError):
-        from jaxintro.evaluate import load_run
-
-        load_run(run)
+    capsys.readouterr()
+    for argv in (["evaluate", str(run)], ["train", "--resume", str(run), "--epochs", "2"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no checkpoint could be restored (tried 1" in err, err
