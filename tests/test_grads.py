@@ -78,3 +78,14 @@ def test_grads_command_explains_and_benchmarks(capsys, tmp_path):
     assert report["bench"]["fast_max_rel_diff_vs_vmap"] < 1e-5
     assert set(report["bench"]["ms"]) >= {"loop", "vmap", "fast"}
     assert (tmp_path / "grads.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_n_is_checked_before_any_training(monkeypatch, capsys, tmp_path):
+    import jaxintro.experiments as experiments
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking --n")
+
+    monkeypatch.setattr(experiments, "fit", no_training)
+    assert main(["grads", "--dataset", "digits", "--n", "361", "--out", str(tmp_path)]) == 2
+    assert "--n 361 is more than the 360 test images of digits" in capsys.readouterr().err

@@ -39,5 +39,6 @@ def test_lessons_python_loop_matches_the_compiled_epoch(mnist_dir, tmp_path, cap
         results[loop] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     first = {loop: json.loads((tmp_path / loop / "metrics.jsonl").read_text().splitlines()[0])["loss"]
              for loop in results}
-    assert round(first["scan"], 4) == round(first["python"], 4)
+    # The same function, compiled two ways: equal up to float32 reassociation, not to a rounding boundary.
+    assert first["scan"] == pytest.approx(first["python"], rel=1e-5)
     assert abs(results["scan"]["test_accuracy"] - results["python"]["test_accuracy"]) <= 0.003

@@ -111,6 +111,7 @@ def test_no_recompilation_after_the_first_epoch(tiny, loop):
         compiles.append(counter.count)
 
     fit(TrainConfig(epochs=4, batch_size=30, loop=loop, seed=11), tiny, on_epoch=on_epoch, log=lambda _: None)
-    # Epoch 1 compiles (step, eval); epochs 2-4 must reuse exactly those programs.
+    # Epoch 1 compiles (step, eval) before its hook runs; epochs 2-4 must reuse exactly those programs,
+    # epoch 2 included (the likeliest recompile: the first call on the outputs of a donated call).
     assert compiles[0] > 0, "the counter saw no compilation at all"
-    assert compiles[1] == compiles[2] == compiles[3], compiles
+    assert compiles[0] == compiles[1] == compiles[2] == compiles[3], compiles

@@ -33,6 +33,8 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | Non
             if len(jax.devices()) < devices:
                 raise ConfigError(f"--devices {devices}: JAX already started with {len(jax.devices())} device(s) "
                                   "in this process; run jaxintro in a fresh process") from None
+    # Set either way: a process that runs several commands (tests, notebooks) must not keep an earlier choice.
+    jax.config.update("jax_enable_compilation_cache", compile_cache)
     return enable_compile_cache() if compile_cache else None
 
 

@@ -294,6 +294,7 @@ class FitResult:
     train_seconds: float
     compile_seconds: float
     samples_per_second: float
+    compile_cache: str = "off"  # the training program came from the persistent cache ("hit"), or not
     stopped_early: bool = False
 
 
@@ -334,7 +335,7 @@ def fit(
     from tqdm import tqdm
 
     from jaxintro.parallel import replicate, to_host
-    from jaxintro.runtime import release_free_memory
+    from jaxintro.runtime import compile_cache_counts, release_free_memory
 
     trainer = Trainer.create(config, dataset)
     state = state or trainer.init_state()
@@ -349,6 +350,7 @@ def fit(
     evals = {"train": (x_train, y_train), "test": (x_test, y_test)}
     eval_fn = trainer.jit_eval()
 
+    cache_before = compile_cache_counts()
     compile_start = time.perf_counter()
     if config.loop == "scan":
         epoch_fn = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_train, y_train).compile()
@@ -359,6 +361,10 @@ def fit(
         step_fn = trainer.jit_step().lower(state.params, state.opt_state, batch, key).compile()
         plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
     compile_seconds = time.perf_counter() - compile_start
+    # What the persistent cache did for the training program itself (the evaluation programs are counted apart).
+    cache_after = compile_cache_counts()
+    cache_on = jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir
+    compile_cache = ("off" if not cache_on else "hit" if cache_after["hits"] > cache_before["hits"] else "miss")
 
     history: list[EpochMetrics] = []
     step_metrics: list[dict[str, np.ndarray]] = []
@@ -414,6 +420,7 @@ def fit(
         train_seconds=train_seconds,
         compile_seconds=compile_seconds,
         samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
+        compile_cache=compile_cache,
         stopped_early=stopped,
     )
 

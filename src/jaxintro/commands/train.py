@@ -18,6 +18,12 @@ from jaxintro.config import TrainConfig, parse_hidden
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 
 
+# What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one).
+CACHE_WORDS = {"hit": "training program loaded from the persistent cache",
+               "miss": "training program compiled, then stored in the persistent cache",
+               "off": "persistent cache off"}
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Map parsed flags onto the config (1:1) and validate it."""
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -149,7 +155,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
     from jaxintro import runs
     from jaxintro.checkpoint import Checkpointer, abstract_state, restore
     from jaxintro.data import load_dataset
-    from jaxintro.runtime import compile_cache_counts, peak_rss_mb
+    from jaxintro.runtime import peak_rss_mb
     from jaxintro.signals import GracefulStop
     from jaxintro.train import Trainer, fit
 
@@ -207,7 +213,6 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
         plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
 
     last = rows[-1]
-    hits = compile_cache_counts()["hits"]
     summary = {
         "dataset": dataset.name,
         "model": config.model,
@@ -219,7 +224,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
         "train_seconds": result.train_seconds,
         "compile_seconds": result.compile_seconds,
         "samples_per_second": result.samples_per_second,
-        "compile_cache": "off" if args.no_compile_cache else ("hit" if hits else "miss"),
+        "compile_cache": result.compile_cache,
         "loop": config.loop,
         "seed": config.seed,
         "devices": len(jax.devices()) if jax.process_count() > 1 else config.devices,
@@ -237,7 +242,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
         return stop.exit_code()
     print(f"Done: test accuracy {100 * last['test_accuracy']:.2f}% after {last['epoch']} epochs, "
           f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
-          f"compile {result.compile_seconds:.2f}s (persistent cache: {summary['compile_cache']}). "
+          f"compile {result.compile_seconds:.2f}s ({CACHE_WORDS[result.compile_cache]}). "
           f"Curves: {run_dir / 'curves.png'}")
     if args.json:
         print(json.dumps(summary))
