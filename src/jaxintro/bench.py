@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxintro.config import BENCH_ROWS
+from jaxintro.config import BENCH_ROWS, EVAL_CHUNK
 from jaxintro.errors import JaxintroError
 from jaxintro.runtime import peak_rss_mb
 
@@ -128,7 +128,9 @@ def jax_trainer(plan: Plan):
     trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed), dataset)
     state = trainer.init_state()
     init = {f"{n}.{leaf}": v for n, layer in state.params.items() for leaf, v in layer.items()}
-    assert all(np.array_equal(init[k], plan.params[k]) for k in plan.params), "plan and trainer disagree on init"
+    if not all(np.array_equal(init[k], plan.params[k]) for k in plan.params):
+        # The rows compare speeds of the same function: a different start would make them incomparable.
+        raise JaxintroError("bench: the plan's initial parameters differ from the trainer's; a bug, please report")
     return trainer, state, dataset
 
 
@@ -225,22 +227,25 @@ def row_scan_epoch(plan: Plan) -> RowResult:
     return _epoch_row("scan-epoch", plan, first_epoch, epoch, state)
 
 
-def _torch_model(plan: Plan):
+def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
+    """The lesson's MLP in PyTorch with the given (w (in, out), b) per layer: Linear -> ReLU ... -> Linear."""
     import torch
 
-    torch.manual_seed(plan.seed)
-    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
-    layers: list[torch.nn.Module] = []
-    for i, name in enumerate(names):
-        w, b = plan.params[f"{name}.w"], plan.params[f"{name}.b"]
+    modules: list[torch.nn.Module] = []
+    for i, (w, b) in enumerate(layers):
         linear = torch.nn.Linear(*w.shape)
         with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(w.T.copy()))
+            linear.weight.copy_(torch.from_numpy(np.asarray(w).T.copy()))
             linear.bias.copy_(torch.from_numpy(np.array(b)))
-        layers.append(linear)
-        if i < len(names) - 1:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
+        modules.append(linear)
+        if i < len(layers) - 1:
+            modules.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*modules)
+
+
+def _torch_model(plan: Plan):
+    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
+    return torch_mlp([(plan.params[f"{name}.w"], plan.params[f"{name}.b"]) for name in names])
 
 
 def row_torch(plan: Plan, *, compile: bool) -> RowResult:
@@ -302,8 +307,8 @@ def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 
 
     def accuracy(x: torch.Tensor, y: torch.Tensor) -> float:
         with torch.no_grad():
-            return sum(int((model(x[i:i + 2000].float() / 255.0).argmax(1) == y[i:i + 2000]).sum())
-                       for i in range(0, len(x), 2000)) / len(x)
+            return sum(int((model(x[i:i + EVAL_CHUNK].float() / 255.0).argmax(1) == y[i:i + EVAL_CHUNK]).sum())
+                       for i in range(0, len(x), EVAL_CHUNK)) / len(x)
 
     test_acc = 0.0
     for epoch in range(epochs):

@@ -14,6 +14,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "warmup-cosine")
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
+# Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
+EVAL_CHUNK = 2000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
 BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
 
@@ -62,11 +64,7 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
-        if self.batch_size % self.devices:
-            raise ConfigError(
-                f"--batch-size {self.batch_size} does not split over {self.devices} devices; "
-                f"use a multiple of {self.devices}"
-            )
+        check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:
             raise ConfigError("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)")
         return self
@@ -89,6 +87,12 @@ class TrainConfig:
         if "hidden" in obj:
             obj["hidden"] = tuple(obj["hidden"])
         return cls(**obj)
+
+
+def check_batch_split(batch_size: int, devices: int) -> None:
+    """The global batch must split evenly over the devices (checked from flags, and again on the real mesh)."""
+    if batch_size % devices:
+        raise ConfigError(f"--batch-size {batch_size} does not split over {devices} devices; use a multiple of {devices}")
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,6 +28,7 @@ from jaxintro.errors import ConfigError, JaxintroError
 
 AXIS = "data"
 DISTRIBUTED_TIMEOUT_S = 60
+SHARED_FOLDER_WAIT_S = 10  # how long a process waits to see process 0's token in the run folder
 
 
 def make_mesh(num_devices: int) -> Mesh:
@@ -78,13 +81,6 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(fetch, tree)
 
 
-def check_batch(batch_size: int, mesh: Mesh) -> None:
-    """The global batch must split evenly over the mesh."""
-    n = mesh.shape[AXIS]
-    if batch_size % n:
-        raise ConfigError(f"--batch-size {batch_size} does not split over {n} devices; use a multiple of {n}")
-
-
 def check_coordinator(coordinator: str, num_processes: int, process_id: int) -> None:
     """Refuse a malformed address, a bad process id, or (for process 0) a port already taken."""
     if num_processes < 1 or not 0 <= process_id < num_processes:
@@ -102,22 +98,111 @@ def check_coordinator(coordinator: str, num_processes: int, process_id: int) -> 
                     from None
 
 
+def distributed_timeout() -> int:
+    """The bound, in seconds, on every multi-process wait (`JAXINTRO_DISTRIBUTED_TIMEOUT`, default 60)."""
+    text = os.environ.get("JAXINTRO_DISTRIBUTED_TIMEOUT", str(DISTRIBUTED_TIMEOUT_S))
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"JAXINTRO_DISTRIBUTED_TIMEOUT must be a whole number of seconds >= 1; got {text!r}")
+    return int(text)
+
+
+def detect_cluster() -> tuple[str, int, int]:
+    """For `--coordinator auto`: (scheduler, process count, this process's id) from a launcher's environment.
+
+    SLURM (`srun`) and Open MPI (`mpirun`) are recognised by the variables JAX's own cluster detection
+    reads; a Kubernetes indexed Job by `JOB_COMPLETION_INDEX` (set by Kubernetes) with
+    `JAX_COORDINATOR_ADDRESS` and `JAX_NUM_PROCESSES` (set in the Job's manifest).
+    """
+    env = os.environ
+    if "OMPI_MCA_orte_hnp_uri" in env:  # JAX checks Open MPI first; so do we
+        return "Open MPI", int(env["OMPI_COMM_WORLD_SIZE"]), int(env["OMPI_COMM_WORLD_RANK"])
+    if all(name in env for name in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
+                                    "SLURM_LOCALID")):
+        return "SLURM", int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"])
+    if "JOB_COMPLETION_INDEX" in env and "JAX_COORDINATOR_ADDRESS" in env and "JAX_NUM_PROCESSES" in env:
+        return "Kubernetes", int(env["JAX_NUM_PROCESSES"]), int(env["JOB_COMPLETION_INDEX"])
+    raise ConfigError(
+        "--coordinator auto found no SLURM step (run it under srun), Open MPI job (mpirun) or Kubernetes indexed "
+        "Job (JOB_COMPLETION_INDEX, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES) in the environment; "
+        "or pass --coordinator HOST:PORT --num-processes N --process-id I (see docs/parallel.md)"
+    )
+
+
 def initialize_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
-    """Join a multi-process run (`jax.distributed`, gloo collectives on CPU) with bounded time-outs."""
-    check_coordinator(coordinator, num_processes, process_id)
+    """Join a multi-process run (`jax.distributed`, gloo collectives on CPU) with every wait bounded.
+
+    `coordinator="auto"` lets JAX read SLURM's or Open MPI's variables itself. The same bound
+    (`distributed_timeout()`) caps joining, a collective that never completes (XLA's CPU collective
+    time-out, 30 minutes by default) and the shutdown barrier; a peer that stops sending heartbeats
+    is declared dead after half of it, and JAX then ends every other process (exit 134).
+    """
+    timeout = distributed_timeout()
+    # Read by XLA when the CPU backend starts, which is after this point.
+    flag = f"--xla_cpu_collective_timeout_seconds={timeout}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    timeout = int(os.environ.get("JAXINTRO_DISTRIBUTED_TIMEOUT", DISTRIBUTED_TIMEOUT_S))
+    bounds = dict(initialization_timeout=timeout, heartbeat_timeout_seconds=max(10, timeout // 2),
+                  shutdown_timeout_seconds=timeout)
+    if coordinator == "auto" and "JOB_COMPLETION_INDEX" in os.environ and "OMPI_MCA_orte_hnp_uri" not in os.environ \
+            and "SLURM_PROCID" not in os.environ:
+        # Kubernetes: JAX's own detection would need the `kubernetes` package and API access; the Job's
+        # manifest gives the address and the count instead.
+        coordinator = os.environ["JAX_COORDINATOR_ADDRESS"]
+        where = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
+                     cluster_detection_method="deactivate")
+    elif coordinator == "auto":
+        where = {}
+    else:
+        where = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
     try:
-        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                                   process_id=process_id, initialization_timeout=timeout,
-                                   heartbeat_timeout_seconds=max(10, timeout // 2),
-                                   shutdown_timeout_seconds=timeout)
+        jax.distributed.initialize(**where, **bounds)
     except Exception as exc:  # gRPC and XLA raise assorted types
         raise JaxintroError(
             f"could not join the {num_processes}-process run at {coordinator} within {timeout}s "
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); check that every process was started "
             "with the same --coordinator and --num-processes and a distinct --process-id"
         ) from None
+
+
+def check_cluster(folder: Path, flag: str, num_processes: int) -> None:
+    """After joining, before any work: all processes agree on their count and see `folder` as one folder.
+
+    JAX's coordinator keeps its own count, so a process started with another `--num-processes` would
+    otherwise train on silently. Checkpoints of a multi-process run are written together into one
+    folder; per-host folders would make the first save wait for files another host cannot see.
+    Process 0 writes a token into the folder, the others must find it in time. Called by every process;
+    on a mismatch every process raises the same ConfigError (exit 2).
+    """
+    from jax.experimental import multihost_utils
+
+    counts = np.asarray(multihost_utils.process_allgather(np.int32(num_processes))).reshape(-1)
+    if (counts != jax.process_count()).any():
+        said = ", ".join(f"process {i}: {int(c)}" for i, c in enumerate(counts))
+        raise ConfigError(
+            f"the processes disagree on --num-processes ({said}); the run has {jax.process_count()} processes: "
+            "start every process with the same --num-processes"
+        )
+    nonce = int(multihost_utils.broadcast_one_to_all(np.random.randint(1, 2**31 - 1, dtype=np.int64)))
+    token = folder / f".shared-check-{nonce}"
+    if jax.process_index() == 0:
+        token.write_text(f"written by process 0 of {jax.process_count()}\n")
+    deadline = time.monotonic() + min(SHARED_FOLDER_WAIT_S, distributed_timeout())
+    seen = token.exists()
+    # Network filesystems may show a new file late; a folder that is not there at all will not appear.
+    while not seen and folder.is_dir() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        seen = token.exists()
+    seen_by = np.asarray(multihost_utils.process_allgather(np.int32(seen))).reshape(-1)
+    if jax.process_index() == 0:
+        token.unlink(missing_ok=True)
+    blind = [int(i) for i in np.flatnonzero(seen_by == 0)]
+    if blind:
+        raise ConfigError(
+            f"{flag} {folder} is not one folder that every process sees: process(es) "
+            f"{', '.join(map(str, blind))} do not see the file process 0 wrote into it; give every process the "
+            f"same {flag} on a filesystem they share (NFS or a cluster filesystem), since checkpoints are written "
+            "together into one folder"
+        )
 
 
 def _is_local(host: str) -> bool:

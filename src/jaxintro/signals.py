@@ -28,9 +28,11 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 class GracefulStop:
     """A context in which SIGINT/SIGTERM request a stop at the next epoch boundary; a second Ctrl-C quits now."""
 
-    def __init__(self, *, catch_sigterm: bool = True) -> None:
+    def __init__(self, *, distributed: bool = False) -> None:
         self.signum: int | None = None  # the first stop signal received
-        self._signals = [signal.SIGINT] + ([signal.SIGTERM] if catch_sigterm else [])
+        self.distributed = distributed
+        # With several processes JAX's preemption notifier owns SIGTERM (it replaces any Python handler).
+        self._signals = [signal.SIGINT] if distributed else [signal.SIGINT, signal.SIGTERM]
         self._previous: dict[int, object] = {}
         self._previous_fd = -1
         self._pipe: tuple[int, int] | None = None
@@ -84,7 +86,12 @@ class GracefulStop:
     def _on_signal(self, signum: int) -> None:
         if signum not in self._signals:
             return
-        if self.signum is None:
+        if self.signum is None and self.distributed:
+            self.signum = signal.SIGTERM
+            print("\nCtrl-C: asking every process to stop after a common epoch, with its checkpoint (press Ctrl-C "
+                  "again to quit now)", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)  # a preemption notice: all processes learn of it and agree
+        elif self.signum is None:
             self.signum = signum
             name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             again = " (press Ctrl-C again to quit now)" if signum == signal.SIGINT else ""
@@ -94,6 +101,18 @@ class GracefulStop:
                   flush=True)
             os._exit(EXIT_INTERRUPTED)
 
+    def should_stop(self, epoch: int) -> bool:
+        """Whether to stop after `epoch`: a signal here, or (several processes) a preemption notice anywhere.
+
+        With several processes every one must call this after every epoch, with the same epochs:
+        JAX's preemption sync point is a collective that names one epoch at which all of them stop.
+        """
+        if not self.distributed:
+            return self.requested
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.reached_preemption_sync_point(epoch)
+
     def exit_code(self) -> int:
-        """130 for a stop asked by Ctrl-C, 143 for one asked by SIGTERM."""
-        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+        """130 for a stop asked by Ctrl-C in one process, 143 for SIGTERM (and for any stop of several processes)."""
+        return EXIT_TERMINATED if self.distributed or self.signum == signal.SIGTERM else EXIT_INTERRUPTED

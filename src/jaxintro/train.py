@@ -24,13 +24,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
-from jaxintro.config import TrainConfig
+from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.models import Model, Params, build_model, param_count
 from jaxintro.optim import build_optimizer, build_schedule
 
-EVAL_CHUNK = 2000
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
 
 
@@ -209,10 +208,11 @@ class Trainer:
                 f"--batch-size {config.batch_size} is larger than the {len(dataset.x_train)} training "
                 f"images of {dataset.name}; use at most {len(dataset.x_train)}"
             )
-        from jaxintro.parallel import check_batch, make_mesh
+        from jaxintro.config import check_batch_split
+        from jaxintro.parallel import AXIS, make_mesh
 
         mesh = make_mesh(config.devices)
-        check_batch(config.batch_size, mesh)
+        check_batch_split(config.batch_size, mesh.shape[AXIS])  # with several processes, every device counts
         steps = len(dataset.x_train) // config.batch_size
         model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
                             dropout=config.dropout)
@@ -329,7 +329,7 @@ def fit(
     on_epoch: EpochHook | None = None,
     log: Callable[[str], None] = print,
     progress: bool = False,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[int], bool] = lambda epoch: False,
 ) -> FitResult:
     """Train `config.epochs` epochs (from `state` when resuming), evaluating on the full train and test sets."""
     from tqdm import tqdm
@@ -406,7 +406,7 @@ def fit(
             log(row.line(config.epochs))
         if on_epoch is not None:
             on_epoch(state, row)
-        if should_stop() and epoch < config.epochs:
+        if should_stop(epoch) and epoch < config.epochs:  # asked after every epoch: it may be a collective
             stopped = True
             break
     bar.close()

@@ -49,7 +49,15 @@ def resolve_cluster(args: argparse.Namespace) -> Cluster:
         if args.num_processes not in (None, 1) or args.process_id not in (None, 0):
             raise ConfigError("--num-processes and --process-id need --coordinator HOST:PORT")
         return Cluster()
-    from jaxintro.parallel import check_coordinator
+    from jaxintro.parallel import check_coordinator, detect_cluster, distributed_timeout
+
+    distributed_timeout()  # a bad JAXINTRO_DISTRIBUTED_TIMEOUT is refused before anything starts
+    if args.coordinator == "auto":
+        if args.num_processes is not None or args.process_id is not None:
+            raise ConfigError("--coordinator auto takes the process count and id from the scheduler; "
+                              "drop --num-processes and --process-id")
+        _, count, index = detect_cluster()
+        return Cluster("auto", count, index)
 
     cluster = Cluster(args.coordinator, args.num_processes or 1, args.process_id or 0)
     check_coordinator(cluster.coordinator, cluster.num_processes, cluster.process_id)
@@ -73,7 +81,7 @@ def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, d
         saved = run_dir / CONFIG_FILE
         configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
                       compile_cache=not args.no_compile_cache)
-        _join(cluster)
+        _join(cluster, run_dir, "--resume")
         meta = read_meta(run_dir)
         config = config_from_meta(run_dir, meta)
         check_resume_flags(args, config, run_dir)
@@ -91,9 +99,17 @@ def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, d
             raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
         # Process 0 claims the folder (before joining: a refusal must not leave the others waiting long);
         # the others share it.
+        created = not Path(args.run_dir).exists()
         run_dir = claim_run_dir(args.run_dir) if cluster.process_id == 0 else Path(args.run_dir)
         configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
-        _join(cluster)
+        try:
+            _join(cluster, run_dir, "--run-dir")
+        except BaseException:
+            if cluster.process_id == 0:
+                from jaxintro.runs import discard_run_dir
+
+                discard_run_dir(run_dir, created=created)
+            raise
         return config, run_dir, None, cluster
     # Refuse an unusable run folder before loading data or compiling anything.
     run_dir = claim_run_dir(args.run_dir)
@@ -125,11 +141,13 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
         )
 
 
-def _join(cluster: Cluster) -> None:
+def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
+    """Join the other processes, then check that they agree on their count and all see `run_dir`."""
     if cluster.coordinator is not None:
-        from jaxintro.parallel import initialize_distributed
+        from jaxintro.parallel import check_cluster, initialize_distributed
 
         initialize_distributed(cluster.coordinator, cluster.num_processes, cluster.process_id)
+        check_cluster(run_dir, flag, cluster.num_processes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,9 +207,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
           f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
           f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
     try:
-        with GracefulStop() as stop:
+        with GracefulStop(distributed=jax.process_count() > 1) as stop:
             result = fit(config, dataset, state=state, on_epoch=on_epoch, progress=sys.stderr.isatty(),
-                         should_stop=lambda: stop.requested)
+                         should_stop=stop.should_stop)
     except TrainingDivergedError as exc:
         kept = f"the last good checkpoint is epoch {rows[-1]['epoch']} in {run_dir}" if rows else "no epoch finished"
         raise TrainingDivergedError(f"{exc}; {kept}") from None

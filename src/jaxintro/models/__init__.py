@@ -13,7 +13,16 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
+from jaxintro.config import MODELS
+from jaxintro.errors import ConfigError
+
 Params = Any  # a pytree of arrays
+
+# He (Kaiming) normal, N(0, 2 / fan_in), the lesson's init for ReLU layers, shared by every style so that
+# they start from the same distribution. A kernel is (fan_in, fan_out); Equinox stores (fan_out, fan_in).
+# (Flax's own `he_normal` is truncated, which would make the styles differ.)
+HE_NORMAL = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+HE_NORMAL_OUT_IN = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal", in_axis=-1, out_axis=-2)
 
 
 class Model(NamedTuple):
@@ -39,7 +48,7 @@ def build_model(
     elif style == "equinox":
         from jaxintro.models import equinox as module  # type: ignore[no-redef]
     else:
-        raise ValueError(f"unknown model style {style!r}")
+        raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got {style!r}")
     return module.build(sizes, dropout=dropout)
 
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from jaxintro.models import Model
+from jaxintro.models import HE_NORMAL_OUT_IN, Model
 
 
 class MLP(eqx.Module):
@@ -22,7 +22,7 @@ class MLP(eqx.Module):
         for k, fan_in, fan_out in zip(keys, sizes[:-1], sizes[1:]):
             linear = eqx.nn.Linear(fan_in, fan_out, key=k)
             # Equinox's default is uniform; use He normal like every other style.
-            weight = jax.random.normal(k, (fan_out, fan_in), jnp.float32) * jnp.sqrt(2.0 / fan_in)
+            weight = HE_NORMAL_OUT_IN(k, (fan_out, fan_in), jnp.float32)
             linear = eqx.tree_at(lambda l: (l.weight, l.bias), linear, (weight, jnp.zeros((fan_out,), jnp.float32)))
             layers.append(linear)
         self.layers = layers

@@ -8,11 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxintro.models import Model
-
-# Untruncated N(0, 2/fan_in): the same distribution as the pure-JAX He init
-# (Flax's `he_normal` is truncated, which would make the styles differ).
-HE_NORMAL = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+from jaxintro.models import HE_NORMAL, Model
 
 
 class MLP(nn.Module):

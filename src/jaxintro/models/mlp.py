@@ -6,15 +6,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from jaxintro.models import Model
+from jaxintro.models import HE_NORMAL, Model
 
 Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
 Params = dict[str, Layer]  # {"layer1": ..., "layer2": ..., ...}
 
 
 def he_normal(key: jax.Array, fan_in: int, fan_out: int) -> Float[Array, "fan_in fan_out"]:
-    """He (Kaiming) normal init: N(0, 2 / fan_in), suited to ReLU."""
-    return jax.random.normal(key, (fan_in, fan_out), jnp.float32) * jnp.sqrt(2.0 / fan_in)
+    """He (Kaiming) normal init: N(0, 2 / fan_in), suited to ReLU (the lesson's `random.normal * sqrt(2 / fan_in)`)."""
+    return HE_NORMAL(key, (fan_in, fan_out), jnp.float32)
 
 
 def init_params(key: jax.Array, sizes: tuple[int, ...] = (784, 256, 128, 10)) -> Params:
@@ -50,9 +50,6 @@ def mlp_forward(
     last = params[names[-1]]
     return x @ last["w"] + last["b"]
 
-
-# The lesson's name for the forward pass.
-forward = mlp_forward
 
 
 def build(sizes: tuple[int, ...], *, dropout: float = 0.0) -> Model:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from jaxintro.models import Model
-
-HE_NORMAL = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+from jaxintro.models import HE_NORMAL, Model
 
 
 class MLP(nnx.Module):

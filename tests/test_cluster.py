@@ -1,0 +1,223 @@
+"""The multi-process fault matrix on 127.0.0.1: every fault ends every process within a bound, none hangs.
+
+Two processes train `digits` together (`jax.distributed`, gloo on CPU). Each row injects one fault and
+checks the exit code and message of every process, the time each took to exit, and, where a
+checkpoint was promised, that resuming reaches the uninterrupted result. Every child is killed in a
+`finally`, whatever happens. `pytest tests/test_cluster.py -s` prints the measured exit times (the
+table in docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from jaxintro.evaluate import load_run
+
+TIMEOUT_S = 20  # JAXINTRO_DISTRIBUTED_TIMEOUT in these tests: heartbeats time out after 10 s
+EPOCHS = 40  # long enough that a signal sent after epoch 1 lands well before the end
+TIMES: list[tuple[str, str]] = []  # (row, measured exits), printed at the end of the module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_times() -> Iterator[None]:
+    yield
+    if TIMES:
+        print("\n| fault | every process exited after |\n| --- | --- |")
+        for row, times in TIMES:
+            print(f"| {row} | {times} |")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "JAXINTRO_DISTRIBUTED_TIMEOUT": str(TIMEOUT_S), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def launch(argv: list[str], environ: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environ or env())
+
+
+def pair_argv(port: int, rank: int, run_dir: Path, *extra: str, processes: int = 2) -> list[str]:
+    return ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes), "--process-id", str(rank),
+            "--run-dir", str(run_dir), "--no-compile-cache", "--json", *extra]
+
+
+@contextlib.contextmanager
+def processes(*argvs: list[str], environs: list[dict[str, str]] | None = None) -> Iterator[list[subprocess.Popen]]:
+    """Start one process per argv; whatever happens, none outlives the block."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for i, argv in enumerate(argvs):
+            procs.append(launch(argv, environs[i] if environs else None))
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot die of SIGKILL until it runs
+                p.kill()
+            p.communicate(timeout=30)
+
+
+def wait_for_epoch(proc: subprocess.Popen, epoch: int, bound: float = 180) -> None:
+    deadline = time.monotonic() + bound
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("Epoch") and int(line.split("|")[0].split()[1]) >= epoch:
+            return
+        assert time.monotonic() < deadline, "no progress"
+    raise AssertionError(f"training ended before epoch {epoch}: {proc.stderr.read()[-2000:]}")  # type: ignore
+
+
+def finish(procs: list[subprocess.Popen], since: float, bound: float) -> list[tuple[int, str, str, float]]:
+    """Wait for every process (at most `bound` seconds in all): (exit code, stdout, stderr, seconds since `since`)."""
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=max(1.0, bound - (time.monotonic() - since)))
+        results.append((p.returncode, out, err, time.monotonic() - since))
+    return results
+
+
+def summary(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """The 2-process run of EPOCHS epochs that no fault touched."""
+    run = tmp_path_factory.mktemp("whole") / "r"
+    port = free_port()
+    with processes(pair_argv(port, 0, run, "--dataset", "digits", "--epochs", str(EPOCHS)),
+                   pair_argv(port, 1, run, "--dataset", "digits", "--epochs", str(EPOCHS))) as procs:
+        results = finish(procs, time.monotonic(), 600)
+    for code, _, err, _ in results:
+        assert code == 0, err[-2000:]
+    return summary(results[0][1])
+
+
+@pytest.mark.parametrize("targets", [(0,), (1,), (0, 1)], ids=["sigterm-0", "sigterm-1", "sigterm-both"])
+def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_result(tmp_path, uninterrupted,
+                                                                                      targets):
+    run, port = tmp_path / "r", free_port()
+    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", str(EPOCHS)) for rank in (0, 1)]
+    with processes(*argvs) as procs:
+        wait_for_epoch(procs[0], 1)
+        sent = time.monotonic()
+        for rank in targets:
+            procs[rank].send_signal(signal.SIGTERM)
+        results = finish(procs, sent, TIMEOUT_S * 3)
+    stopped = []
+    for code, out, err, _ in results:
+        assert code == 143, err[-2000:]
+        assert f"continue with: jaxintro train --resume {run}" in out
+        stopped.append(summary(out)["epochs"])
+    assert stopped[0] == stopped[1] < EPOCHS  # one epoch boundary for all
+    assert load_run(run).epoch == stopped[0]  # one consistent checkpoint
+    TIMES.append((f"SIGTERM to process {' and '.join(map(str, targets))}",
+                  ", ".join(f"{t:.1f} s (exit {c})" for c, _, _, t in results)))
+    port = free_port()
+    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--no-compile-cache", "--json"]
+                     for rank in (0, 1)]) as procs:
+        resumed = finish(procs, time.monotonic(), 600)
+    for code, out, err, _ in resumed:
+        assert code == 0, err[-2000:]
+        assert f"from epoch {stopped[0]} to {EPOCHS}" in out
+        assert summary(out)["final_loss"] == uninterrupted["final_loss"]
+        assert summary(out)["test_accuracy"] == uninterrupted["test_accuracy"]
+
+
+@pytest.mark.parametrize("fault, victim", [("SIGKILL", 1), ("SIGKILL", 0), ("SIGSTOP", 1)],
+                         ids=["peer-dies", "coordinator-dies", "peer-stalls"])
+def test_a_dead_or_stalled_peer_ends_the_others_within_the_heartbeat_bound(tmp_path, fault, victim):
+    run, port = tmp_path / "r", free_port()
+    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", "100000") for rank in (0, 1)]
+    with processes(*argvs) as procs:
+        wait_for_epoch(procs[0], 2)
+        sent = time.monotonic()
+        procs[victim].send_signal(getattr(signal, fault))
+        survivor = procs[1 - victim]
+        code, out, err, took = finish([survivor], sent, TIMEOUT_S * 3)[0]
+    # A lost peer is a failure (never 0), said in one of two ways: the collective that failed (jaxintro's line,
+    # exit 1) or JAX's coordination service ending the process (exit 134 = SIGABRT) naming the unhealthy task.
+    assert code in (1, -signal.SIGABRT), (code, err[-2000:])
+    said = any(words in err.lower() for words in ("lost its peers", "detected fatal errors", "unhealthy",
+                                                  "heartbeat", "leader task"))
+    assert said, err[-2000:]
+    assert took < TIMEOUT_S * 3
+    TIMES.append((f"{fault} of process {victim}", f"survivor: {took:.1f} s (exit {code})"))
+    assert load_run(run).epoch >= 1  # the checkpoints written before the fault are intact
+
+
+def test_different_run_folders_are_refused_by_every_process_before_training(tmp_path):
+    port = free_port()
+    (tmp_path / "host-b").mkdir()  # each "host" has a folder of its own, as on a cluster without shared storage
+    with processes(pair_argv(port, 0, tmp_path / "host-a", "--dataset", "digits", "--epochs", "2"),
+                   pair_argv(port, 1, tmp_path / "host-b", "--dataset", "digits", "--epochs", "2")) as procs:
+        start = time.monotonic()
+        results = finish(procs, start, 120)
+    for code, out, err, _ in results:
+        assert code == 2, err[-2000:]
+        assert "is not one folder that every process sees: process(es) 1" in err and "Epoch" not in out
+    assert not (tmp_path / "host-a").exists()  # process 0's claim is withdrawn
+    TIMES.append(("different --run-dir per process", ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
+
+
+@pytest.mark.parametrize("counts", [(2, 3), (3, 2)], ids=["peer-says-3", "coordinator-says-3"])
+def test_a_wrong_process_count_on_one_side_ends_both(tmp_path, counts):
+    port, run = free_port(), tmp_path / "r"
+    with processes(pair_argv(port, 0, run, "--dataset", "digits", "--epochs", "2", processes=counts[0]),
+                   pair_argv(port, 1, run, "--dataset", "digits", "--epochs", "2", processes=counts[1])) as procs:
+        start = time.monotonic()
+        results = finish(procs, start, TIMEOUT_S * 4)
+    for code, out, err, took in results:
+        # Once joined, jaxintro compares the counts (exit 2, one line). A coordinator that waits for a third
+        # process never lets the others join: JAX ends them at the join time-out (SIGABRT), or jaxintro does.
+        assert code in (2, -signal.SIGABRT) and "Epoch" not in out, err[-2000:]
+        assert any(words in err for words in ("disagree on --num-processes", "could not join",
+                                              "detected fatal errors")), err[-2000:]
+        assert took < TIMEOUT_S * 3
+    TIMES.append((f"--num-processes {counts[0]} on process 0, {counts[1]} on process 1",
+                  ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
+
+
+def slurm_env(rank: int, port: int) -> dict[str, str]:
+    """What `srun --ntasks 2` on one node sets (the variables JAX's SLURM detection reads)."""
+    base = {k: v for k, v in env().items() if not k.startswith(("SLURM_", "OMPI_"))}
+    return {**base, "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "JAX_COORDINATOR_PORT": str(port)}
+
+
+def test_coordinator_auto_reads_a_slurm_step_and_trains_like_explicit_flags(tmp_path):
+    port, run = free_port(), tmp_path / "r"
+    argv = ["--coordinator", "auto", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run),
+            "--no-compile-cache", "--json"]
+    with processes(argv, argv, environs=[slurm_env(0, port), slurm_env(1, port)]) as procs:
+        results = finish(procs, time.monotonic(), 600)
+    for code, out, err, _ in results:
+        assert code == 0, err[-2000:]
+        assert summary(out)["processes"] == 2
+    assert summary(results[0][1])["final_loss"] == summary(results[1][1])["final_loss"]
+
+
+def test_coordinator_auto_without_a_scheduler_is_a_one_line_error(tmp_path):
+    environ = {k: v for k, v in env().items()
+               if not k.startswith(("SLURM_", "OMPI_")) and k not in ("JOB_COMPLETION_INDEX",)}
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--coordinator", "auto", "--run-dir",
+                           str(tmp_path / "r")], capture_output=True, text=True, env=environ, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "found no SLURM step" in proc.stderr and not (tmp_path / "r").exists()
