@@ -221,3 +221,69 @@ def test_coordinator_auto_without_a_scheduler_is_a_one_line_error(tmp_path):
                            str(tmp_path / "r")], capture_output=True, text=True, env=environ, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "found no SLURM step" in proc.stderr and not (tmp_path / "r").exists()
+
+
+FAKE_SRUN = '''#!{python}
+"""srun for one node: start SLURM_NTASKS copies of the command with the variables srun sets for each task."""
+import os, subprocess, sys
+
+command = sys.argv[1:]
+while command and command[0].startswith("-"):  # srun's own options
+    command.pop(0)
+tasks = [subprocess.Popen(command, env={{**os.environ, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+                                        "SLURM_STEP_NODELIST": "127.0.0.1"}})
+         for i in range(int(os.environ["SLURM_NTASKS"]))]
+try:
+    codes = [task.wait(timeout=600) for task in tasks]
+finally:
+    for task in tasks:
+        task.kill()
+sys.exit(next((code for code in codes if code), 0))
+'''
+
+
+def test_the_documented_sbatch_script_trains_under_srun(tmp_path, mnist_dir):
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SRUN.format(python=sys.executable))
+    fake.chmod(0o755)
+    environ = {k: v for k, v in env().items() if not k.startswith(("SLURM_", "OMPI_"))}
+    environ.update(PATH=f"{fake.parent}:{environ['PATH']}", SLURM_JOB_ID="4242", SLURM_NTASKS="2",
+                   JAX_COORDINATOR_PORT=str(free_port()), VENV=sys.prefix, DATA_DIR=str(mnist_dir),
+                   RUN_DIR=str(tmp_path / "run"), EPOCHS="1")
+    script = Path(__file__).resolve().parents[1] / "docs" / "cluster" / "train.sbatch"
+    proc = subprocess.run(["bash", str(script)], env=environ, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("Done: test accuracy") == 2  # both tasks, one run
+    assert load_run(tmp_path / "run").epoch == 1
+
+
+def test_the_documented_kubernetes_job_runs_as_an_indexed_job(tmp_path, mnist_dir):
+    import yaml
+
+    manifest = Path(__file__).resolve().parents[1] / "docs" / "cluster" / "job.yaml"
+    job = [doc for doc in yaml.safe_load_all(manifest.read_text()) if doc["kind"] == "Job"][0]
+    assert job["spec"]["completionMode"] == "Indexed"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    count = int(job["spec"]["parallelism"])
+    port = free_port()
+    environs = []
+    for index in range(count):
+        environ = {k: v for k, v in env().items() if not k.startswith(("SLURM_", "OMPI_"))}
+        environ.update({e["name"]: e["value"] for e in container["env"]})
+        # What the cluster would give: the index from Kubernetes, pod 0 reachable, the volumes mounted.
+        environ.update(JOB_COMPLETION_INDEX=str(index), JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                       RUN_DIR=str(tmp_path / "run"), DATA_DIR=str(mnist_dir), EPOCHS="1",
+                       PATH=f"{Path(sys.executable).parent}:{environ['PATH']}")
+        environs.append(environ)
+    pods = [subprocess.Popen(container["command"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for e in environs]
+    try:
+        results = [pod.communicate(timeout=900) for pod in pods]
+    finally:
+        for pod in pods:
+            pod.kill()
+    for pod, (out, err) in zip(pods, results):
+        assert pod.returncode == 0, err[-3000:]
+        assert summary(out)["processes"] == count
+    assert load_run(tmp_path / "run").epoch == 1

@@ -10,6 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+MISTAKE = "tab:red"  # the colour that marks a misclassified image
 
 
 def _save(fig, path: Path) -> Path:
@@ -25,7 +28,7 @@ def _save(fig, path: Path) -> Path:
 def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     """Loss and train/test accuracy per epoch."""
     epochs = [r["epoch"] for r in rows]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label="train loss (epoch mean)")
     ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label="test loss")
     ax_loss.set_xlabel("epoch")
@@ -36,13 +39,20 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("accuracy (%)")
     ax_acc.legend()
+    _epoch_ticks(ax_loss, ax_acc)
     fig.suptitle(title)
     return _save(fig, path)
 
 
+def _epoch_ticks(*axes) -> None:
+    """Epochs are whole numbers: no tick at 2.5."""
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_curves_compare(runs: dict[str, Sequence[dict]], path: Path, title: str = "") -> Path:
     """Test accuracy and train-test gap per epoch for several runs."""
-    fig, (ax_acc, ax_gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax_acc, ax_gap) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     for label, rows in runs.items():
         epochs = [r["epoch"] for r in rows]
         ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "o-", label=label)
@@ -53,13 +63,14 @@ def plot_curves_compare(runs: dict[str, Sequence[dict]], path: Path, title: str 
     ax_gap.set_ylabel("train - test accuracy (points)")
     ax_acc.legend()
     ax_gap.legend()
+    _epoch_ticks(ax_acc, ax_gap)
     fig.suptitle(title)
     return _save(fig, path)
 
 
 def plot_bars(names: Sequence[str], values: Sequence[float], path: Path, *, ylabel: str, title: str) -> Path:
     """A labelled bar chart (benchmark rows, model styles)."""
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 3.8))
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 3.8), layout="constrained")
     bars = ax.bar(names, values, color="tab:blue")
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
     ax.set_ylabel(ylabel)
@@ -71,10 +82,10 @@ def plot_bars(names: Sequence[str], values: Sequence[float], path: Path, *, ylab
 def plot_series(series: dict[str, np.ndarray], path: Path, *, xlabel: str, ylabel: str, title: str,
                 hline: float | None = None, logy: bool = False) -> Path:
     """Several curves on one axis (per-step gradient norms, say)."""
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     for label, values in series.items():
         steps = np.arange(1, len(values) + 1)
-        (raw,) = ax.plot(steps, values, lw=0.5, alpha=0.35)
+        (raw,) = ax.plot(steps, values, lw=0.5, alpha=0.25)  # faint raw values, the smoothed line on top
         # Per-step values are noisy: a running mean over ~1% of the run shows the trend.
         window = max(1, len(values) // 100)
         smooth = np.convolve(values, np.ones(window) / window, mode="valid")
@@ -90,22 +101,27 @@ def plot_series(series: dict[str, np.ndarray], path: Path, *, xlabel: str, ylabe
     return _save(fig, path)
 
 
-def plot_image_grid(images: np.ndarray, captions: Sequence[str], path: Path, *, title: str, cols: int = 8) -> Path:
-    """Images (N, H, W) in a grid, each with a caption."""
+def plot_image_grid(images: np.ndarray, captions: Sequence[str], path: Path, *, title: str, cols: int = 8,
+                    marked: Sequence[bool] | None = None) -> Path:
+    """Images (N, H, W) in a grid, each with a caption; `marked` ones (misclassified) framed and captioned in red."""
     rows = -(-len(images) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 2.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 2.1 * rows), squeeze=False, layout="constrained")
     for ax in axes.flat:
         ax.axis("off")
-    for ax, image, caption in zip(axes.flat, images, captions):
+    marked = marked if marked is not None else [False] * len(images)
+    for ax, image, caption, mark in zip(axes.flat, images, captions, marked):
         ax.imshow(image, cmap="gray_r" if image.mean() < 128 else "gray")
-        ax.set_title(caption, fontsize=7)
-    fig.suptitle(title)
+        ax.set_title(caption, fontsize=7, color=MISTAKE if mark else "black")
+        if mark:
+            ax.add_patch(plt.Rectangle((-0.5, -0.5), image.shape[1], image.shape[0], fill=False, lw=3,
+                                       edgecolor=MISTAKE))
+    fig.suptitle(title + ("  (red: misclassified)" if any(marked) else ""))
     return _save(fig, path)
 
 
 def plot_confusion(matrix: np.ndarray, classes: Sequence[str], path: Path, *, title: str) -> Path:
     """A confusion matrix with counts in each cell."""
-    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    fig, ax = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
     im = ax.imshow(matrix, cmap="Blues")
     ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
     ax.set_yticks(range(len(classes)), classes)
@@ -114,6 +130,6 @@ def plot_confusion(matrix: np.ndarray, classes: Sequence[str], path: Path, *, ti
     for (i, j), count in np.ndenumerate(matrix):
         ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
                 color="white" if count > matrix.max() / 2 else "black")
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="test images")
     ax.set_title(title)
     return _save(fig, path)
