@@ -5,10 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Extra flags for `make train`, e.g. make train ARGS="--data-dir ../shared/data/mnist".
 ARGS   ?=
+# The translations' sources; installing compiles them to .mo files (setup.py's build hook).
+LOCALE := src/jaxintro/locale
+PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 
-.PHONY: train test test-fast bench install clean
+.PHONY: train test test-fast bench install clean messages serve browser
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt setup.py $(PO)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[torch,dev]'
 	touch $(STAMP)
@@ -18,14 +21,43 @@ install: $(STAMP)
 train: $(STAMP)
 	$(BIN)/jaxintro train $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/jaxintro bench $(ARGS)
+
+# The page for the newest finished run (after `make train`), e.g. make serve ARGS="--port 8080 --open".
+serve: $(STAMP)
+	$(BIN)/jaxintro serve $(ARGS)
+
+# The browser that tests/test_serve.py drives: Debian's Chromium and its driver. On a fresh Debian machine
+# run as root (CI) they are installed here; elsewhere this says how, and the browser test skips (under CI=1
+# a missing browser fails it instead). Another Chromium: set JAXINTRO_CHROMIUM and JAXINTRO_CHROMEDRIVER.
+browser:
+	@if [ -n "$$JAXINTRO_CHROMIUM$$JAXINTRO_CHROMEDRIVER" ] || \
+		{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Chromium and chromedriver for the browser test (apt-get)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			chromium chromium-driver; \
+	else \
+		echo "NOTE: no chromium/chromedriver on PATH: the browser test of 'jaxintro serve' will skip."; \
+		echo "      Install them with: sudo apt-get install chromium chromium-driver (Debian, Ubuntu), or point"; \
+		echo "      JAXINTRO_CHROMIUM and JAXINTRO_CHROMEDRIVER at a Chromium and its matching chromedriver."; \
+	fi
+
+# After adding or changing a message (_(), N_(), ngettext()): extract them all, merge them into each
+# catalog (new ones empty, changed ones fuzzy), translate those, then `make install` compiles them.
+messages: $(STAMP)
+	$(BIN)/pybabel extract --project=jaxintro --version="$$($(BIN)/python -c 'import jaxintro; print(jaxintro.__version__)')" \
+		--copyright-holder="the jaxintro authors" --add-location=file --add-comments=TRANSLATORS: \
+		-o $(LOCALE)/jaxintro.pot src/jaxintro
+	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -33,6 +33,10 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
     monkeypatch.delenv("JAXINTRO_DATA_DIR", raising=False)
     # Unreachable by construction: a test never touches the network by accident.
     monkeypatch.setenv("JAXINTRO_MIRRORS", "http://127.0.0.1:9/")
+    # English unless a test asks for Spanish: the machine's locale must not change what tests read.
+    for name in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
     return cache
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset
+from jaxintro.i18n import _
 from jaxintro.plots import plot_curves_compare, plot_series
 from jaxintro.train import FitResult, fit
 
@@ -29,8 +30,9 @@ def _run(config: TrainConfig, dataset: Dataset, label: str, log: Log) -> FitResu
 def dropout_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, rate: float, log: Log) -> dict[str, Any]:
     """Train without and with dropout `rate`; compare test accuracy and the train-test gap."""
     runs = {
-        "no dropout": _run(dataclasses.replace(base, dropout=0.0), dataset, "without dropout", log),
-        f"dropout {rate:g}": _run(dataclasses.replace(base, dropout=rate), dataset, f"with dropout {rate:g}", log),
+        "no dropout": _run(dataclasses.replace(base, dropout=0.0), dataset, _("without dropout"), log),
+        f"dropout {rate:g}": _run(dataclasses.replace(base, dropout=rate), dataset,
+                                  _("with dropout {rate:g}").format(rate=rate), log),
     }
     plot_curves_compare({k: [r._asdict() for r in v.history] for k, v in runs.items()}, out / "dropout.png",
                         title=f"Dropout on {dataset.name}")
@@ -49,7 +51,7 @@ def models_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, log: Lo
     """Train every model style with the same seed and config; one row each."""
     rows = []
     for style in MODELS:
-        result = _run(dataclasses.replace(base, model=style), dataset, f"model {style}", log)
+        result = _run(dataclasses.replace(base, model=style), dataset, _("model {style}").format(style=style), log)
         rows.append({
             "model": style,
             "param_count": result.param_count,
@@ -62,8 +64,9 @@ def models_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, log: Lo
 
 def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip: float, log: Log) -> dict[str, Any]:
     """Train with and without `clip_by_global_norm(clip)`; record every step's gradient norm before clipping."""
-    unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, "without clipping", log)
-    clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset, f"with clip_by_global_norm({clip:g})", log)
+    unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, _("without clipping"), log)
+    clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset,
+                   _("with clip_by_global_norm({clip:g})").format(clip=clip), log)
     norms = {
         "without clipping": np.concatenate([m["grad_norm"] for m in unclipped.step_metrics]),
         f"with clipping at {clip:g}": np.concatenate([m["grad_norm"] for m in clipped.step_metrics]),
@@ -94,6 +97,14 @@ class GradsSubject(NamedTuple):
     dataset: Dataset
 
 
+def check_count(n: int, dataset: Dataset) -> None:
+    """`--n` must not ask for more test images than the dataset has."""
+    if n > len(dataset.x_test):
+        from jaxintro.errors import ConfigError
+
+        raise ConfigError(f"--n {n} is more than the {len(dataset.x_test)} test images of {dataset.name}")
+
+
 def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
                   out: Path) -> tuple[dict[str, Any], list[str], GradsSubject]:
     """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them.
@@ -114,19 +125,19 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
         run = load_run(Path(run_dir))
         model, params = run.model, run.params
         dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir)
-        lines.append(f"Model: {run_dir} ({run.config.model}, epoch {run.epoch}) on {dataset.name}")
+        check_count(n, dataset)
+        lines.append(_("Model: {run_dir} ({model}, epoch {epoch}) on {dataset}").format(
+            run_dir=run_dir, model=run.config.model, epoch=run.epoch, dataset=dataset.name))
     else:
         from jaxintro.train import Trainer
 
         dataset = load_dataset(dataset_name, data_dir)
+        check_count(n, dataset)  # before training, not after it
         config = TrainConfig(dataset=dataset_name, data_dir=data_dir, epochs=2, seed=seed)
-        lines.append(f"No --run given: training the lesson's MLP for {config.epochs} epochs on {dataset.name} first")
+        lines.append(_("No --run given: training the lesson's MLP for {epochs} epochs on {dataset} first").format(
+            epochs=config.epochs, dataset=dataset.name))
         result = fit(config, dataset, log=lambda _: None)
         model, params = Trainer.create(config, dataset).model, result.state.params
-    if n > len(dataset.x_test):
-        from jaxintro.errors import ConfigError
-
-        raise ConfigError(f"--n {n} is more than the {len(dataset.x_test)} test images of {dataset.name}")
     x_u8, y = dataset.x_test[:n], dataset.y_test[:n]
     x = scale_images(jnp.asarray(x_u8))
     norms = np.asarray(jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))(params, x, y))
@@ -137,25 +148,31 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     captions = [f"#{i} y={dataset.classes[y[i]][:6]} p={dataset.classes[preds[i]][:6]}\n"
                 f"conf {conf[i]:.2f} |g| {norms[i]:.3g}" for i in order]
     png = plot_image_grid(x_u8[order].reshape(-1, *dataset.image_shape), captions, out / "grads.png",
+                          marked=list(wrong[order]),
                           title=f"{n} test images sorted by per-example gradient norm (largest first)")
     rank_corr = float(np.corrcoef(np.argsort(np.argsort(norms)), np.argsort(np.argsort(1 - conf)))[0, 1])
-    lines.append(f"Per-example gradient norms of {n} test images: jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))")
-    lines.append(f"{'rank':>4} {'index':>6} {'label':>6} {'pred':>6} {'conf':>6} {'norm':>10}")
+    lines.append(_("Per-example gradient norms of {n} test images: jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))")
+                 .format(n=n))
+    # Column headings, each translated alone (outside the f-string, where extraction finds them) to keep the widths.
+    heads = [_("rank"), _("index"), _("label"), _("pred"), _("conf"), _("norm")]
+    lines.append(" ".join(f"{h:>{w}}" for h, w in zip(heads, (4, 6, 6, 6, 6, 10))))
     for rank, i in enumerate(order[: min(8, n)], 1):
-        mark = "  <- misclassified" if wrong[i] else ""
+        mark = "  <- " + _("misclassified") if wrong[i] else ""
         lines.append(f"{rank:>4} {i:>6} {dataset.classes[y[i]][:6]:>6} {dataset.classes[preds[i]][:6]:>6} "
                      f"{conf[i]:>6.3f} {norms[i]:>10.4g}{mark}")
     top = order[: max(1, n // 8)]
-    lines.append(
-        f"Answer: the {len(top)} largest gradients belong to examples with mean confidence {conf[top].mean():.2f} "
-        f"(all {n}: {conf.mean():.2f}); {int(wrong[top].sum())} of them are misclassified "
-        f"({int(wrong.sum())} of all {n}). Spearman correlation of norm with (1 - confidence): {rank_corr:.2f}."
-    )
+    lines.append(_(
+        "Answer: the {top} largest gradients belong to examples with mean confidence {top_conf:.2f} "
+        "(all {n}: {all_conf:.2f}); {top_wrong} of them are misclassified ({all_wrong} of all {n}). "
+        "Spearman correlation of norm with (1 - confidence): {corr:.2f}."
+    ).format(top=len(top), top_conf=conf[top].mean(), n=n, all_conf=conf.mean(), top_wrong=int(wrong[top].sum()),
+             all_wrong=int(wrong.sum()), corr=rank_corr))
     if wrong.any() and (~wrong).any():
-        lines.append(f"Mean norm: misclassified {norms[wrong].mean():.4g}, correct {norms[~wrong].mean():.4g}.")
-    lines.append("Why: the loss's gradient at the logits is softmax(z) - onehot(y); it vanishes as the model grows "
-                 "sure and right, and is largest for confident mistakes, so those examples drive the update.")
-    lines.append(f"Grid: {png}")
+        lines.append(_("Mean norm: misclassified {wrong:.4g}, correct {right:.4g}.").format(
+            wrong=norms[wrong].mean(), right=norms[~wrong].mean()))
+    lines.append(_("Why: the loss's gradient at the logits is softmax(z) - onehot(y); it vanishes as the model grows "
+                   "sure and right, and is largest for confident mistakes, so those examples drive the update."))
+    lines.append(_("Grid: {png}").format(png=png))
     report = {
         "indices": [int(i) for i in order],
         "labels": [int(y[i]) for i in order],
@@ -219,19 +236,11 @@ def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> 
     import torch
     from torch.func import functional_call, grad, vmap
 
+    from jaxintro.bench import torch_mlp
     from jaxintro.models.mlp import layer_names
 
-    names = layer_names(params)
-    layers = []
-    for i, name in enumerate(names):
-        layers.append(torch.nn.Linear(*params[name]["w"].shape))
-        if i < len(names) - 1:
-            layers.append(torch.nn.ReLU())
-    net = torch.nn.Sequential(*layers)
-    weights = {}
-    for i, name in enumerate(names):
-        weights[f"{2 * i}.weight"] = torch.from_numpy(np.asarray(params[name]["w"]).T.copy())
-        weights[f"{2 * i}.bias"] = torch.from_numpy(np.asarray(params[name]["b"]).copy())
+    net = torch_mlp([(params[name]["w"], params[name]["b"]) for name in layer_names(params)])
+    weights = {name: value.detach() for name, value in net.named_parameters()}
 
     def loss(w, xi, yi):
         return torch.nn.functional.cross_entropy(functional_call(net, w, (xi[None],)), yi[None])

@@ -25,13 +25,24 @@ def resolve_language(flag: str | None = None) -> str:
 
 
 def set_language(flag: str | None = None) -> str:
-    """Install the catalog of `flag` (or of the locale); English when no catalog is found. Return the language."""
+    """Install the catalog of `flag` (or of the locale); English when no catalog is found. Return the language used."""
     global _translation
     lang = resolve_language(flag)
     _translation = gettext.translation(DOMAIN, LOCALE_DIR, languages=[lang], fallback=True)
-    return lang
+    # English is the messages' own language: it needs no catalog, and a missing one means English.
+    return lang if isinstance(_translation, gettext.GNUTranslations) else "en"
 
 
 def _(message: str) -> str:
     """`message` in the chosen language."""
     return _translation.gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    """The singular or plural form for `n`, by the chosen language's plural rule."""
+    return _translation.ngettext(singular, plural, n)
+
+
+def N_(message: str) -> str:
+    """Mark `message` for extraction without translating it yet: it is translated with `_` where it is shown."""
+    return message

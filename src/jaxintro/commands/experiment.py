@@ -24,30 +24,36 @@ def run(args: argparse.Namespace) -> int:
     configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
     from jaxintro import experiments
     from jaxintro.data import load_dataset
+    from jaxintro.i18n import _
     from jaxintro.runs import write_json
 
     dataset = load_dataset(config.dataset, config.data_dir)
     if args.name == "dropout":
         report = experiments.dropout_experiment(config, dataset, out_dir, rate=args.rate, log=print)
-        print(f"\nTest accuracy without dropout: {100 * report['accuracy_without']:.2f}% "
-              f"(train-test gap {100 * report['gap_without']:.2f} points)")
-        print(f"Test accuracy with dropout {args.rate:g}: {100 * report['accuracy_with']:.2f}% "
-              f"(train-test gap {100 * report['gap_with']:.2f} points)")
-        print(f"Plot: {report['plot']}")
+        print("\n" + _("Test accuracy without dropout: {accuracy:.2f}% (train-test gap {gap:.2f} points)").format(
+            accuracy=100 * report["accuracy_without"], gap=100 * report["gap_without"]))
+        print(_("Test accuracy with dropout {rate:g}: {accuracy:.2f}% (train-test gap {gap:.2f} points)").format(
+            rate=args.rate, accuracy=100 * report["accuracy_with"], gap=100 * report["gap_with"]))
+        print(_("Plot: {path}").format(path=report["plot"]))
     elif args.name == "models":
         report = experiments.models_experiment(config, dataset, out_dir, log=print)
-        print(f"\n{'model':<10}{'params':>10}{'test acc':>10}{'s/epoch':>10}{'compile s':>11}")
+        # Column headings, each translated alone (outside the f-string, where extraction finds them) to keep the widths.
+        heads = [_("model"), _("params"), _("test acc"), _("s/epoch"), _("compile s")]
+        print("\n" + f"{heads[0]:<10}" + "".join(f"{h:>{w}}" for h, w in zip(heads[1:], (10, 10, 10, 11))))
         for r in report["rows"]:
             print(f"{r['model']:<10}{r['param_count']:>10,}{100 * r['test_accuracy']:>9.2f}%"
                   f"{r['seconds_per_epoch']:>10.2f}{r['compile_seconds']:>11.2f}")
     else:
         report = experiments.clipping_experiment(config, dataset, out_dir, clip=args.clip, log=print)
-        print(f"\nTest accuracy without clipping: {100 * report['accuracy_unclipped']:.2f}%")
-        print(f"Test accuracy with clip_by_global_norm({args.clip:g}): {100 * report['accuracy_clipped']:.2f}%")
-        print(f"Steps whose gradient norm exceeded {args.clip:g} (and were clipped): "
-              f"{100 * report['clipped_fraction']:.1f}% overall, "
-              f"{100 * report['clipped_fraction_first_epoch']:.1f}% in the first epoch")
-        print(f"Plot: {report['plot']}")
+        print("\n" + _("Test accuracy without clipping: {accuracy:.2f}%").format(
+            accuracy=100 * report["accuracy_unclipped"]))
+        print(_("Test accuracy with clip_by_global_norm({clip:g}): {accuracy:.2f}%").format(
+            clip=args.clip, accuracy=100 * report["accuracy_clipped"]))
+        # "%" is never followed by a letter here: gettext tools would read "% o" as a %-format placeholder.
+        print(_("Steps whose gradient norm exceeded {clip:g} (and were clipped): overall {overall:.1f}%, "
+                "in the first epoch {first:.1f}%").format(clip=args.clip, overall=100 * report["clipped_fraction"],
+                                                          first=100 * report["clipped_fraction_first_epoch"]))
+        print(_("Plot: {path}").format(path=report["plot"]))
     report["dataset"] = dataset.name
     write_json(out_dir / f"{args.name}.json", report)
     if args.json:

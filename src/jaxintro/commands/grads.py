@@ -12,6 +12,7 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = writable_dir(args.out, "--out")
     from jaxintro.experiments import explain_grads, grads_benchmark
+    from jaxintro.i18n import _
 
     report, lines, subject = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed,
                                            out=out_dir)
@@ -20,13 +21,13 @@ def run(args: argparse.Namespace) -> int:
     if args.bench:
         timing = grads_benchmark(subject, n=max(args.n, 128))
         report["bench"] = timing
-        print(f"\nPer-example gradient norms of {timing['n']} examples (median ms, warm, jitted):")
+        print("\n" + _("Per-example gradient norms of {n} examples (median ms, warm, jitted):").format(n=timing["n"]))
         for name in ("loop", "vmap", "fast", "torch-func-vmap"):
             if name in timing["ms"]:
-                print(f"  {name:<16}{timing['ms'][name]:9.2f} ms   {timing['ms']['loop'] / timing['ms'][name]:7.1f}x "
-                      "vs loop")
+                print(f"  {name:<16}{timing['ms'][name]:9.2f} ms   "
+                      + _("{speedup:7.1f}x vs loop").format(speedup=timing["ms"]["loop"] / timing["ms"][name]))
         if "torch_skipped" in timing:
-            print(f"  torch-func-vmap skipped: {timing['torch_skipped']}")
+            print("  " + _("torch-func-vmap skipped: {why}").format(why=timing["torch_skipped"]))
     if args.json:
         print(json.dumps(report))
     return 0

@@ -9,11 +9,11 @@ from jaxintro.errors import ConfigError
 
 def run(args: argparse.Namespace) -> int:
     """Run every section, or one, or list them."""
-    from jaxintro.tour import SECTIONS, run_tour
+    from jaxintro.tour import SECTIONS, run_tour, title
 
     if args.list:
-        for name, fn in SECTIONS.items():
-            print(f"{name:<14}{fn.__doc__}")
+        for name in SECTIONS:
+            print(f"{name:<14}{title(name)}")
         return 0
     if args.section is not None and args.section not in SECTIONS:
         raise ConfigError(f"--section must be one of {', '.join(SECTIONS)}; got {args.section!r}")

@@ -1,0 +1,151 @@
+"""Every message a learner reads has a Spanish translation that keeps its placeholders, compiled and chosen by locale."""
+
+from __future__ import annotations
+
+import gettext
+import io
+import re
+import string
+import tokenize
+from pathlib import Path
+
+import pytest
+from babel.messages.extract import extract_from_dir
+from babel.messages.pofile import read_po
+
+from jaxintro import i18n
+
+PACKAGE = Path(i18n.__file__).parent
+PO = PACKAGE / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
+MO = PO.with_suffix(".mo")
+# %-style placeholders as gettext tools see them (Babel's PYTHON_FORMAT, less the literal "%%").
+PERCENT = re.compile(r"%(?:\([\w]*\))?[-#0 +]?(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGcrs]")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    with PO.open("rb") as f:
+        return read_po(f)
+
+
+@pytest.fixture(scope="module")
+def extracted() -> set:
+    """Every message marked in the package's source now (with `_`, `N_` or `ngettext`), extracted as `make messages` does."""
+    return {message for _, _, message, _, _ in extract_from_dir(str(PACKAGE))}
+
+
+@pytest.fixture
+def english():
+    yield
+    i18n.set_language("en")
+
+
+def forms(message) -> list[tuple[str, str]]:
+    """(source, translation) pairs of a catalog entry: one, or one per plural form (forms beyond 1 use the plural)."""
+    if isinstance(message.id, str):
+        return [(message.id, message.string)]
+    singular, plural = message.id[:2]
+    return [(singular if i == 0 else plural, text) for i, text in enumerate(message.string)]
+
+
+def placeholders(text: str) -> tuple[list, list]:
+    """The `{name:spec}` fields (sorted, so a translation may reorder them) and the %-style placeholders."""
+    fields = sorted((name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None)
+    return fields, sorted(PERCENT.findall(text.replace("%%", "")))
+
+
+def test_the_catalog_has_messages(catalog, extracted):
+    assert len(extracted) > 100 and len([m for m in catalog if m.id]) > 100
+
+
+def test_every_marked_message_has_a_spanish_translation(catalog, extracted):
+    missing = [m for m in extracted if catalog.get(m) is None]
+    assert missing == [], "not in the Spanish catalog: run `make messages`, translate, `make install`"
+    untranslated = [m.id for m in (catalog.get(m) for m in extracted)
+                    if not all(text for _, text in forms(m))]
+    assert untranslated == [], "empty translations"
+
+
+def test_no_entry_is_fuzzy(catalog):
+    # gettext leaves fuzzy entries out of the compiled catalog: the learner would read English.
+    assert [m.id for m in catalog if m.id and m.fuzzy] == []
+
+
+def test_translations_keep_every_placeholder(catalog):
+    wrong = [(source, text) for m in catalog if m.id for source, text in forms(m)
+             if placeholders(source) != placeholders(text)]
+    assert wrong == []
+    assert [(m.id, errors) for m, errors in catalog.check()] == []  # Babel's own checkers agree
+
+
+def test_the_spanish_plural_rule_is_two_forms(catalog):
+    assert catalog.num_plurals == 2 and catalog.plural_expr == "(n != 1)"
+
+
+def test_the_compiled_catalog_is_current(catalog):
+    assert MO.is_file(), "no compiled catalog: run `make install` (setup.py compiles the .po files)"
+    with MO.open("rb") as f:
+        compiled = gettext.GNUTranslations(f)
+    stale = []
+    for m in catalog:
+        if not m.id:
+            continue
+        if isinstance(m.id, str):
+            got = [compiled.gettext(m.id)]
+        else:
+            got = [compiled.ngettext(m.id[0], m.id[1], n) for n in (1, 2)]
+        if got != [text for _, text in forms(m)]:
+            stale.append(m.id)
+    assert stale == [], "the .mo is older than the .po: run `make install`"
+
+
+def test_messages_are_not_marked_inside_f_strings():
+    # Extraction reads tokens, and an f-string is one token: a _() inside it would never reach the catalog.
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+        for tok in tokens:
+            fstring = tok.type == tokenize.STRING and "f" in tok.string.split("'")[0].split('"')[0].lower()
+            if fstring and re.search(r"\b(_|N_|ngettext)\(", tok.string):
+                found.append(f"{path.name}:{tok.start[0]}")
+    assert found == []
+
+
+def test_the_per_epoch_line_is_not_translated(extracted):
+    # "Epoch N | Loss: ..." mirrors the lesson's own English print; numbers and flags are not translated either.
+    assert not [m for m in extracted if isinstance(m, str) and m.startswith("Epoch ")]
+
+
+@pytest.mark.parametrize(("environment", "flag", "expected"), [
+    ({"LANG": "es_ES.UTF-8"}, None, "es"),
+    ({"LANG": "es_ES.UTF-8"}, "en", "en"),
+    ({"LANG": "en_US.UTF-8"}, "es", "es"),
+    ({"LC_ALL": "en_GB.UTF-8", "LANG": "es_ES.UTF-8"}, None, "en"),
+    ({"LC_MESSAGES": "es_MX.UTF-8", "LANG": "C.UTF-8"}, None, "es"),
+    ({"LC_ALL": "", "LANG": "es_AR"}, None, "es"),
+    ({"LANG": "fr_FR.UTF-8"}, None, "en"),
+    ({"LANG": "C"}, None, "en"),
+    ({}, None, "en"),
+])
+def test_the_language_comes_from_the_flag_then_the_locale(monkeypatch, environment, flag, expected):
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert i18n.resolve_language(flag) == expected
+
+
+def test_set_language_installs_the_catalog(english):
+    assert i18n.set_language("es") == "es"
+    assert i18n._("identical") == "idénticos"
+    assert [i18n.ngettext("{n} device", "{n} devices", n).format(n=n) for n in (1, 4)] == [
+        "1 dispositivo", "4 dispositivos"]
+    assert i18n.set_language("en") == "en"
+    assert i18n._("identical") == "identical"
+    assert i18n.ngettext("{n} device", "{n} devices", 1) == "{n} device"
+
+
+def test_without_a_catalog_the_language_is_english(monkeypatch, tmp_path, english):
+    monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path)
+    assert i18n.set_language("es") == "en"
+    assert i18n._("identical") == "identical"
