@@ -1,4 +1,4 @@
-"""`evaluate` and `predict` on a real MNIST run: per-class numbers add up; images of any kind are read like MNIST."""
+"""`evaluate` and `predict` on real runs: per-class numbers add up; images of any kind are read like MNIST."""
 
 from __future__ import annotations
 
@@ -10,13 +10,24 @@ from PIL import Image
 
 from jaxintro.cli import main
 from jaxintro.data import load_dataset
-from jaxintro.evaluate import fit_like_mnist, load_image
+from jaxintro.evaluate import load_run, predict_proba
+from jaxintro.images import load_image
+from test_images import SEVEN, bomb_png, drawing
 
 
 @pytest.fixture(scope="module")
 def mnist_run(mnist_dir, tmp_path_factory):
     run = tmp_path_factory.mktemp("run") / "mnist"
     assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
+                 "--no-compile-cache"]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """A tiny offline run (scikit-learn's 8x8 digits): for the tests that need a run, not MNIST."""
+    run = tmp_path_factory.mktemp("run") / "digits"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--hidden", "32", "--run-dir", str(run),
                  "--no-compile-cache"]) == 0
     return run
 
@@ -53,12 +64,13 @@ def test_predict_reads_photos_like_mnist(mnist_run, mnist_dir, tmp_path, capsys)
         path = tmp_path / f"digit{i}.{fmt}"
         save_as_photo(ds.x_test[i].reshape(28, 28), path, invert=invert, mode=mode)
         files.append(str(path))
-        labels.append(str(ds.y_test[i]))
+        labels.append(int(ds.y_test[i]))
     capsys.readouterr()
     assert main(["predict", str(mnist_run), *files, "--json"]) == 0
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["file"] for r in results] == files
     for r in results:
+        assert type(r["digit"]) is int and r["class"] == str(r["digit"])
         assert set(r["probabilities"]) == set("0123456789")
         assert sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
     assert sum(r["digit"] == label for r, label in zip(results, labels)) >= 5, (results, labels)
@@ -81,13 +93,41 @@ def test_preprocessing_matches_mnist_for_an_mnist_digit(mnist_dir, tmp_path):
     assert abs((xs * restored).sum() / restored.sum() - 13.5) < 1.0
 
 
-def test_blank_image_gives_an_empty_frame():
-    assert fit_like_mnist(np.zeros((50, 40)), (28, 28)).sum() == 0
+def test_predict_reads_a_transparent_canvas_export(mnist_run, tmp_path, capsys):
+    # Dark ink on alpha 0, as a browser's canvas exports it: before the fix, a blank image and a confident guess.
+    files = {}
+    for digit, strokes in ((1, (((140, 50), (140, 230)),)), (7, SEVEN)):
+        files[digit] = tmp_path / f"drawn{digit}.png"
+        drawing(strokes=strokes, background=(0, 0, 0, 0)).save(files[digit])
+    capsys.readouterr()
+    assert main(["predict", str(mnist_run), *map(str, files.values()), "--json"]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["digit"] for r in results] == list(files)
 
 
-def test_a_file_that_is_not_an_image_is_a_clear_error(mnist_run, tmp_path, capsys):
-    bad = tmp_path / "notes.png"
-    bad.write_text("not an image")
-    assert main(["predict", str(mnist_run), str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert "not a readable image" in err and str(bad) in err and len(err.strip().splitlines()) == 1
+@pytest.mark.parametrize("kind", ["blank", "not-an-image", "huge"])
+def test_bad_images_are_one_line_errors(kind, digits_run, tmp_path, capsys):
+    path = tmp_path / f"{kind}.png"
+    if kind == "blank":
+        drawing(background=(0, 0, 0, 0), ink=(0, 0, 0, 0)).save(path)
+    elif kind == "huge":
+        path.write_bytes(bomb_png(14000, 14000))
+    else:
+        path.write_text("not an image")
+    capsys.readouterr()
+    assert main(["predict", str(digits_run), str(path)]) == 2
+    captured = capsys.readouterr()
+    expected = {"blank": "no ink found", "not-an-image": "not a readable image", "huge": "larger than the limit"}
+    assert expected[kind] in captured.err and str(path) in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_predict_proba_compiles_once_per_loaded_run(digits_run):
+    run = load_run(digits_run)
+    traces, apply = [], run.model.apply
+    run = run._replace(model=run.model._replace(apply=lambda p, x, k: (traces.append(x.shape), apply(p, x, k))[1]))
+    x = load_dataset("digits").x_test
+    first, second = predict_proba(run, x[:50]), predict_proba(run, x[50:100])
+    assert len(traces) == 1, "the second call of the same shape must reuse the compiled function"
+    assert first.shape == second.shape == (50, 10) and np.allclose(first.sum(1), 1.0, atol=1e-5)

@@ -11,7 +11,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the top-3 classes of every image (every file is checked before any output)."""
     import numpy as np
 
-    from jaxintro.evaluate import load_image, load_run, predict_proba
+    from jaxintro.evaluate import load_run, predict_proba
+    from jaxintro.images import load_image
 
     loaded = load_run(Path(args.run_dir))
     shape = tuple(loaded.dataset["image_shape"])
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for path, p in zip(args.images, probs):
         top = np.argsort(p)[::-1][:3]
-        results.append({"file": path, "digit": classes[int(top[0])],
+        results.append({"file": path, "digit": int(top[0]), "class": classes[int(top[0])],
                         "probabilities": {classes[int(i)]: float(p[i]) for i in range(len(p))},
                         "top3": [[classes[int(i)], float(p[i])] for i in top]})
         print(f"{path}: {classes[int(top[0])]}  (" + ", ".join(f"{classes[int(i)]}: {p[i]:.3f}" for i in top) + ")")

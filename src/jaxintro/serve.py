@@ -1,0 +1,591 @@
+"""`jaxintro serve`: a local page to draw a digit and see what the model sees, and the JSON API behind it.
+
+Read it top to bottom like the training script: find the run, bind the port, load the run, compile
+the three functions (preprocessing, forward, saliency), find the test images the run gets wrong,
+serve. The server owns no state beyond the loaded run; the page is three files shipped in the
+package (`jaxintro/web`) and served from memory, so no request ever names a file on disk.
+
+The server is the standard library's `ThreadingHTTPServer`: five JSON routes and three static files
+need no framework, it adds no dependency, and a thread per connection suits a JAX model, whose
+compiled calls release the GIL and are safe to run from several threads at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import functools
+import http.server
+import json
+import signal
+import socket
+import sys
+import threading
+import traceback
+import urllib.parse
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from jaxintro.config import EVAL_CHUNK
+from jaxintro.errors import ConfigError, DataError, JaxintroError
+from jaxintro.i18n import _
+
+MAX_BODY_BYTES = 1_000_000  # a 280x280 canvas as a PNG data URL is ~10 KB; 784 numbers as JSON ~ 15 KB
+MAX_PAGE_SIZE = 100  # mistakes per request
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+ASSETS = {  # URL path -> (file in jaxintro/web, content type); nothing else is ever served
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+}
+# The page may talk to this server only: no CDN, no external font, no inline script.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+MISTAKE_SORTS = ("norm", "norm_asc", "index")
+
+
+def page_strings() -> dict[str, str]:
+    """Every label the page shows, in the chosen language: the page renders its text from this and nothing else."""
+    return {
+        "title": _("Play with the model"),
+        "draw": _("Draw a digit"),
+        "draw_hint": _("Draw with the mouse or a finger; the prediction follows as you draw."),
+        "clear": _("Clear"),
+        "undo": _("Undo"),
+        "prediction": _("Prediction"),
+        "probabilities": _("Class probabilities"),
+        "sees": _("What the model sees"),
+        "sees_hint": _("Your drawing after the MNIST-style preprocessing that jaxintro predict uses: "
+                       "cropped to the ink, fitted into the box, centred by mass."),
+        "saliency": _("Saliency"),
+        "saliency_hint": _("jax.grad of the predicted class's log-probability with respect to the input pixels: "
+                           "red pixels raise it, blue ones lower it."),
+        "run": _("The run"),
+        "model": _("Model"),
+        "dataset": _("Dataset"),
+        "epochs": _("Epochs"),
+        "test_accuracy": _("Test accuracy"),
+        "training": _("still training: the curves update live"),
+        "finished": _("finished"),
+        "curves": _("Training curves"),
+        "loss": _("Loss"),
+        "accuracy": _("Accuracy"),
+        "train": _("train"),
+        "test": _("test"),
+        "epoch": _("epoch"),
+        "mistakes": _("Mistakes"),
+        "mistakes_hint": _("Test images this run gets wrong, with the norm of each one's loss gradient "
+                           "(exercise 2): confident mistakes have the largest."),
+        "sort": _("Sort by"),
+        "sort_norm": _("gradient norm, largest first"),
+        "sort_norm_asc": _("gradient norm, smallest first"),
+        "sort_index": _("test-set index"),
+        "true_label": _("true"),
+        "predicted": _("predicted"),
+        "confidence": _("confidence"),
+        "grad_norm": _("gradient norm"),
+        "previous": _("Previous"),
+        "next": _("Next"),
+        "of": _("of"),
+        "no_mistakes": _("No mistakes to show."),
+        "draw_first": _("Draw something first."),
+        "error": _("Error"),
+    }
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def input_saliency(params: Any, x: Float[Array, " features"], *,
+                   apply: Callable) -> tuple[Float[Array, " classes"], Float[Array, " features"]]:
+    """Class probabilities of one input, and `jax.grad` of the predicted class's log-probability w.r.t. its pixels."""
+
+    def top_log_prob(x):
+        log_probs = jax.nn.log_softmax(apply(params, x[None], None)[0])
+        # The argmax is an integer: the gradient flows through the chosen log-probability only.
+        return log_probs[jnp.argmax(log_probs)], jnp.exp(log_probs)
+
+    (_, probs), saliency = jax.value_and_grad(top_log_prob, has_aux=True)(x)
+    return probs, saliency
+
+
+class Mistakes(NamedTuple):
+    """The test images a run gets wrong, with their per-example gradient norms; `reason` says why there are none."""
+
+    index: np.ndarray
+    label: np.ndarray
+    prediction: np.ndarray
+    confidence: np.ndarray
+    grad_norm: np.ndarray
+    pixels: np.ndarray  # uint8 (n, features)
+    total: int  # test images looked at
+    reason: str | None = None
+
+
+def find_mistakes(run: Any, x_test: np.ndarray, y_test: np.ndarray, chunk: int = EVAL_CHUNK) -> Mistakes:
+    """Predict every test image; keep the wrong ones with their gradient norms (the fast norms for the pure-JAX MLP)."""
+    from jaxintro.evaluate import predict_proba
+    from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_vmap
+    from jaxintro.train import scale_images
+
+    probs = np.concatenate([predict_proba(run, x_test[i:i + chunk]) for i in range(0, len(x_test), chunk)])
+    prediction = probs.argmax(1)
+    wrong = np.flatnonzero(prediction != y_test)
+    if run.model.name == "jax":
+        norms_fn = jax.jit(per_example_grad_norms_fast)
+    else:  # the fast norms are written for the pure-JAX MLP; the other styles take vmap(grad)
+        norms_fn = jax.jit(lambda params, x, y: per_example_grad_norms_vmap(params, run.model.apply, x, y))
+    norms = [np.asarray(norms_fn(run.params, scale_images(jnp.asarray(x_test[wrong[i:i + chunk]])),
+                                 jnp.asarray(y_test[wrong[i:i + chunk]])))
+             for i in range(0, len(wrong), chunk)]
+    return Mistakes(wrong, y_test[wrong], prediction[wrong], probs[wrong, prediction[wrong]],
+                    np.concatenate(norms) if norms else np.zeros(0, np.float32), x_test[wrong], len(x_test))
+
+
+def no_mistakes(reason: str) -> Mistakes:
+    """An empty mistakes panel that says why."""
+    empty = np.zeros(0, np.int64)
+    return Mistakes(empty, empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 0), np.uint8), 0, reason)
+
+
+class ApiError(Exception):
+    """A request the API refuses: an HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _refuse_constant(name: str) -> float:
+    raise ApiError(400, f"{name} is not a number the API accepts; send numbers in [0, 1]")
+
+
+def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
+    """`("pixels", float32 array)` or `("image", bytes)` from a predict request's JSON, else an ApiError (400)."""
+    try:
+        payload = json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"malformed JSON ({exc})") from None
+    if not isinstance(payload, dict) or len({"pixels", "image"} & payload.keys()) != 1:
+        raise ApiError(400, 'expected a JSON object with exactly one of "pixels" (a list of numbers in [0, 1]) '
+                            'or "image" (a PNG or JPEG as a data URL)')
+    if "image" in payload:
+        url = payload["image"]
+        head, sep, data = url.partition(",") if isinstance(url, str) else ("", "", "")
+        if not (sep and head.startswith("data:image/") and head.endswith(";base64")):
+            raise ApiError(400, '"image" must be a data URL: data:image/png;base64,...')
+        try:
+            return "image", base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, '"image": the data URL holds invalid base64') from None
+    pixels = payload["pixels"]
+    if not isinstance(pixels, list) or len(pixels) != features:
+        got = f"{len(pixels)} values" if isinstance(pixels, list) else type(pixels).__name__
+        raise ApiError(400, f'"pixels" must be a list of {features} numbers in [0, 1]; got {got}')
+    if not all(type(v) in (int, float) for v in pixels):
+        raise ApiError(400, '"pixels" must hold numbers only (no strings, booleans or null)')
+    x = np.asarray(pixels, np.float64)
+    bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
+    if bad.size:
+        raise ApiError(400, f'"pixels"[{bad[0]}] = {pixels[bad[0]]!r} is outside [0, 1]')
+    return "pixels", x.astype(np.float32)
+
+
+def parse_page_query(query: str) -> tuple[int, int, str]:
+    """`offset`, `limit` and `sort` of a mistakes request, validated (ApiError 400 otherwise)."""
+    try:
+        params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ApiError(400, "malformed query string") from None
+    unknown = set(params) - {"offset", "limit", "sort"}
+    if unknown:
+        raise ApiError(400, f"unknown parameter(s) {', '.join(sorted(unknown))}; use offset, limit and sort")
+
+    def integer(name: str, default: int, low: int, high: int) -> int:
+        text = params.get(name, [str(default)])[-1]
+        try:
+            value = int(text)
+        except ValueError:
+            raise ApiError(400, f"{name} must be an integer; got {text!r}") from None
+        if not low <= value <= high:
+            raise ApiError(400, f"{name} must be in {low}..{high}; got {value}")
+        return value
+
+    sort = params.get("sort", ["norm"])[-1]
+    if sort not in MISTAKE_SORTS:
+        raise ApiError(400, f"sort must be one of {', '.join(MISTAKE_SORTS)}; got {sort!r}")
+    return integer("offset", 0, 0, 10**9), integer("limit", 24, 1, MAX_PAGE_SIZE), sort
+
+
+def host_warning(host: str) -> str | None:
+    """The warning to print when `host` exposes the server beyond this machine."""
+    if host in LOCAL_HOSTS:
+        return None
+    return (f"WARNING: --host {host} serves the page and its API to the network: anyone who can reach this "
+            "machine can use them. Use --host 127.0.0.1 (the default) to keep it local.")
+
+
+def _rounded(values: Any, digits: int = 6) -> list[float]:
+    """A flat list of floats rounded to `digits` decimals (a shorter answer, as precise as float32)."""
+    return np.round(np.asarray(values, np.float64).reshape(-1), digits).tolist()
+
+
+# ---------------------------------------------------------------- the application (no I/O but the run folder)
+
+
+class App:
+    """A loaded run, its compiled functions and its mistakes: everything a request needs."""
+
+    def __init__(self, run_dir: Path, run: Any, mistakes: Mistakes) -> None:
+        from jaxintro.images import warm_up
+
+        self.run_dir, self.run, self.mistakes = run_dir, run, mistakes
+        self.image_shape = tuple(int(s) for s in run.dataset["image_shape"])
+        self.features = int(run.dataset["features"])
+        self.classes = [str(c) for c in run.dataset["classes"]]
+        self.assets = {path: (resources.files("jaxintro").joinpath("web", name).read_bytes(), kind)
+                       for path, (name, kind) in ASSETS.items()}
+        # The compiled functions, warmed before the first request: the forward pass compiled while finding
+        # the mistakes, the preprocessing, and the saliency (which returns the probabilities too).
+        warm_up(self.image_shape)
+        self._saliency = jax.jit(functools.partial(input_saliency, apply=run.model.apply))
+        jax.block_until_ready(self._saliency(run.params, jnp.zeros(self.features, jnp.float32)))
+        self._order = {
+            "norm": np.argsort(-mistakes.grad_norm, kind="stable"),
+            "norm_asc": np.argsort(mistakes.grad_norm, kind="stable"),
+            "index": np.arange(len(mistakes.index)),
+        }
+
+    def predict(self, kind: str, value: Any) -> dict[str, Any]:
+        """The answer to `POST /api/predict`: digit, probabilities, the model's input and its saliency."""
+        from jaxintro.images import load_image
+
+        if kind == "image":
+            try:
+                x = load_image(value, self.image_shape, name="the image").astype(np.float32) / 255.0
+            except DataError as exc:
+                raise ApiError(400, str(exc)) from None
+        else:
+            x = value
+        probs, saliency = self._saliency(self.run.params, jnp.asarray(x))
+        probs = np.asarray(probs)
+        digit = int(probs.argmax())
+        return {"digit": digit, "class": self.classes[digit], "probabilities": _rounded(probs, 7),
+                "input": _rounded(x), "saliency": _rounded(saliency, 7)}
+
+    def run_info(self) -> dict[str, Any]:
+        """The answer to `GET /api/run`: what the run is, and how far it got."""
+        from jaxintro.runs import RESULT_FILE, read_json
+
+        config = self.run.config
+        rows = self.metrics()["rows"]
+        result = self.run_dir / RESULT_FILE
+        return {
+            "run_dir": str(self.run_dir),
+            "model": f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}",
+            "dataset": self.run.dataset["name"],
+            "classes": self.classes,
+            "image_shape": list(self.image_shape),
+            "features": self.features,
+            "epochs_planned": config.epochs,
+            "checkpoint_epoch": self.run.epoch,
+            "epochs_done": rows[-1]["epoch"] if rows else 0,
+            "test_accuracy": rows[-1].get("test_accuracy") if rows else None,
+            "finished": self.finished(),
+            "result": read_json(result) if result.is_file() else None,
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """The answer to `GET /api/metrics`: `metrics.jsonl` as it is now (written atomically, so never half a line)."""
+        from jaxintro.runs import METRICS_FILE
+
+        try:
+            text = (self.run_dir / METRICS_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return {"rows": rows, "finished": self.finished()}
+
+    def finished(self) -> bool:
+        """Whether the run has finished (as `jaxintro runs` decides it): the page stops polling then."""
+        from jaxintro.runs import describe_run
+
+        info = describe_run(self.run_dir)
+        return info is not None and info["status"] == "finished"
+
+    def mistakes_page(self, offset: int, limit: int, sort: str) -> dict[str, Any]:
+        """The answer to `GET /api/mistakes`: one page of the run's mistakes in the chosen order."""
+        m = self.mistakes
+        chosen = self._order[sort][offset:offset + limit]
+        items = [{"index": int(m.index[i]), "label": self.classes[int(m.label[i])],
+                  "prediction": self.classes[int(m.prediction[i])], "confidence": round(float(m.confidence[i]), 6),
+                  "grad_norm": round(float(m.grad_norm[i]), 6), "pixels": m.pixels[i].tolist()}
+                 for i in chosen]
+        return {"total": len(m.index), "test_images": m.total, "offset": offset, "limit": limit, "sort": sort,
+                "checkpoint_epoch": self.run.epoch, "reason": m.reason, "items": items}
+
+
+# ---------------------------------------------------------------- HTTP (the edge)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """Routes requests to the `App`; every answer is JSON or one of the page's three files."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: the page's requests reuse one connection
+    timeout = 30  # an idle or stalled connection frees its thread
+    # Headers and body go out as two writes; with Nagle's algorithm the body would wait ~40 ms for the
+    # client's delayed ACK of the headers on every keep-alive request.
+    disable_nagle_algorithm = True
+    server_version = "jaxintro"
+    sys_version = ""
+
+    @property
+    def app(self) -> App:
+        return self.server.app  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # quiet: the terminal shows the URL and errors, not every request
+
+    def do_GET(self) -> None:
+        split = urllib.parse.urlsplit(self.path)
+        routes: dict[str, Callable[[], Any]] = {
+            "/api/run": self.app.run_info,
+            "/api/metrics": self.app.metrics,
+            "/api/strings": page_strings,
+            "/api/mistakes": lambda: self.app.mistakes_page(*parse_page_query(split.query)),
+        }
+        if split.path in routes:
+            self._answer(lambda: routes[split.path]())
+        elif split.path in self.app.assets:  # a dictionary lookup: no path ever reaches the file system
+            body, kind = self.app.assets[split.path]
+            self._send(200, body, kind)
+        elif split.path == "/api/predict":
+            self._method_not_allowed("POST")
+        else:
+            self._send_json(404, {"error": f"no such page: {split.path[:200]}"})
+
+    def do_POST(self) -> None:
+        split = urllib.parse.urlsplit(self.path)
+        if split.path != "/api/predict":
+            if split.path in ("/api/run", "/api/metrics", "/api/strings", "/api/mistakes") or \
+                    split.path in self.app.assets:
+                self._method_not_allowed("GET")
+            else:
+                self._send_json(404, {"error": f"no such page: {split.path[:200]}"})
+            return
+        body = self._read_body()
+        if body is not None:
+            self._answer(lambda: self.app.predict(*parse_predict_request(body, self.app.features)))
+
+    def __getattr__(self, name: str) -> Any:
+        # Any other method (PUT, DELETE, HEAD, OPTIONS, ...) gets a JSON 405, not the default 501 page.
+        if name.startswith("do_"):
+            return lambda: self._method_not_allowed("POST" if self.path.startswith("/api/predict") else "GET")
+        raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's errors (bad request line, headers too long...) as JSON too."""
+        self.close_connection = True
+        self._send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    def _read_body(self) -> bytes | None:
+        length = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding") or length is None:
+            self.close_connection = True
+            self._send_json(411, {"error": "send the body with a Content-Length header"})
+            return None
+        try:
+            size = int(length)
+            if size < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            self._send_json(400, {"error": f"bad Content-Length {length[:40]!r}"})
+            return None
+        if size > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._discard(size)
+            self._send_json(413, {"error": f"the body is {size:,} bytes; the limit is {MAX_BODY_BYTES:,}"})
+            return None
+        return self.rfile.read(size)
+
+    def _discard(self, size: int) -> None:
+        """Read and drop a refused body of up to 8 MB, a chunk at a time, so the client reads our answer.
+
+        A socket closed with unread bytes sends a reset, which would hide the 413 from the client; a
+        larger body is not worth reading: the connection is closed on it.
+        """
+        remaining = size if size <= 8 * MAX_BODY_BYTES else 0
+        try:
+            while remaining > 0:
+                chunk = self.rfile.read(min(65536, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+        except OSError:
+            pass
+
+    def _answer(self, compute: Callable[[], Any]) -> None:
+        try:
+            self._send_json(200, compute())
+        except ApiError as exc:
+            self._send_json(exc.status, {"error": str(exc)})
+        except Exception:  # a bug must not take the server down; it is printed for the user to report
+            traceback.print_exc(file=sys.stderr)
+            self._send_json(500, {"error": "internal error (the server printed the details)"})
+
+    def _method_not_allowed(self, allowed: str) -> None:
+        self.close_connection = True  # a body may follow that we do not read
+        self._send_json(405, {"error": f"{self.command} is not allowed here; use {allowed}"}, {"Allow": allowed})
+
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(obj, allow_nan=False).encode(), "application/json", headers)
+
+    def _send(self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in {**SECURITY_HEADERS, **(headers or {})}.items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class Server(http.server.ThreadingHTTPServer):
+    """The threaded server; closing it also ends the connections a browser keeps open, then joins their threads."""
+
+    daemon_threads = False  # `server_close` joins them: nothing of the server runs while Python shuts down
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        # An idle keep-alive connection would hold its thread until its 30 s time-out, and `server_close`
+        # joins every handler thread: end them now, so Ctrl-C is immediate and no thread outlives the server.
+        with self._connections_lock:
+            for connection in self.connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        super().server_close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # the client went away (or the server is closing): nothing to report
+        super().handle_error(request, client_address)
+
+
+def bind(host: str, port: int) -> Server:
+    """Bind the server's socket (before any slow work), or a one-line ConfigError."""
+    try:
+        server = Server((host, port), Handler)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} is already in use on {host}; choose another with --port "
+                              "(or --port 0 for any free one)") from None
+        raise ConfigError(f"cannot serve on {host}:{port} ({exc.strerror or exc}); check --host and --port") from None
+    return server
+
+
+def load_app(run_dir: Path, data_dir: str | None = None) -> App:
+    """Load the run, compile its functions and find its mistakes on the test set (when the data is at hand)."""
+    from jaxintro.data import load_dataset
+    from jaxintro.evaluate import load_run
+
+    run = load_run(run_dir)
+    try:
+        dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir, download=False)
+        mistakes = find_mistakes(run, dataset.x_test, dataset.y_test)
+    except JaxintroError as exc:
+        mistakes = no_mistakes(f"the test set of {run.dataset['name']} is not at hand ({exc}); pass --data-dir")
+    return App(run_dir, run, mistakes)
+
+
+def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, open_browser: bool = False,
+          data_dir: str | None = None, runs_root: Path = Path("runs")) -> int:
+    """`jaxintro serve`: serve the page for a run (default: the newest finished one) until Ctrl-C or SIGTERM."""
+    from jaxintro.runs import newest_finished_run
+
+    if run_dir is None:
+        run_dir = newest_finished_run(runs_root)
+        if run_dir is None:
+            raise ConfigError(f"no finished run under {runs_root}/; train one first with `make train`, "
+                              "or pass RUN_DIR")
+    elif not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a run folder; pass one written by `jaxintro train`")
+    server = bind(host, port)
+    try:
+        warning = host_warning(host)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        server.app = load_app(run_dir, data_dir)  # type: ignore[attr-defined]
+        # Every interface includes this machine's own: that is the address to open here.
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
+        app: App = server.app  # type: ignore[attr-defined]
+        print(f"Serving {run_dir} ({app.run_info()['model']} on {app.run.dataset['name']}, epoch {app.run.epoch}) "
+              f"at {url}  (Ctrl-C to stop)", flush=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+        with _stop_on_signals(server):
+            server.serve_forever(poll_interval=0.2)
+        print("Stopped.", flush=True)
+        return 0
+    finally:
+        server.server_close()
+
+
+class _stop_on_signals:
+    """SIGINT (Ctrl-C) and SIGTERM stop `serve_forever` from another thread; the caller then closes the socket."""
+
+    def __init__(self, server: http.server.HTTPServer) -> None:
+        self.server = server
+        self.previous: dict[int, Any] = {}
+        self.stopper: threading.Thread | None = None
+
+    def __enter__(self) -> "_stop_on_signals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self._stop)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        if self.stopper is not None:
+            self.stopper.join(timeout=10)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        # `shutdown` waits for the serving loop, which runs in this (the main) thread: call it from another.
+        if self.stopper is None:
+            self.stopper = threading.Thread(target=self.server.shutdown, name="jaxintro-serve-stop", daemon=True)
+            self.stopper.start()

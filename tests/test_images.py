@@ -1,0 +1,153 @@
+"""Pictures to model inputs: transparency, blank images, decompression bombs, one compile, MNIST's own geometry."""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from jaxintro import images
+from jaxintro.errors import DataError
+from jaxintro.images import MAX_PIXELS, fit_like_mnist, load_image
+
+
+def drawing(size: int = 280, *, strokes=(((140, 50), (140, 230)),), background=(255, 255, 255, 255),
+            ink=(17, 17, 17, 255), width: int = 20) -> Image.Image:
+    """A pad-like RGBA drawing: `strokes` of `ink` on `background` (alpha 0 for a canvas export)."""
+    img = Image.new("RGBA", (size, size), background)
+    draw = ImageDraw.Draw(img)
+    for stroke in strokes:
+        draw.line(stroke, fill=ink, width=width, joint="curve")
+    return img
+
+
+def png_bytes(img: Image.Image) -> bytes:
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+SEVEN = (((80, 60), (200, 60)), ((200, 60), (120, 230)))
+
+
+def test_a_transparent_canvas_export_reads_like_the_same_drawing_on_white():
+    # What a browser's canvas.toDataURL() gives: dark ink, and alpha 0 (over black RGB) everywhere else.
+    transparent = load_image(png_bytes(drawing(strokes=SEVEN, background=(0, 0, 0, 0))), (28, 28))
+    on_white = load_image(png_bytes(drawing(strokes=SEVEN)), (28, 28))
+    assert transparent.max() == 255, "the ink must survive the transparent background"
+    np.testing.assert_array_equal(transparent, on_white)
+
+
+@pytest.mark.parametrize("background,ink", [
+    ((255, 255, 255, 255), (255, 255, 255, 255)),  # white on white
+    ((0, 0, 0, 255), (0, 0, 0, 255)),  # black
+    ((0, 0, 0, 0), (0, 0, 0, 0)),  # fully transparent
+    ((128, 128, 128, 255), (128, 128, 128, 255)),  # uniform grey
+    ((255, 255, 255, 255), (245, 245, 245, 255)),  # a stroke too faint to be ink
+])
+def test_an_image_with_no_ink_is_an_error_not_a_guess(background, ink):
+    with pytest.raises(DataError, match="no ink found"):
+        load_image(png_bytes(drawing(background=background, ink=ink)), (28, 28))
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A valid 1-bit PNG of `width` x `height` white pixels: tiny on disk, huge once decoded."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + b"\xff" * ((width + 7) // 8)
+    compressor = zlib.compressobj(9)
+    data = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("side", [14000, 10000])
+def test_an_oversized_image_is_refused_from_its_header(side, tmp_path):
+    path = tmp_path / "huge.png"
+    path.write_bytes(bomb_png(side, side))
+    assert path.stat().st_size < 300_000
+    start = time.perf_counter()
+    with pytest.raises(DataError) as info:
+        load_image(path, (28, 28))
+    # Decoding 10^8 pixels would take seconds and gigabytes; reading the header takes microseconds.
+    assert time.perf_counter() - start < 1.0
+    message = str(info.value)
+    assert str(path) in message and f"{MAX_PIXELS:,} pixels" in message and f"{side * side:,} pixels" in message
+    assert "\n" not in message
+
+
+def test_an_image_at_the_limit_is_still_read():
+    width = 5000
+    img = Image.new("L", (width, MAX_PIXELS // width), 255)
+    ImageDraw.Draw(img).line(((2500, 1000), (2500, 4000)), fill=0, width=300)
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    assert load_image(out.getvalue(), (28, 28)).max() == 255
+
+
+def test_a_digit_anywhere_and_at_any_size_gives_the_same_input():
+    # The point of MNIST's preprocessing: position and size of the drawing do not matter.
+    seven = (((10, 10), (60, 10)), ((60, 10), (25, 90)))
+    small = drawing(strokes=[[(x + 150, y + 170) for x, y in s] for s in seven], width=8)  # low right
+    large = drawing(strokes=[[(2.5 * x + 40, 2.5 * y + 20) for x, y in s] for s in seven], width=20)  # 2.5x
+    a = load_image(png_bytes(small), (28, 28)).astype(float)
+    b = load_image(png_bytes(large), (28, 28)).astype(float)
+    assert np.corrcoef(a, b)[0, 1] > 0.95
+
+
+def test_mnist_geometry_20_pixel_box_centred_by_mass():
+    x = load_image(png_bytes(drawing(strokes=SEVEN)), (28, 28)).reshape(28, 28).astype(float)
+    rows, cols = np.nonzero(x > 0.1 * 255)
+    assert max(np.ptp(rows), np.ptp(cols)) + 1 in (20, 21)
+    ys, xs = np.indices(x.shape)
+    assert abs((ys * x).sum() / x.sum() - 13.5) <= 0.5
+    assert abs((xs * x).sum() / x.sum() - 13.5) <= 0.5
+
+
+def test_digits_runs_get_an_8x8_input_that_fills_the_frame_like_their_data():
+    x = load_image(png_bytes(drawing(strokes=SEVEN)), (8, 8)).reshape(8, 8)
+    assert x.shape == (8, 8) and x.max() == 255
+    rows, _ = np.nonzero(x > 0.1 * 255)
+    assert np.ptp(rows) + 1 == 8  # scikit-learn's digits are all 8 pixels tall
+
+
+def test_bytes_and_a_file_give_identical_inputs(tmp_path):
+    # The API gets bytes, `predict` gets a path: the same function, the same pixels.
+    raw = png_bytes(drawing(strokes=SEVEN, background=(0, 0, 0, 0)))
+    (tmp_path / "seven.png").write_bytes(raw)
+    np.testing.assert_array_equal(load_image(raw, (28, 28)), load_image(tmp_path / "seven.png", (28, 28)))
+
+
+def test_the_jitted_stage_is_traced_once_per_side(monkeypatch):
+    traces = []
+    real = images.fit_like_mnist
+    monkeypatch.setattr(images, "fit_like_mnist",
+                        lambda canvas, **kw: (traces.append(kw["side"]), real(canvas, **kw))[1])
+    images._jitted_fit.cache_clear()
+    try:
+        for strokes in (SEVEN, (((140, 50), (140, 230)),), (((60, 60), (220, 220)), ((220, 60), (60, 220)))):
+            load_image(png_bytes(drawing(strokes=strokes)), (28, 28))
+        load_image(png_bytes(drawing(strokes=SEVEN)), (8, 8))
+    finally:
+        images._jitted_fit.cache_clear()  # later tests get the real function, compiled afresh
+    assert traces == [28, 8]
+
+
+def test_the_jitted_stage_is_total_a_blank_canvas_gives_zeros():
+    out = fit_like_mnist(jnp.zeros((112, 112)), side=28, box=20)
+    assert out.shape == (28, 28) and float(jnp.abs(out).max()) == 0.0
+
+
+def test_a_file_that_is_not_an_image_is_a_data_error(tmp_path):
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    with pytest.raises(DataError, match="not a readable image"):
+        load_image(Path(bad), (28, 28))

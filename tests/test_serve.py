@@ -1,0 +1,641 @@
+"""`jaxintro serve`: the JSON API (answers, refusals, load), the command (signals, ports), the page in a browser."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxintro import runs, serve
+from jaxintro.cli import main
+from jaxintro.data import load_dataset
+from jaxintro.evaluate import load_run, predict_proba
+from jaxintro.grads import per_example_grad_norms_vmap
+from jaxintro.images import load_image
+from jaxintro.train import scale_images
+from test_images import SEVEN, bomb_png, drawing, png_bytes
+
+ONE = (((140, 50), (140, 230)),)
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory) -> Path:
+    """A small offline run: enough for every API behaviour but reading hand-drawn digits well."""
+    run = tmp_path_factory.mktemp("serve") / "digits"
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def mnist_run(mnist_dir, tmp_path_factory) -> Path:
+    """One epoch of the lesson's MLP on MNIST (~96%): it reads a drawn 1 and 7."""
+    run = tmp_path_factory.mktemp("serve") / "mnist"
+    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
+                 "--no-compile-cache"]) == 0
+    return run
+
+
+@contextlib.contextmanager
+def running(app: serve.App) -> Iterator[tuple[str, int]]:
+    """Serve `app` on a free port of 127.0.0.1 in a thread; stop it afterwards."""
+    server = serve.bind("127.0.0.1", 0)
+    server.app = app
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield "127.0.0.1", server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def digits_app(digits_run) -> serve.App:
+    return serve.load_app(digits_run)
+
+
+@pytest.fixture(scope="module")
+def digits_server(digits_app) -> Iterator[tuple[str, int]]:
+    with running(digits_app) as address:
+        yield address
+
+
+def call(address: tuple[str, int], method: str, path: str, body: bytes | str | dict | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    """One request on a fresh connection; the JSON answer decoded (or the raw bytes for a page)."""
+    if isinstance(body, dict):
+        body = json.dumps(body)
+    conn = http.client.HTTPConnection(*address, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        raw = response.read()
+        kind = response.getheader("Content-Type", "")
+        return response.status, dict(response.getheaders()), json.loads(raw) if "json" in kind else raw
+    finally:
+        conn.close()
+
+
+def raw_request(address: tuple[str, int], data: bytes) -> tuple[int | None, bytes]:
+    """Send bytes exactly as given (no client-side path cleaning); the status (None: a bare HTTP/0.9 answer), body."""
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    answer = b"".join(chunks)
+    if not answer.startswith(b"HTTP/"):
+        return None, answer
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body
+
+
+def data_url(raw: bytes, kind: str = "image/png") -> str:
+    return f"data:{kind};base64,{base64.b64encode(raw).decode()}"
+
+
+# ---------------------------------------------------------------- the API's answers
+
+
+def test_predict_pixels_answers_digit_probabilities_input_and_saliency(digits_run, digits_server):
+    run = load_run(digits_run)
+    x_u8 = load_dataset("digits").x_test[:5]
+    for image in x_u8:
+        pixels = (image / 255.0).tolist()
+        status, _, answer = call(digits_server, "POST", "/api/predict", {"pixels": pixels})
+        assert status == 200, answer
+        expected = predict_proba(run, image[None])[0]
+        assert type(answer["digit"]) is int and answer["digit"] == int(expected.argmax())
+        assert answer["class"] == str(answer["digit"])
+        assert len(answer["probabilities"]) == 10 and sum(answer["probabilities"]) == pytest.approx(1.0, abs=1e-5)
+        np.testing.assert_allclose(answer["probabilities"], expected, atol=1e-6)
+        np.testing.assert_allclose(answer["input"], pixels, atol=1e-6)
+        assert len(answer["saliency"]) == 64
+
+
+def test_saliency_is_the_gradient_of_the_predicted_log_probability(digits_run, digits_server):
+    run = load_run(digits_run)
+    x = load_dataset("digits").x_test[7] / 255.0
+    _, _, answer = call(digits_server, "POST", "/api/predict", {"pixels": x.tolist()})
+
+    def log_prob(x, k):
+        return jax.nn.log_softmax(run.model.apply(run.params, x[None], None)[0])[k]
+
+    expected = jax.grad(log_prob)(jnp.asarray(x, jnp.float32), answer["digit"])
+    np.testing.assert_allclose(answer["saliency"], expected, rtol=1e-4, atol=1e-6)
+    assert np.abs(expected).max() > 0
+
+
+def test_a_transparent_png_gives_what_predict_gives(digits_run, digits_server, tmp_path, capsys):
+    # A canvas export: dark ink on alpha 0. The API and `jaxintro predict` share one preprocessing function.
+    raw = png_bytes(drawing(strokes=SEVEN, background=(0, 0, 0, 0)))
+    (tmp_path / "seven.png").write_bytes(raw)
+    status, _, answer = call(digits_server, "POST", "/api/predict", {"image": data_url(raw)})
+    assert status == 200, answer
+    expected_input = load_image(tmp_path / "seven.png", (8, 8)) / 255.0
+    assert expected_input.max() == 1.0
+    np.testing.assert_allclose(answer["input"], expected_input, atol=1e-6)
+    capsys.readouterr()
+    assert main(["predict", str(digits_run), str(tmp_path / "seven.png"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["digit"] == answer["digit"]
+    np.testing.assert_allclose([printed["probabilities"][c] for c in map(str, range(10))], answer["probabilities"],
+                               atol=1e-5)
+
+
+def test_run_metrics_and_strings(digits_run, digits_server):
+    status, _, info = call(digits_server, "GET", "/api/run")
+    assert status == 200
+    result = runs.read_json(digits_run / runs.RESULT_FILE)
+    assert info["dataset"] == "digits" and info["model"] == "jax MLP 64-256-128-10"
+    assert info["classes"] == list("0123456789") and info["image_shape"] == [8, 8]
+    assert info["finished"] and info["epochs_done"] == 3 and info["test_accuracy"] == result["test_accuracy"]
+    status, _, metrics = call(digits_server, "GET", "/api/metrics")
+    assert status == 200 and [r["epoch"] for r in metrics["rows"]] == [1, 2, 3] and metrics["finished"]
+    # The page renders every label from /api/strings: each key it uses must be there.
+    status, _, strings = call(digits_server, "GET", "/api/strings")
+    page = call(digits_server, "GET", "/")[2].decode()
+    keys = set(re.findall(r'data-i18n="([a-z_]+)"', page))
+    script = call(digits_server, "GET", "/app.js")[2].decode()
+    keys |= set(re.findall(r"\btext\.([a-z_]+)", script))
+    assert keys and keys <= {k for k, v in strings.items() if v}, keys - set(strings)
+
+
+def test_the_metrics_follow_a_run_that_is_still_training(digits_run, tmp_path):
+    # The page polls /api/metrics; each answer reads metrics.jsonl as it is on disk at that moment.
+    run_dir = tmp_path / "training"
+    shutil.copytree(digits_run, run_dir)
+    rows = [json.loads(line) for line in (run_dir / runs.METRICS_FILE).read_text().splitlines()]
+    (run_dir / runs.RESULT_FILE).unlink()
+    runs.write_metrics(run_dir, rows[:1])
+    with running(serve.load_app(run_dir)) as address:
+        first = call(address, "GET", "/api/metrics")[2]
+        runs.write_metrics(run_dir, rows[:2])
+        second = call(address, "GET", "/api/metrics")[2]
+        runs.write_json(run_dir / runs.RESULT_FILE, {"finished": True})
+        third = call(address, "GET", "/api/metrics")[2]
+    assert (len(first["rows"]), first["finished"]) == (1, False)
+    assert (len(second["rows"]), second["finished"]) == (2, False)
+    assert (len(third["rows"]), third["finished"]) == (2, True)
+
+
+def test_mistakes_are_the_wrong_test_images_with_their_gradient_norms(digits_run, digits_server):
+    run = load_run(digits_run)
+    data = load_dataset("digits")
+    wrong = np.flatnonzero(predict_proba(run, data.x_test).argmax(1) != data.y_test)
+    assert wrong.size > 0, "a 3-epoch digits run makes mistakes"
+    seen = []
+    offset = 0
+    while True:
+        status, _, page = call(digits_server, "GET", f"/api/mistakes?offset={offset}&limit=7")
+        assert status == 200 and page["total"] == wrong.size and page["test_images"] == len(data.x_test)
+        seen += page["items"]
+        offset += 7
+        if offset >= page["total"]:
+            break
+    assert sorted(m["index"] for m in seen) == wrong.tolist()  # every mistake once, no other image
+    norms = [m["grad_norm"] for m in seen]
+    assert norms == sorted(norms, reverse=True)  # the default order: largest gradient first
+    # The norms are exercise 2's: the same as vmap(grad) on those examples.
+    idx = np.array([m["index"] for m in seen])
+    expected = per_example_grad_norms_vmap(run.params, run.model.apply, scale_images(jnp.asarray(data.x_test[idx])),
+                                           jnp.asarray(data.y_test[idx]))
+    np.testing.assert_allclose(norms, expected, rtol=2e-3, atol=1e-6)
+    for m in seen:
+        assert m["label"] == str(data.y_test[m["index"]]) and m["prediction"] != m["label"]
+        assert m["pixels"] == data.x_test[m["index"]].tolist() and 0 < m["confidence"] <= 1
+    ascending = call(digits_server, "GET", f"/api/mistakes?limit=100&sort=norm_asc")[2]["items"]
+    assert [m["grad_norm"] for m in ascending] == sorted(norms)[:100]
+    by_index = call(digits_server, "GET", f"/api/mistakes?limit=100&sort=index")[2]["items"]
+    assert [m["index"] for m in by_index] == wrong.tolist()[:100]
+
+
+def test_mistakes_of_other_model_styles_use_vmap_grad_norms(tmp_path):
+    # The fast norms are written for the pure-JAX MLP; the other styles get the same numbers through vmap(grad).
+    run_dir = tmp_path / "equinox"
+    assert main(["train", "--dataset", "digits", "--model", "equinox", "--hidden", "32", "--epochs", "1",
+                 "--run-dir", str(run_dir), "--no-compile-cache"]) == 0
+    run, data = load_run(run_dir), load_dataset("digits")
+    mistakes = serve.find_mistakes(run, data.x_test, data.y_test)
+    wrong = np.flatnonzero(predict_proba(run, data.x_test).argmax(1) != data.y_test)
+    assert mistakes.index.tolist() == wrong.tolist() and wrong.size > 0
+    expected = per_example_grad_norms_vmap(run.params, run.model.apply, scale_images(jnp.asarray(data.x_test[wrong])),
+                                           jnp.asarray(data.y_test[wrong]))
+    np.testing.assert_allclose(mistakes.grad_norm, expected, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- the API's refusals
+
+
+BAD_PREDICTS = [
+    ("malformed JSON", b'{"pixels": [0, 1', 400, "malformed JSON"),
+    ("not an object", b"[0, 1]", 400, "exactly one of"),
+    ("neither key", b"{}", 400, "exactly one of"),
+    ("both keys", b'{"pixels": [], "image": ""}', 400, "exactly one of"),
+    ("wrong length", json.dumps({"pixels": [0.5] * 63}).encode(), 400, "list of 64 numbers"),
+    ("784 for an 8x8 run", json.dumps({"pixels": [0.5] * 784}).encode(), 400, "list of 64 numbers"),
+    ("above 1", json.dumps({"pixels": [0.0] * 63 + [1.5]}).encode(), 400, "outside [0, 1]"),
+    ("below 0", json.dumps({"pixels": [-0.1] + [0.0] * 63}).encode(), 400, "outside [0, 1]"),
+    ("NaN", ("{\"pixels\": [NaN" + ", 0" * 63 + "]}").encode(), 400, "NaN is not a number"),
+    ("Infinity", ("{\"pixels\": [Infinity" + ", 0" * 63 + "]}").encode(), 400, "Infinity is not a number"),
+    ("overflow to inf", ("{\"pixels\": [1e400" + ", 0" * 63 + "]}").encode(), 400, "outside [0, 1]"),
+    ("strings", json.dumps({"pixels": ["0.5"] * 64}).encode(), 400, "numbers only"),
+    ("booleans", json.dumps({"pixels": [True] * 64}).encode(), 400, "numbers only"),
+    ("nulls", json.dumps({"pixels": [None] * 64}).encode(), 400, "numbers only"),
+    ("pixels not a list", json.dumps({"pixels": "0.5"}).encode(), 400, "list of 64 numbers"),
+    ("not a data URL", json.dumps({"image": "http://example.com/a.png"}).encode(), 400, "data URL"),
+    ("bad base64", json.dumps({"image": "data:image/png;base64,@@@"}).encode(), 400, "invalid base64"),
+    ("not an image", json.dumps({"image": data_url(b"hello")}).encode(), 400, "not a readable image"),
+    ("no ink", json.dumps({"image": data_url(png_bytes(drawing(ink=(0, 0, 0, 0), background=(0, 0, 0, 0))))}
+                          ).encode(), 400, "no ink found"),
+    ("decompression bomb", json.dumps({"image": data_url(bomb_png(14000, 14000))}).encode(), 400,
+     "larger than the limit"),
+    ("not UTF-8", b'{"pixels": "\xff"}', 400, "malformed JSON"),
+]
+
+
+@pytest.mark.parametrize("body,status,message", [b[1:] for b in BAD_PREDICTS], ids=[b[0] for b in BAD_PREDICTS])
+def test_bad_predict_requests_get_a_json_400(digits_server, body, status, message):
+    got, _, answer = call(digits_server, "POST", "/api/predict", body, {"Content-Type": "application/json"})
+    assert (got, message) == (status, message) and message in answer["error"], answer
+    assert call(digits_server, "GET", "/api/run")[0] == 200  # and the server is still up
+
+
+def test_a_body_over_1_mb_gets_413(digits_server):
+    body = json.dumps({"image": data_url(b"\0" * 800_000)})  # base64 makes it ~1.07 MB
+    assert len(body) > serve.MAX_BODY_BYTES
+    status, headers, answer = call(digits_server, "POST", "/api/predict", body)
+    assert status == 413 and "limit is 1,000,000" in answer["error"]
+    # A client announcing a huge body hears "no" at once, without sending it.
+    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n"
+                                           b"Connection: close\r\n\r\n")
+    assert status == 413
+
+
+def test_a_body_without_length_is_refused(digits_server):
+    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                                           b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    assert status == 411
+
+
+@pytest.mark.parametrize("method,path,allowed", [
+    ("GET", "/api/predict", "POST"), ("PUT", "/api/predict", "POST"), ("DELETE", "/api/run", "GET"),
+    ("POST", "/api/run", "GET"), ("POST", "/api/mistakes", "GET"), ("PATCH", "/", "GET"), ("OPTIONS", "/", "GET"),
+    ("POST", "/app.js", "GET"), ("TRACE", "/", "GET"),
+])
+def test_other_methods_get_405(digits_server, method, path, allowed):
+    status, headers, answer = call(digits_server, method, path, b"{}" if method in ("POST", "PUT", "PATCH") else None)
+    assert status == 405 and headers["Allow"] == allowed and method in answer["error"]
+
+
+@pytest.mark.parametrize("path", ["/nope", "/api/nope", "/api/predict/extra", "/index.htm", "/web/app.js"])
+def test_unknown_paths_get_a_json_404(digits_server, path):
+    status, _, answer = call(digits_server, "GET", path)
+    assert status == 404 and "no such page" in answer["error"]
+
+
+@pytest.mark.parametrize("path", [
+    "/../serve.py", "/%2e%2e/serve.py", "/../../../../../../etc/passwd", "/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "/..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "//etc/passwd", "/app.js/../../serve.py", "/web/../serve.py", "/%2e%2e%2fserve.py", "/..\\..\\serve.py",
+    "/app.js%00.png", "/./app.css/..",
+])
+def test_path_traversal_never_reads_a_file(digits_server, path):
+    status, body = raw_request(digits_server, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    assert status == 404, body
+    assert b"root:" not in body and b"def serve" not in body and b"import" not in body
+
+
+def test_malformed_requests_get_json_errors(digits_server):
+    # A request line that is not HTTP: the standard library answers in HTTP/0.9 style, a bare body.
+    status, body = raw_request(digits_server, b"THIS IS NOT HTTP\r\n\r\n")
+    assert status in (None, 400) and "Bad request" in json.loads(body)["error"]
+    status, body = raw_request(digits_server, b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n")
+    assert status == 431 and "error" in json.loads(body)
+    assert call(digits_server, "GET", "/api/run")[0] == 200
+
+
+@pytest.mark.parametrize("query,message", [
+    ("offset=-1", "offset must be in"), ("limit=0", "limit must be in"), ("limit=101", "limit must be in"),
+    ("limit=ten", "limit must be an integer"), ("sort=confidence", "sort must be one of"),
+    ("page=2", "unknown parameter"), ("offset=", "offset must be an integer"),
+    ("offset=1&&limit=2", "malformed query string"),
+])
+def test_bad_mistakes_queries_get_400(digits_server, query, message):
+    status, _, answer = call(digits_server, "GET", f"/api/mistakes?{query}")
+    assert status == 400 and message in answer["error"], answer
+
+
+def test_the_page_names_no_other_host(digits_server):
+    # It must work with no network: no CDN, no web font, nothing fetched from elsewhere.
+    status, headers, page = call(digits_server, "GET", "/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
+    for path in ("/", "/app.js", "/app.css"):
+        text = call(digits_server, "GET", path)[2].decode()
+        urls = set(re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I)) - {"http://www.w3.org"}
+        assert not urls, (path, urls)
+        assert "@import" not in text and "@font-face" not in text
+
+
+def test_host_warning_only_beyond_this_machine():
+    assert serve.host_warning("127.0.0.1") is None and serve.host_warning("localhost") is None
+    assert "anyone" in serve.host_warning("0.0.0.0")
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_without_a_finished_run_it_says_to_train_first(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "empty").mkdir(parents=True)
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no finished run" in err and "make train" in err
+
+
+def test_a_port_in_use_is_a_one_line_error(digits_run, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(digits_run), "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"port {port} is already in use" in err
+
+
+def start_serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen, str]:
+    """`jaxintro serve ARGS --port 0` in a subprocess; return it and the URL it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "serve", *args, "--port", "0"], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = [m for line in lines if (m := re.search(r"http://127\.0\.0\.1:\d+/", line))]
+        if found:
+            proc.lines = lines  # type: ignore[attr-defined]
+            return proc, found[0][0]
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"serve did not start: {lines} {proc.stderr.read()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_server_cleanly(signum, digits_run, tmp_path):
+    # SIGINT with the default run (the newest finished one under runs/), SIGTERM with an explicit RUN_DIR.
+    (tmp_path / "runs").mkdir()
+    shutil.copytree(digits_run, tmp_path / "runs" / "finished")
+    unfinished = tmp_path / "runs" / "later-but-unfinished"
+    shutil.copytree(digits_run, unfinished)
+    (unfinished / runs.RESULT_FILE).unlink()
+    args = [] if signum == signal.SIGINT else [str(tmp_path / "runs" / "finished")]
+    proc, url = start_serve(args, tmp_path)
+    try:
+        host, port = url.removeprefix("http://").rstrip("/").split(":")
+        status, _, info = call((host, int(port)), "GET", "/api/run")
+        assert status == 200 and Path(info["run_dir"]).name == "finished"
+        # A page left open keeps a connection alive: the stop must not wait for its 30 s time-out.
+        browser_like = http.client.HTTPConnection(host, int(port), timeout=60)
+        browser_like.request("GET", "/api/metrics")
+        assert browser_like.getresponse().read()
+        start = time.monotonic()
+        proc.send_signal(signum)
+        code = proc.wait(timeout=60)
+        assert time.monotonic() - start < 10
+        browser_like.close()
+        err = proc.stderr.read()
+        assert code == 0, err[-3000:]
+        assert "Stopped." in "".join(proc.lines) and "Traceback" not in err
+        with pytest.raises(OSError):  # the port is closed
+            socket.create_connection((host, int(port)), timeout=2).close()
+    finally:
+        stop(proc)
+
+
+# ---------------------------------------------------------------- load
+
+
+def test_load_200_predictions_from_20_concurrent_clients(mnist_run, capsys):
+    """Bounded: 200 requests of a drawn digit on 127.0.0.1; no error, same answer; p50/p95 are printed."""
+    body = json.dumps({"image": data_url(png_bytes(drawing(strokes=SEVEN, background=(0, 0, 0, 0))))})
+    with running(serve.load_app(mnist_run)) as address:
+
+        def client(n: int) -> list[tuple[float, int, int]]:
+            conn = http.client.HTTPConnection(*address, timeout=60)  # one keep-alive connection, as a page uses
+            out = []
+            try:
+                for _ in range(n):
+                    start = time.perf_counter()
+                    conn.request("POST", "/api/predict", body=body, headers={"Content-Type": "application/json"})
+                    response = conn.getresponse()
+                    answer = json.loads(response.read())
+                    out.append((time.perf_counter() - start, response.status, answer.get("digit", -1)))
+            finally:
+                conn.close()
+            return out
+
+        alone = client(20)  # one user drawing: no queue
+        start = time.perf_counter()
+        with ThreadPoolExecutor(20) as pool:
+            results = [r for chunk in pool.map(client, [10] * 20) for r in chunk]
+        wall = time.perf_counter() - start
+    assert len(results) == 200 and {status for _, status, _ in results + alone} == {200}
+    assert {digit for _, _, digit in results + alone} == {7}
+    latencies = sorted(1e3 * t for t, _, _ in results)
+    p50, p95 = statistics.median(latencies), latencies[int(0.95 * len(latencies)) - 1]
+    with capsys.disabled():
+        print(f"\nserve load: 200 predict requests (a drawn PNG), 20 concurrent clients: p50 {p50:.1f} ms, "
+              f"p95 {p95:.1f} ms, {200 / wall:.0f} requests/s; one client alone: p50 "
+              f"{statistics.median(1e3 * t for t, _, _ in alone):.1f} ms")
+
+
+# ---------------------------------------------------------------- the page, in a real browser
+
+
+def browser_paths() -> tuple[str, str]:
+    """The Chromium and chromedriver to use; a skip that says how to get them (a failure under CI)."""
+    chromium = os.environ.get("JAXINTRO_CHROMIUM") or next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+    driver = os.environ.get("JAXINTRO_CHROMEDRIVER") or shutil.which("chromedriver")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        chromium = None
+    if chromium and driver:
+        return chromium, driver
+    reason = ("no headless browser for the page test: `make test` installs Debian's chromium and chromium-driver "
+              "when run as root; elsewhere: sudo apt-get install chromium chromium-driver (and pip install -e "
+              "'.[dev]' for selenium), or set JAXINTRO_CHROMIUM and JAXINTRO_CHROMEDRIVER")
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def open_browser(chromium: str, driver_path: str, *, mobile: bool = False):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--window-size=1280,1150"):
+        options.add_argument(flag)
+    if mobile:  # a phone: 390 CSS pixels wide, touch input
+        phone = {"width": 390, "height": 844, "pixelRatio": 2, "touch": True}
+        options.add_experimental_option("mobileEmulation", {"deviceMetrics": phone})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    return driver
+
+
+def wait_until(condition, timeout: float = 30.0, what: str = "the page") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def draw(driver, strokes, *, touch: bool = False) -> None:
+    """Draw `strokes` (points in the pad's 280x280 pixels) with real pointer input, then wait for the answer."""
+    from selenium.webdriver.common.actions import interaction
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+    from selenium.webdriver.common.actions.pointer_input import PointerInput
+
+    pad = driver.find_element("id", "pad")
+    scale = pad.rect["width"] / 280.0
+    before = int(driver.execute_script("return document.body.dataset.predictions || 0"))
+    for stroke in strokes:
+        (x0, y0), (x1, y1) = stroke
+        kind = interaction.POINTER_TOUCH if touch else interaction.POINTER_MOUSE
+        builder = ActionBuilder(driver, mouse=PointerInput(kind, "finger" if touch else "mouse"))
+        pointer = builder.pointer_action
+        pointer.move_to(pad, int((x0 - 140) * scale), int((y0 - 140) * scale)).pointer_down()
+        for i in range(1, 13):  # twelve moves per stroke, as a hand would make many
+            t = i / 12
+            pointer.move_to(pad, int((x0 + (x1 - x0) * t - 140) * scale), int((y0 + (y1 - y0) * t - 140) * scale))
+        pointer.pointer_up()
+        builder.perform()
+    wait_until(lambda: int(driver.execute_script("return document.body.dataset.predictions || 0")) > before
+               and not driver.execute_script("return document.body.dataset.busy"), what="the prediction")
+
+
+def page_state(driver) -> dict[str, Any]:
+    return driver.execute_script("""
+        const lit = (id) => { const c = document.getElementById(id);
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] > 60) n++; return n; };
+        const colored = (id) => { const c = document.getElementById(id);
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[i + 2]) > 40) n++; return n; };
+        return {
+            digit: document.getElementById('digit').textContent,
+            bars: [...document.querySelectorAll('#bars .bar')].map((b) => Number(b.dataset.p)),
+            barWidths: [...document.querySelectorAll('#bars .bar')].map((b) => b.getBoundingClientRect().width),
+            preview: [document.getElementById('preview').width, document.getElementById('preview').height,
+                      lit('preview')],
+            heatmap: [document.getElementById('heatmap').width, document.getElementById('heatmap').height,
+                      colored('heatmap')],
+            pointer: document.getElementById('pad').dataset.pointer,
+        };""")
+
+
+def test_the_page_in_a_real_browser(mnist_run, tmp_path):
+    chromium, driver_path = browser_paths()
+    proc, url = start_serve([str(mnist_run)], tmp_path)
+    driver = None
+    try:
+        driver = open_browser(chromium, driver_path)
+        driver.get(url)
+        wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
+        assert driver.find_element("css selector", "h1").text == serve.page_strings()["title"]
+        accuracy = json.loads((mnist_run / runs.METRICS_FILE).read_text().splitlines()[-1])["test_accuracy"]
+        assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f} %"
+        assert driver.execute_script("return document.querySelectorAll('#chart-loss circle').length") >= 2
+        assert driver.execute_script("return document.querySelectorAll('#mistakes li canvas').length") > 0
+
+        draw(driver, ONE)  # a "1": one vertical stroke
+        state = page_state(driver)
+        assert state["digit"] == "1", state
+        assert len(state["bars"]) == 10 and sum(state["bars"]) == pytest.approx(1.0, abs=1e-3)
+        assert state["barWidths"][1] > 0.5 * max(state["barWidths"])
+        assert state["preview"][:2] == [28, 28] and state["preview"][2] > 20  # the 28x28 input has ink
+        assert state["heatmap"][:2] == [28, 28] and state["heatmap"][2] > 20  # and a heatmap
+        assert state["pointer"] == "mouse"
+
+        driver.find_element("id", "clear").click()
+        wait_until(lambda: driver.find_element("id", "digit").text == "–", what="the cleared pad")
+        draw(driver, SEVEN)  # a "7": two strokes
+        state = page_state(driver)
+        assert state["digit"] == "7", state
+        assert sum(state["bars"]) == pytest.approx(1.0, abs=1e-3)
+        shot = Path(os.environ.get("JAXINTRO_SCREENSHOT") or tmp_path / "serve.png")
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+        # Undo removes the diagonal: the prediction changes, and no request was lost on the way.
+        driver.find_element("id", "undo").click()
+        wait_until(lambda: page_state(driver)["digit"] != "7", what="the prediction after undo")
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not severe, severe
+        driver.quit()
+
+        # A phone: the pad and its buttons fit the width, nothing scrolls sideways, a finger draws.
+        driver = open_browser(chromium, driver_path, mobile=True)
+        driver.get(url)
+        wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
+        layout = driver.execute_script("""
+            const pad = document.getElementById('pad').getBoundingClientRect();
+            return {width: window.innerWidth, scroll: document.documentElement.scrollWidth, padLeft: pad.left,
+                    padRight: pad.right, padWidth: pad.width,
+                    buttons: [...document.querySelectorAll('button')].map((b) => b.getBoundingClientRect().height)};""")
+        assert layout["width"] == 390 and layout["scroll"] <= layout["width"], layout
+        assert 0 <= layout["padLeft"] and layout["padRight"] <= layout["width"] and layout["padWidth"] >= 200
+        assert min(layout["buttons"]) >= 44  # finger-sized
+        draw(driver, ONE, touch=True)
+        state = page_state(driver)
+        assert state["pointer"] == "touch" and state["digit"] == "1", state
+        driver.save_screenshot(str(tmp_path / "serve-phone.png"))
+    finally:
+        if driver is not None:
+            driver.quit()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            stop(proc)
