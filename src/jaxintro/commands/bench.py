@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
         "batch_size": plan.batch,
         "matmul_gflops": matmul_gflops,
         "train_flops_per_step": flops,
-        "rows": [{k: getattr(r, k) for k in ("name", "compile_seconds", "ms_per_step", "samples_per_second",
-                                              "fraction_of_peak", "peak_rss_mb", "skipped", "error")}
+        # A row that did not run has no numbers: null in the JSON, not NaN (which JSON does not have).
+        "rows": [{k: _finite_or_none(getattr(r, k)) for k in ("name", "compile_seconds", "ms_per_step",
+                                                               "samples_per_second", "fraction_of_peak",
+                                                               "peak_rss_mb", "skipped", "error")}
                  for r in results],
     }
     print(f"\nfloat32 matmul rate (jitted 2048x2048): {matmul_gflops:.1f} GFLOP/s; "
@@ -99,3 +102,7 @@ def run(args: argparse.Namespace) -> int:
         raise JaxintroError(f"{len(failed)} row(s) crashed ({', '.join(r.name for r in failed)}); the first: "
                             f"{failed[0].error}; the other rows are in {out_dir / 'bench.json'}")
     return 0
+
+
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
