@@ -102,3 +102,19 @@ def test_a_failed_timed_train_process_is_one_error_line(monkeypatch, tmp_path):
         a[0], 3, stdout="", stderr="Traceback (most recent call last):\n  ...\nValueError: no data\n"))
     with pytest.raises(JaxintroError, match=r"failed \(exit 3\): ValueError: no data"):
         bench.time_train_process(["--dataset", "digits"], {})
+
+
+def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkeypatch):
+    speeds = iter([2.0, 1.0, 3.0, 1.2, 2.5, 1.1])  # (jit-step, scan-epoch) per round
+
+    def row(name, plan_path, timeout=1200.0):
+        return bench.RowResult(name, compile_seconds=1.0, ms_per_step=next(speeds), samples_per_second=1.0,
+                               peak_rss_mb=1.0)
+
+    monkeypatch.setattr(bench, "run_row_subprocess", row)
+    assert main(["bench", "--dataset", "digits", "--rows", "jit-step,scan-epoch", "--rounds", "3", "--out",
+                 str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["spread"]["jit-step"]["ms_per_step"] == [2.0, 3.0]
+    assert report["spread"]["scan-epoch"]["speedup"]["jit-step"] == [2.0, 2.5]  # 2/1, 3/1.2, 2.5/1.1
+    assert [r["ms_per_step"] for r in report["rows"]] == [2.5, 1.1]  # each row's median round

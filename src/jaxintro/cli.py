@@ -133,6 +133,8 @@ def build_parser() -> ArgumentParser:
     add_data_flags(p)
     p.add_argument("--rows", default=",".join(BENCH_ROWS), help="comma-separated rows to run")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed epochs per row (median)")
+    p.add_argument("--rounds", type=positive_int, default=1,
+                   help="run every row this many times, interleaved, and report the spread (min-max)")
     p.add_argument("--nojit-steps", type=positive_int, default=100, help="steps timed in the nojit row")
     p.add_argument("--seed", type=natural_int, default=0, help="seed of the shared batches")
     p.add_argument("--e2e", action="store_true", help="also time whole 10-epoch train processes")

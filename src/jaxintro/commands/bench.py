@@ -32,15 +32,21 @@ def run(args: argparse.Namespace) -> int:
                            nojit_steps=args.nojit_steps)
     flops = bench.train_flops_per_step((dataset.num_features, 256, 128, dataset.num_classes), plan.batch)
     print(f"Benchmark on {dataset.name} ({len(dataset.x_train)} images, {len(plan.perm)} steps of {plan.batch}); "
-          f"each row in its own process, median of {args.repeats} epochs after a warm-up.", flush=True)
+          f"each row in its own process, median of {args.repeats} epochs after a warm-up"
+          + (f"; {args.rounds} rounds of every row, interleaved." if args.rounds > 1 else "."), flush=True)
     gflops_before = bench.measure_matmul_gflops()
-    results = []
+    rounds: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         plan_path = Path(tmp) / "plan.npz"
         plan.save(plan_path)
-        for name in rows:
-            print(f"  running {name} ...", flush=True)
-            results.append(bench.run_row_subprocess(name, plan_path))
+        # Rows alternate round by round, so a slow minute of the machine falls on every row alike.
+        for round_index in range(args.rounds):
+            rounds.append([])
+            for name in rows:
+                label = f" (round {round_index + 1} of {args.rounds})" if args.rounds > 1 else ""
+                print(f"  running {name}{label} ...", flush=True)
+                rounds[-1].append(bench.run_row_subprocess(name, plan_path))
+    results = [_median_round([r[i] for r in rounds]) for i in range(len(rows))]
     # The machine's rate, measured before and after the rows; the higher one is the peak we compare with.
     matmul_gflops = max(gflops_before, bench.measure_matmul_gflops())
     done = {r.name: r for r in results if not (r.skipped or r.error)}
@@ -74,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
         ratios = {name: base / r.samples_per_second for name, r in done.items() if name != "scan-epoch"}
         report["scan_speedup_over"] = ratios
         print("scan-epoch speed-up: " + ", ".join(f"{v:.2f}x over {k}" for k, v in ratios.items()))
+    if args.rounds > 1:
+        report["spread"] = _spread(rounds)
+        print(f"Spread over {args.rounds} rounds (min-max):")
+        for name, spread in report["spread"].items():
+            ratios = ", ".join(f"{lo:.2f}-{hi:.2f}x over {other}" for other, (lo, hi) in spread["speedup"].items())
+            print(f"  {name:<14} {spread['ms_per_step'][0]:.3f}-{spread['ms_per_step'][1]:.3f} ms/step"
+                  + (f"; scan-epoch {ratios}" if ratios else ""))
     if "nojit" in done and "jit-step" in done:
         print(f"jit-step over nojit: {done['nojit'].ms_per_step / done['jit-step'].ms_per_step:.1f}x "
               "(the lesson's 'JIT speedups of 100x' claim, measured here)")
@@ -106,3 +119,32 @@ def run(args: argparse.Namespace) -> int:
 
 def _finite_or_none(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _median_round(results: list[Any]) -> Any:
+    """A row's result from the round with its median speed (the first failure or skip, if any)."""
+    bad = [r for r in results if r.skipped or r.error]
+    if bad:
+        return bad[0]
+    return sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
+
+
+def _spread(rounds: list[list[Any]]) -> dict[str, Any]:
+    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round."""
+    spread: dict[str, Any] = {}
+    for i, first in enumerate(rounds[0]):
+        runs = [r[i] for r in rounds if not (r[i].skipped or r[i].error)]
+        if not runs:
+            continue
+        ms = [r.ms_per_step for r in runs]
+        spread[first.name] = {"ms_per_step": (min(ms), max(ms)), "speedup": {}}
+    for name in spread:
+        if name == "scan-epoch" or "scan-epoch" not in spread:
+            continue
+        ratios = []
+        for results in rounds:
+            by_name = {r.name: r for r in results if not (r.skipped or r.error)}
+            if name in by_name and "scan-epoch" in by_name:
+                ratios.append(by_name[name].ms_per_step / by_name["scan-epoch"].ms_per_step)
+        spread["scan-epoch"]["speedup"][name] = (min(ratios), max(ratios))
+    return spread
