@@ -64,10 +64,12 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
                 raise DataError(f"{too_big} (it is {img.width}x{img.height}, {img.width * img.height:,} pixels)")
             img.draft("RGB", (WORK_SIDE, WORK_SIDE))  # JPEG: decode at a reduced scale (a no-op for PNG)
             img.load()
-            factor = max(1, max(img.size) // WORK_SIDE)
+            # Grey first: `reduce` refuses 1-bit, palette and 16-bit modes, which PNGs often use.
+            gray_img = _on_white(img).convert("L")
+            factor = max(1, max(gray_img.size) // WORK_SIDE)
             if factor > 1:
-                img = img.reduce(factor)
-            gray = np.asarray(_on_white(img).convert("L"), dtype=np.float32)
+                gray_img = gray_img.reduce(factor)
+            gray = np.asarray(gray_img, dtype=np.float32)
     except Image.DecompressionBombError as exc:  # Pillow's own check, at twice its limit, fired first
         pixels = re.search(r"\((\d+) pixels\)", str(exc))
         raise DataError(too_big + (f" (it has {int(pixels[1]):,} pixels)" if pixels else "")) from None
