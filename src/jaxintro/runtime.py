@@ -34,6 +34,10 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | Non
                 raise ConfigError(f"--devices {devices}: JAX already started with {len(jax.devices())} device(s) "
                                   "in this process; run jaxintro in a fresh process") from None
     # Set either way: a process that runs several commands (tests, notebooks) must not keep an earlier choice.
+    # JAX decides once per process whether (and where) its cache is used; forget that decision first.
+    from jax.experimental.compilation_cache import compilation_cache
+
+    compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", compile_cache)
     return enable_compile_cache() if compile_cache else None
 
