@@ -21,9 +21,9 @@ import orbax.checkpoint as ocp
 from jaxintro import __version__
 from jaxintro.config import TrainConfig
 from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.runs import CHECKPOINT_DIR
 from jaxintro.train import TrainState
 
-CHECKPOINT_DIR = "checkpoints"
 KEEP = 3
 
 # Orbax logs every save at INFO/WARNING; the training log says what matters.
@@ -115,11 +115,6 @@ def config_from_meta(run_dir: Path, meta: dict[str, Any]) -> TrainConfig:
         return TrainConfig.from_json(meta["config"]).validate()
     except (ConfigError, TypeError, KeyError) as exc:
         raise CheckpointError(f"{run_dir}: its saved config is not usable by jaxintro {__version__}: {exc}") from None
-
-
-def load_config(run_dir: Path) -> TrainConfig:
-    """The config of a run, from its newest intact checkpoint."""
-    return config_from_meta(run_dir, read_meta(run_dir))
 
 
 def _restore_meta(manager: ocp.CheckpointManager, step: int) -> dict[str, Any]:

@@ -89,6 +89,17 @@ class TrainConfig:
         return cls(**obj)
 
 
+def config_from_flags(flags: object) -> TrainConfig:
+    """The validated config from parsed command-line flags, one attribute per field (`--epochs` may be None)."""
+    values = {f.name: getattr(flags, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(flags, f.name)}
+    if values.get("epochs") is None:
+        values["epochs"] = TrainConfig().epochs
+    if "hidden" in values:
+        hidden = values["hidden"]
+        values["hidden"] = parse_hidden(hidden) if isinstance(hidden, str) else tuple(hidden)
+    return TrainConfig(**values).validate()
+
+
 def check_batch_split(batch_size: int, devices: int) -> None:
     """The global batch must split evenly over the devices (checked from flags, and again on the real mesh)."""
     if batch_size % devices:

@@ -85,6 +85,8 @@ def check_coordinator(coordinator: str, num_processes: int, process_id: int) -> 
     """Refuse a malformed address, a bad process id, or (for process 0) a port already taken."""
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ConfigError(f"--process-id must be in 0..{num_processes - 1}; got {process_id}")
+    if coordinator == "auto":  # JAX derives the address from the scheduler's variables
+        return
     host, _, port = coordinator.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got {coordinator!r}")
@@ -107,20 +109,22 @@ def distributed_timeout() -> int:
 
 
 def detect_cluster() -> tuple[str, int, int]:
-    """For `--coordinator auto`: (scheduler, process count, this process's id) from a launcher's environment.
+    """For `--coordinator auto`: (coordinator, process count, this process's id) from a launcher's environment.
 
     SLURM (`srun`) and Open MPI (`mpirun`) are recognised by the variables JAX's own cluster detection
-    reads; a Kubernetes indexed Job by `JOB_COMPLETION_INDEX` (set by Kubernetes) with
-    `JAX_COORDINATOR_ADDRESS` and `JAX_NUM_PROCESSES` (set in the Job's manifest).
+    reads, and the coordinator stays `auto`: JAX derives it. A Kubernetes indexed Job is recognised by
+    `JOB_COMPLETION_INDEX` (set by Kubernetes) with `JAX_COORDINATOR_ADDRESS` and `JAX_NUM_PROCESSES`
+    (set in the Job's manifest), which give the coordinator: JAX's own Kubernetes detection would need
+    the `kubernetes` package and API permissions.
     """
     env = os.environ
     if "OMPI_MCA_orte_hnp_uri" in env:  # JAX checks Open MPI first; so do we
-        return "Open MPI", int(env["OMPI_COMM_WORLD_SIZE"]), int(env["OMPI_COMM_WORLD_RANK"])
+        return "auto", int(env["OMPI_COMM_WORLD_SIZE"]), int(env["OMPI_COMM_WORLD_RANK"])
     if all(name in env for name in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
                                     "SLURM_LOCALID")):
-        return "SLURM", int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"])
+        return "auto", int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"])
     if "JOB_COMPLETION_INDEX" in env and "JAX_COORDINATOR_ADDRESS" in env and "JAX_NUM_PROCESSES" in env:
-        return "Kubernetes", int(env["JAX_NUM_PROCESSES"]), int(env["JOB_COMPLETION_INDEX"])
+        return env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]), int(env["JOB_COMPLETION_INDEX"])
     raise ConfigError(
         "--coordinator auto found no SLURM step (run it under srun), Open MPI job (mpirun) or Kubernetes indexed "
         "Job (JOB_COMPLETION_INDEX, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES) in the environment; "
@@ -131,10 +135,11 @@ def detect_cluster() -> tuple[str, int, int]:
 def initialize_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
     """Join a multi-process run (`jax.distributed`, gloo collectives on CPU) with every wait bounded.
 
-    `coordinator="auto"` lets JAX read SLURM's or Open MPI's variables itself. The same bound
-    (`distributed_timeout()`) caps joining, a collective that never completes (XLA's CPU collective
-    time-out, 30 minutes by default) and the shutdown barrier; a peer that stops sending heartbeats
-    is declared dead after half of it, and JAX then ends every other process (exit 134).
+    `coordinator="auto"` lets JAX read SLURM's or Open MPI's variables itself; an address is used as
+    given, with JAX's detection off. The same bound (`distributed_timeout()`) caps joining, a
+    collective that never completes (XLA's CPU collective time-out, 30 minutes by default) and the
+    shutdown barrier; a peer that stops sending heartbeats is declared dead after half of it, and JAX
+    then ends every other process (exit 134).
     """
     timeout = distributed_timeout()
     # Read by XLA when the CPU backend starts, which is after this point.
@@ -143,17 +148,8 @@ def initialize_distributed(coordinator: str, num_processes: int, process_id: int
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     bounds = dict(initialization_timeout=timeout, heartbeat_timeout_seconds=max(10, timeout // 2),
                   shutdown_timeout_seconds=timeout)
-    if coordinator == "auto" and "JOB_COMPLETION_INDEX" in os.environ and "OMPI_MCA_orte_hnp_uri" not in os.environ \
-            and "SLURM_PROCID" not in os.environ:
-        # Kubernetes: JAX's own detection would need the `kubernetes` package and API access; the Job's
-        # manifest gives the address and the count instead.
-        coordinator = os.environ["JAX_COORDINATOR_ADDRESS"]
-        where = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
-                     cluster_detection_method="deactivate")
-    elif coordinator == "auto":
-        where = {}
-    else:
-        where = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    where = {} if coordinator == "auto" else dict(coordinator_address=coordinator, num_processes=num_processes,
+                                                  process_id=process_id, cluster_detection_method="deactivate")
     try:
         jax.distributed.initialize(**where, **bounds)
     except Exception as exc:  # gRPC and XLA raise assorted types

@@ -17,6 +17,7 @@ from jaxintro.errors import ConfigError
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
+CHECKPOINT_DIR = "checkpoints"  # Orbax's steps, one folder each (written by `jaxintro.checkpoint`)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -129,7 +130,7 @@ def claim_is_live(run_dir: Path) -> bool:
 
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether `run_dir/checkpoints/` holds a finished step (Orbax renames a step's folder only when complete)."""
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINT_DIR
     return folder.is_dir() and any(child.name.isdigit() for child in folder.iterdir())
 
 
@@ -139,7 +140,7 @@ def release_run_dir(run_dir: Path) -> None:
 
     for name in (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png"):
         (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
 
 
 def discard_run_dir(run_dir: Path, *, created: bool) -> None:
@@ -166,22 +167,35 @@ def writable_dir(path: str | os.PathLike, flag: str) -> Path:
     return folder
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of `metrics.jsonl` (written atomically, so never half a line); none before the first epoch."""
+    try:
+        text = (run_dir / METRICS_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def is_finished(result: dict[str, Any] | None, planned_epochs: int) -> bool:
+    """Whether a run's `result.json` says it trained all its epochs (files of older versions: by the count)."""
+    return result is not None and bool(result.get("finished", result.get("epochs") == planned_epochs))
+
+
 def describe_run(run_dir: Path) -> dict[str, Any] | None:
     """What `jaxintro runs` shows of one folder: dataset, model, epochs, accuracy and status; None if not a run."""
-    config_path, metrics_path = run_dir / CONFIG_FILE, run_dir / METRICS_FILE
+    config_path = run_dir / CONFIG_FILE
     if not (config_path.exists() or (run_dir / CLAIM_FILE).exists()):
         return None
     try:
         config = read_json(config_path) if config_path.exists() else {}
-        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] \
-            if metrics_path.exists() else []
+        rows = read_metrics(run_dir)
         result = read_json(run_dir / RESULT_FILE) if (run_dir / RESULT_FILE).exists() else None
     except (OSError, ValueError):
         return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
-                "test_accuracy": None, "status": "unreadable"}
+                "test_accuracy": None, "status": "unreadable", "result": None}
     done = rows[-1]["epoch"] if rows else 0
     planned = int(config.get("epochs", 0))
-    if result is not None and result.get("finished", result.get("epochs") == planned):
+    if is_finished(result, planned):
         status = "finished"
     elif claim_is_live(run_dir) and result is None:
         status = "running"
@@ -191,7 +205,7 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         status = "empty (no checkpoint)"
     return {"run_dir": str(run_dir), "dataset": config.get("resolved_dataset", config.get("dataset", "?")),
             "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
-            "test_accuracy": rows[-1]["test_accuracy"] if rows else None, "status": status}
+            "test_accuracy": rows[-1]["test_accuracy"] if rows else None, "status": status, "result": result}
 
 
 def list_runs(root: Path = Path("runs")) -> list[dict[str, Any]]:

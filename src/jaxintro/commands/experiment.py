@@ -10,10 +10,10 @@ from jaxintro.errors import ConfigError
 
 def run(args: argparse.Namespace) -> int:
     """Validate every flag, then train the experiment's runs and print its summary."""
-    from jaxintro.commands.train import config_from_args
+    from jaxintro.config import config_from_flags
     from jaxintro.runs import writable_dir
 
-    config = config_from_args(args)
+    config = config_from_flags(args)
     if args.name == "dropout" and not 0.0 < args.rate < 1.0:
         raise ConfigError(f"--rate must be in (0, 1); got {args.rate}")
     if args.name == "clipping" and not (args.clip > 0 and args.clip < float("inf")):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxintro.config import TrainConfig, parse_hidden
+from jaxintro.config import TrainConfig, config_from_flags
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 
 
@@ -22,16 +22,6 @@ from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 CACHE_WORDS = {"hit": "training program loaded from the persistent cache",
                "miss": "training program compiled, then stored in the persistent cache",
                "off": "persistent cache off"}
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Map parsed flags onto the config (1:1) and validate it."""
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {name: getattr(args, name) for name in fields if hasattr(args, name)}
-    if values.get("epochs") is None:
-        values["epochs"] = TrainConfig().epochs
-    values["hidden"] = parse_hidden(args.hidden) if isinstance(args.hidden, str) else tuple(args.hidden)
-    return TrainConfig(**values).validate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,65 +46,37 @@ def resolve_cluster(args: argparse.Namespace) -> Cluster:
         if args.num_processes is not None or args.process_id is not None:
             raise ConfigError("--coordinator auto takes the process count and id from the scheduler; "
                               "drop --num-processes and --process-id")
-        _, count, index = detect_cluster()
-        return Cluster("auto", count, index)
-
-    cluster = Cluster(args.coordinator, args.num_processes or 1, args.process_id or 0)
+        cluster = Cluster(*detect_cluster())
+    else:
+        cluster = Cluster(args.coordinator, args.num_processes or 1, args.process_id or 0)
     check_coordinator(cluster.coordinator, cluster.num_processes, cluster.process_id)
     return cluster
 
 
-def resolve_train_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, dict[str, Any] | None, Cluster]:
-    """The run's config, folder, the checkpoint meta it resumes from (or None), and the cluster.
+def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConfig, Path]:
+    """`--resume RUN`: its saved config (with `--epochs` and `--data-dir` applied) and its folder.
 
     JAX is configured here, before anything starts it.
     """
+    from jaxintro.checkpoint import config_from_meta, read_meta
+    from jaxintro.runs import CONFIG_FILE, read_json
     from jaxintro.runtime import configure_jax
 
-    cluster = resolve_cluster(args)
-    if args.resume:
-        from jaxintro.checkpoint import config_from_meta, read_meta
-        from jaxintro.runs import CONFIG_FILE, read_json
-
-        run_dir = Path(args.resume)
-        # JAX must learn the device count before Orbax starts it: read it from the plain config file.
-        saved = run_dir / CONFIG_FILE
-        configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
-                      compile_cache=not args.no_compile_cache)
-        _join(cluster, run_dir, "--resume")
-        meta = read_meta(run_dir)
-        config = config_from_meta(run_dir, meta)
-        check_resume_flags(args, config, run_dir)
-        changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
-        if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
-            changes["dataset"] = meta.get("dataset", {}).get("name", "auto")
-        if args.data_dir is not None:
-            changes["data_dir"] = args.data_dir
-        return dataclasses.replace(config, **changes).validate(), run_dir, meta, cluster
-    config = config_from_args(args)
-    from jaxintro.runs import claim_run_dir
-
-    if cluster.coordinator is not None:
-        if args.run_dir is None:
-            raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
-        # Process 0 claims the folder (before joining: a refusal must not leave the others waiting long);
-        # the others share it.
-        created = not Path(args.run_dir).exists()
-        run_dir = claim_run_dir(args.run_dir) if cluster.process_id == 0 else Path(args.run_dir)
-        configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
-        try:
-            _join(cluster, run_dir, "--run-dir")
-        except BaseException:
-            if cluster.process_id == 0:
-                from jaxintro.runs import discard_run_dir
-
-                discard_run_dir(run_dir, created=created)
-            raise
-        return config, run_dir, None, cluster
-    # Refuse an unusable run folder before loading data or compiling anything.
-    run_dir = claim_run_dir(args.run_dir)
-    configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
-    return config, run_dir, None, cluster
+    run_dir = Path(args.resume)
+    # JAX must learn the device count before Orbax starts it: read it from the plain config file.
+    saved = run_dir / CONFIG_FILE
+    configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
+                  compile_cache=not args.no_compile_cache)
+    _join(cluster, run_dir, "--resume")
+    meta = read_meta(run_dir)
+    config = config_from_meta(run_dir, meta)
+    check_resume_flags(args, config, run_dir)
+    changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
+    if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
+        changes["dataset"] = meta.get("dataset", {}).get("name", "auto")
+    if args.data_dir is not None:
+        changes["data_dir"] = args.data_dir
+    return dataclasses.replace(config, **changes).validate(), run_dir
 
 
 # What `--resume` can honour: how far to go, where the data and the peers are, and how to report.
@@ -151,22 +113,33 @@ def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train, checkpoint every epoch, plot the curves, and print (and save) the summary."""
-    created = args.run_dir is None or not Path(args.run_dir).exists()
-    config, run_dir, resumed_meta, cluster = resolve_train_config(args)
-    try:
-        return train_run(args, config, run_dir, resumed_meta)
-    except BaseException:
-        # A run that failed before its first checkpoint leaves nothing behind: the same command works again.
-        if resumed_meta is None and cluster.process_id == 0:
-            from jaxintro.runs import discard_run_dir
+    """Train a new run or resume one; a new run that fails before its first checkpoint leaves nothing behind."""
+    from jaxintro.runs import claim_run_dir, discard_run_dir
+    from jaxintro.runtime import configure_jax
 
+    cluster = resolve_cluster(args)
+    if args.resume:
+        config, run_dir = resume_config(args, cluster)
+        return train_run(args, config, run_dir, resuming=True)
+    config = config_from_flags(args)
+    if cluster.coordinator is not None and args.run_dir is None:
+        raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
+    # The run folder is claimed before JAX starts or data loads (process 0 claims, before joining: a refusal
+    # must not leave the others waiting); from here on, a failure frees it, so the same command works again.
+    created = args.run_dir is None or not Path(args.run_dir).exists()
+    owner = cluster.process_id == 0
+    run_dir = claim_run_dir(args.run_dir) if owner else Path(args.run_dir)
+    try:
+        configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
+        _join(cluster, run_dir, "--run-dir")
+        return train_run(args, config, run_dir, resuming=False)
+    except BaseException:
+        if owner:
             discard_run_dir(run_dir, created=created)
         raise
 
 
-def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
-              resumed_meta: dict[str, Any] | None) -> int:
+def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, resuming: bool) -> int:
     """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
     import jax
 
@@ -180,7 +153,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path,
     dataset = load_dataset(config.dataset, config.data_dir)
     rows: list[dict[str, Any]] = []
     state = None
-    if resumed_meta is not None:
+    if resuming:
         trainer = Trainer.create(config, dataset)
         state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx))
         rows = list(meta["metrics"])
