@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -359,6 +360,40 @@ def last_line(text: str | None) -> str:
     """The last non-empty line of a child's output (where Python puts the exception), cut to 300 characters."""
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
+
+
+def finite_or_none(value: Any) -> Any:
+    """A float as JSON can hold it: NaN and infinities become None."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def median_round(results: list[RowResult]) -> RowResult:
+    """A row's result from the round with its median speed (the first failure or skip, if any)."""
+    bad = [r for r in results if r.skipped or r.error]
+    if bad:
+        return bad[0]
+    return sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
+
+
+def spread_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
+    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round."""
+    spread: dict[str, Any] = {}
+    for i, first in enumerate(rounds[0]):
+        runs = [r[i] for r in rounds if not (r[i].skipped or r[i].error)]
+        if not runs:
+            continue
+        ms = [r.ms_per_step for r in runs]
+        spread[first.name] = {"ms_per_step": (min(ms), max(ms)), "speedup": {}}
+    for name in spread:
+        if name == "scan-epoch" or "scan-epoch" not in spread:
+            continue
+        ratios = []
+        for results in rounds:
+            by_name = {r.name: r for r in results if not (r.skipped or r.error)}
+            if name in by_name and "scan-epoch" in by_name:
+                ratios.append(by_name[name].ms_per_step / by_name["scan-epoch"].ms_per_step)
+        spread["scan-epoch"]["speedup"][name] = (min(ratios), max(ratios))
+    return spread
 
 
 # ---------------------------------------------------------------- end to end

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                 label = f" (round {round_index + 1} of {args.rounds})" if args.rounds > 1 else ""
                 print(f"  running {name}{label} ...", flush=True)
                 rounds[-1].append(bench.run_row_subprocess(name, plan_path))
-    results = [_median_round([r[i] for r in rounds]) for i in range(len(rows))]
+    results = [bench.median_round([r[i] for r in rounds]) for i in range(len(rows))]
     # The machine's rate, measured before and after the rows; the higher one is the peak we compare with.
     matmul_gflops = max(gflops_before, bench.measure_matmul_gflops())
     done = {r.name: r for r in results if not (r.skipped or r.error)}
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         "matmul_gflops": matmul_gflops,
         "train_flops_per_step": flops,
         # A row that did not run has no numbers: null in the JSON, not NaN (which JSON does not have).
-        "rows": [{k: _finite_or_none(getattr(r, k)) for k in ("name", "compile_seconds", "ms_per_step",
+        "rows": [{k: bench.finite_or_none(getattr(r, k)) for k in ("name", "compile_seconds", "ms_per_step",
                                                                "samples_per_second", "fraction_of_peak",
                                                                "peak_rss_mb", "skipped", "error")}
                  for r in results],
@@ -81,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         report["scan_speedup_over"] = ratios
         print("scan-epoch speed-up: " + ", ".join(f"{v:.2f}x over {k}" for k, v in ratios.items()))
     if args.rounds > 1:
-        report["spread"] = _spread(rounds)
+        report["spread"] = bench.spread_over_rounds(rounds)
         print(f"Spread over {args.rounds} rounds (min-max):")
         for name, spread in report["spread"].items():
             ratios = ", ".join(f"{lo:.2f}-{hi:.2f}x over {other}" for other, (lo, hi) in spread["speedup"].items())
@@ -116,35 +115,3 @@ def run(args: argparse.Namespace) -> int:
                             f"{failed[0].error}; the other rows are in {out_dir / 'bench.json'}")
     return 0
 
-
-def _finite_or_none(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _median_round(results: list[Any]) -> Any:
-    """A row's result from the round with its median speed (the first failure or skip, if any)."""
-    bad = [r for r in results if r.skipped or r.error]
-    if bad:
-        return bad[0]
-    return sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
-
-
-def _spread(rounds: list[list[Any]]) -> dict[str, Any]:
-    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round."""
-    spread: dict[str, Any] = {}
-    for i, first in enumerate(rounds[0]):
-        runs = [r[i] for r in rounds if not (r[i].skipped or r[i].error)]
-        if not runs:
-            continue
-        ms = [r.ms_per_step for r in runs]
-        spread[first.name] = {"ms_per_step": (min(ms), max(ms)), "speedup": {}}
-    for name in spread:
-        if name == "scan-epoch" or "scan-epoch" not in spread:
-            continue
-        ratios = []
-        for results in rounds:
-            by_name = {r.name: r for r in results if not (r.skipped or r.error)}
-            if name in by_name and "scan-epoch" in by_name:
-                ratios.append(by_name[name].ms_per_step / by_name["scan-epoch"].ms_per_step)
-        spread["scan-epoch"]["speedup"][name] = (min(ratios), max(ratios))
-    return spread
