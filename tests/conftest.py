@@ -142,3 +142,24 @@ def file_server() -> Iterator[FileServer]:
 
 
 __all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer"]
+
+
+@pytest.fixture(scope="session")
+def mnist_run(mnist_dir, tmp_path_factory) -> Path:
+    """One epoch of the lesson's MLP on MNIST (~96%), trained once for every test that reads real digits."""
+    from jaxintro.cli import main
+
+    run = tmp_path_factory.mktemp("runs") / "mnist"
+    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
+                 "--no-compile-cache"]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> Path:
+    """A small offline run (scikit-learn's 8x8 digits, 3 epochs), trained once for every test that needs a run."""
+    from jaxintro.cli import main
+
+    run = tmp_path_factory.mktemp("runs") / "digits"
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    return run

@@ -15,23 +15,6 @@ from jaxintro.images import load_image
 from test_images import SEVEN, bomb_png, drawing
 
 
-@pytest.fixture(scope="module")
-def mnist_run(mnist_dir, tmp_path_factory):
-    run = tmp_path_factory.mktemp("run") / "mnist"
-    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
-                 "--no-compile-cache"]) == 0
-    return run
-
-
-@pytest.fixture(scope="module")
-def digits_run(tmp_path_factory):
-    """A tiny offline run (scikit-learn's 8x8 digits): for the tests that need a run, not MNIST."""
-    run = tmp_path_factory.mktemp("run") / "digits"
-    assert main(["train", "--dataset", "digits", "--epochs", "1", "--hidden", "32", "--run-dir", str(run),
-                 "--no-compile-cache"]) == 0
-    return run
-
-
 def test_evaluate_reports_per_class_and_a_confusion_matrix(mnist_run, mnist_dir, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(mnist_run), "--data-dir", str(mnist_dir), "--json"]) == 0

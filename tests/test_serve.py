@@ -40,23 +40,6 @@ ONE = (((140, 50), (140, 230)),)
 # ---------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(scope="module")
-def digits_run(tmp_path_factory) -> Path:
-    """A small offline run: enough for every API behaviour but reading hand-drawn digits well."""
-    run = tmp_path_factory.mktemp("serve") / "digits"
-    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run), "--no-compile-cache"]) == 0
-    return run
-
-
-@pytest.fixture(scope="module")
-def mnist_run(mnist_dir, tmp_path_factory) -> Path:
-    """One epoch of the lesson's MLP on MNIST (~96%): it reads a drawn 1 and 7."""
-    run = tmp_path_factory.mktemp("serve") / "mnist"
-    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
-                 "--no-compile-cache"]) == 0
-    return run
-
-
 @contextlib.contextmanager
 def running(app: serve.App) -> Iterator[tuple[str, int]]:
     """Serve `app` on a free port of 127.0.0.1 in a thread; stop it afterwards."""

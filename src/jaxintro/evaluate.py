@@ -54,6 +54,11 @@ def jitted_proba(model: Model) -> Callable:
     return jax.jit(lambda params, x_u8: jax.nn.softmax(model.apply(params, scale_images(x_u8), None)))
 
 
+def predict_all(run: LoadedRun, x_u8: np.ndarray, chunk: int = EVAL_CHUNK) -> np.ndarray:
+    """Class probabilities for a whole set, `chunk` images at a time (a bounded forward pass, one program)."""
+    return np.concatenate([predict_proba(run, x_u8[i:i + chunk]) for i in range(0, len(x_u8), chunk)])
+
+
 def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
     """Test accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted)."""
     if dataset.num_features != int(run.dataset["features"]):
@@ -61,8 +66,7 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
             f"the run was trained on {run.dataset['name']} ({run.dataset['features']} pixels), "
             f"not {dataset.name} ({dataset.num_features}); pass --dataset {run.dataset['name']}"
         )
-    predictions = np.concatenate([predict_proba(run, dataset.x_test[i:i + EVAL_CHUNK]).argmax(1)
-                                  for i in range(0, len(dataset.x_test), EVAL_CHUNK)])
+    predictions = predict_all(run, dataset.x_test).argmax(1)
     k = dataset.num_classes
     confusion = np.zeros((k, k), np.int64)
     np.add.at(confusion, (dataset.y_test, predictions), 1)

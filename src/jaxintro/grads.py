@@ -83,3 +83,11 @@ def _jitted_single_norm(apply: Callable) -> Callable:
         return jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
 
     return jax.jit(single)
+
+
+def per_example_grad_norms_for(model) -> Callable:
+    """The jitted `norms(params, x, y)` for a model: the fast norms for the pure-JAX MLP, `vmap(grad)` otherwise."""
+    if model.name == "jax":
+        return jax.jit(per_example_grad_norms_fast)
+    # The fast norms are written for the pure-JAX MLP's parameter layout; the other styles take vmap(grad).
+    return jax.jit(lambda params, x, y: per_example_grad_norms_vmap(params, model.apply, x, y))

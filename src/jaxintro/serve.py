@@ -1,8 +1,9 @@
 """`jaxintro serve`: a local page to draw a digit and see what the model sees, and the JSON API behind it.
 
-Read it top to bottom like the training script: find the run, bind the port, load the run, compile
-the three functions (preprocessing, forward, saliency), find the test images the run gets wrong,
-serve. The server owns no state beyond the loaded run; the page is three files shipped in the
+Read it top to bottom like the training script: find the run, bind the port, load the run, find the
+test images the run gets wrong (the forward pass and the gradient norms, compiled for that), compile
+and warm the two functions a request runs (the preprocessing, and the saliency, which returns the
+probabilities too), serve. The server owns no state beyond the loaded run; the page is three files shipped in the
 package (`jaxintro/web`) and served from memory, so no request ever names a file on disk.
 
 The server is the standard library's `ThreadingHTTPServer`: five JSON routes and three static files
@@ -18,7 +19,6 @@ import errno
 import functools
 import http.server
 import json
-import signal
 import socket
 import sys
 import threading
@@ -34,8 +34,15 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from jaxintro.config import EVAL_CHUNK
+from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, DataError, JaxintroError
+from jaxintro.evaluate import load_run, predict_all
+from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import _
+from jaxintro.images import load_image, warm_up
+from jaxintro.runs import RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics
+from jaxintro.signals import GracefulStop
+from jaxintro.train import scale_images
 
 MAX_BODY_BYTES = 1_000_000  # a 280x280 canvas as a PNG data URL is ~10 KB; 784 numbers as JSON ~ 15 KB
 MAX_PAGE_SIZE = 100  # mistakes per request
@@ -53,7 +60,14 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
-MISTAKE_SORTS = ("norm", "norm_asc", "index")
+# How the mistakes panel can order the mistakes (`?sort=`), each an argsort of the mistakes.
+MISTAKE_ORDERS: dict[str, Callable[["Mistakes"], np.ndarray]] = {
+    "norm": lambda m: np.argsort(-m.grad_norm, kind="stable"),
+    "norm_asc": lambda m: np.argsort(m.grad_norm, kind="stable"),
+    "index": lambda m: np.arange(len(m.index)),
+}
+MISTAKE_SORTS = tuple(MISTAKE_ORDERS)
+API_GET = ("/api/run", "/api/metrics", "/api/strings", "/api/mistakes")  # and POST: /api/predict
 
 
 def page_strings() -> dict[str, str]:
@@ -136,17 +150,10 @@ class Mistakes(NamedTuple):
 
 def find_mistakes(run: Any, x_test: np.ndarray, y_test: np.ndarray, chunk: int = EVAL_CHUNK) -> Mistakes:
     """Predict every test image; keep the wrong ones with their gradient norms (the fast norms for the pure-JAX MLP)."""
-    from jaxintro.evaluate import predict_proba
-    from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_vmap
-    from jaxintro.train import scale_images
-
-    probs = np.concatenate([predict_proba(run, x_test[i:i + chunk]) for i in range(0, len(x_test), chunk)])
+    probs = predict_all(run, x_test, chunk)
     prediction = probs.argmax(1)
     wrong = np.flatnonzero(prediction != y_test)
-    if run.model.name == "jax":
-        norms_fn = jax.jit(per_example_grad_norms_fast)
-    else:  # the fast norms are written for the pure-JAX MLP; the other styles take vmap(grad)
-        norms_fn = jax.jit(lambda params, x, y: per_example_grad_norms_vmap(params, run.model.apply, x, y))
+    norms_fn = per_example_grad_norms_for(run.model)
     norms = [np.asarray(norms_fn(run.params, scale_images(jnp.asarray(x_test[wrong[i:i + chunk]])),
                                  jnp.asarray(y_test[wrong[i:i + chunk]])))
              for i in range(0, len(wrong), chunk)]
@@ -249,29 +256,20 @@ class App:
     """A loaded run, its compiled functions and its mistakes: everything a request needs."""
 
     def __init__(self, run_dir: Path, run: Any, mistakes: Mistakes) -> None:
-        from jaxintro.images import warm_up
-
         self.run_dir, self.run, self.mistakes = run_dir, run, mistakes
         self.image_shape = tuple(int(s) for s in run.dataset["image_shape"])
         self.features = int(run.dataset["features"])
         self.classes = [str(c) for c in run.dataset["classes"]]
         self.assets = {path: (resources.files("jaxintro").joinpath("web", name).read_bytes(), kind)
                        for path, (name, kind) in ASSETS.items()}
-        # The compiled functions, warmed before the first request: the forward pass compiled while finding
-        # the mistakes, the preprocessing, and the saliency (which returns the probabilities too).
+        # The two compiled functions a request runs, warmed before the first request.
         warm_up(self.image_shape)
         self._saliency = jax.jit(functools.partial(input_saliency, apply=run.model.apply))
         jax.block_until_ready(self._saliency(run.params, jnp.zeros(self.features, jnp.float32)))
-        self._order = {
-            "norm": np.argsort(-mistakes.grad_norm, kind="stable"),
-            "norm_asc": np.argsort(mistakes.grad_norm, kind="stable"),
-            "index": np.arange(len(mistakes.index)),
-        }
+        self._order = {name: order(mistakes) for name, order in MISTAKE_ORDERS.items()}
 
     def predict(self, kind: str, value: Any) -> dict[str, Any]:
         """The answer to `POST /api/predict`: digit, probabilities, the model's input and its saliency."""
-        from jaxintro.images import load_image
-
         if kind == "image":
             try:
                 x = load_image(value, self.image_shape, name="the image").astype(np.float32) / 255.0
@@ -286,12 +284,9 @@ class App:
                 "input": _rounded(x), "saliency": _rounded(saliency, 7)}
 
     def run_info(self) -> dict[str, Any]:
-        """The answer to `GET /api/run`: what the run is, and how far it got."""
-        from jaxintro.runs import RESULT_FILE, read_json
-
+        """The answer to `GET /api/run`: what the run is, and how far it got (as `jaxintro runs` sees it)."""
         config = self.run.config
-        rows = self.metrics()["rows"]
-        result = self.run_dir / RESULT_FILE
+        info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
         return {
             "run_dir": str(self.run_dir),
             "model": f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}",
@@ -301,29 +296,18 @@ class App:
             "features": self.features,
             "epochs_planned": config.epochs,
             "checkpoint_epoch": self.run.epoch,
-            "epochs_done": rows[-1]["epoch"] if rows else 0,
-            "test_accuracy": rows[-1].get("test_accuracy") if rows else None,
-            "finished": self.finished(),
-            "result": read_json(result) if result.is_file() else None,
+            "epochs_done": info["epochs"],
+            "test_accuracy": info["test_accuracy"],
+            "finished": info["status"] == "finished",
+            "result": info["result"],
         }
 
     def metrics(self) -> dict[str, Any]:
-        """The answer to `GET /api/metrics`: `metrics.jsonl` as it is now (written atomically, so never half a line)."""
-        from jaxintro.runs import METRICS_FILE
-
-        try:
-            text = (self.run_dir / METRICS_FILE).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            text = ""
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return {"rows": rows, "finished": self.finished()}
-
-    def finished(self) -> bool:
-        """Whether the run has finished (as `jaxintro runs` decides it): the page stops polling then."""
-        from jaxintro.runs import describe_run
-
-        info = describe_run(self.run_dir)
-        return info is not None and info["status"] == "finished"
+        """The answer to `GET /api/metrics` (polled while the run trains): its rows, and whether it has finished."""
+        rows = read_metrics(self.run_dir)
+        result = self.run_dir / RESULT_FILE
+        return {"rows": rows, "finished": is_finished(read_json(result) if result.is_file() else None,
+                                                      self.run.config.epochs)}
 
     def mistakes_page(self, offset: int, limit: int, sort: str) -> dict[str, Any]:
         """The answer to `GET /api/mistakes`: one page of the run's mistakes in the chosen order."""
@@ -360,30 +344,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         split = urllib.parse.urlsplit(self.path)
-        routes: dict[str, Callable[[], Any]] = {
-            "/api/run": self.app.run_info,
-            "/api/metrics": self.app.metrics,
-            "/api/strings": page_strings,
-            "/api/mistakes": lambda: self.app.mistakes_page(*parse_page_query(split.query)),
-        }
+        routes: dict[str, Callable[[], Any]] = dict(zip(API_GET, (
+            self.app.run_info,
+            self.app.metrics,
+            page_strings,
+            lambda: self.app.mistakes_page(*parse_page_query(split.query)),
+        ), strict=True))
         if split.path in routes:
             self._answer(lambda: routes[split.path]())
         elif split.path in self.app.assets:  # a dictionary lookup: no path ever reaches the file system
             body, kind = self.app.assets[split.path]
             self._send(200, body, kind)
-        elif split.path == "/api/predict":
-            self._method_not_allowed("POST")
         else:
-            self._send_json(404, {"error": f"no such page: {split.path[:200]}"})
+            self._refuse(split.path)
 
     def do_POST(self) -> None:
         split = urllib.parse.urlsplit(self.path)
         if split.path != "/api/predict":
-            if split.path in ("/api/run", "/api/metrics", "/api/strings", "/api/mistakes") or \
-                    split.path in self.app.assets:
-                self._method_not_allowed("GET")
-            else:
-                self._send_json(404, {"error": f"no such page: {split.path[:200]}"})
+            self._refuse(split.path)
             return
         body = self._read_body()
         if body is not None:
@@ -392,8 +370,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def __getattr__(self, name: str) -> Any:
         # Any other method (PUT, DELETE, HEAD, OPTIONS, ...) gets a JSON 405, not the default 501 page.
         if name.startswith("do_"):
-            return lambda: self._method_not_allowed("POST" if self.path.startswith("/api/predict") else "GET")
+            return lambda: self._refuse(urllib.parse.urlsplit(self.path).path)
         raise AttributeError(name)
+
+    def _refuse(self, path: str) -> None:
+        """A 405 naming the method a known path takes, or a 404."""
+        allowed = "POST" if path == "/api/predict" else "GET" if path in API_GET or path in self.app.assets else None
+        if allowed is None:
+            self._send_json(404, {"error": f"no such page: {path[:200]}"})
+        else:
+            self._method_not_allowed(allowed)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The standard library's errors (bad request line, headers too long...) as JSON too."""
@@ -517,9 +503,6 @@ def bind(host: str, port: int) -> Server:
 
 def load_app(run_dir: Path, data_dir: str | None = None) -> App:
     """Load the run, compile its functions and find its mistakes on the test set (when the data is at hand)."""
-    from jaxintro.data import load_dataset
-    from jaxintro.evaluate import load_run
-
     run = load_run(run_dir)
     try:
         dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir, download=False)
@@ -532,8 +515,6 @@ def load_app(run_dir: Path, data_dir: str | None = None) -> App:
 def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, open_browser: bool = False,
           data_dir: str | None = None, runs_root: Path = Path("runs")) -> int:
     """`jaxintro serve`: serve the page for a run (default: the newest finished one) until Ctrl-C or SIGTERM."""
-    from jaxintro.runs import newest_finished_run
-
     if run_dir is None:
         run_dir = newest_finished_run(runs_root)
         if run_dir is None:
@@ -556,36 +537,11 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
             import webbrowser
 
             webbrowser.open(url)
-        with _stop_on_signals(server):
+        # The signal watcher's thread stops the serving loop (which runs in this, the main, thread).
+        with GracefulStop(on_stop=server.shutdown, stopping="stopping the server"):
             server.serve_forever(poll_interval=0.2)
         print("Stopped.", flush=True)
         return 0
     finally:
         server.server_close()
 
-
-class _stop_on_signals:
-    """SIGINT (Ctrl-C) and SIGTERM stop `serve_forever` from another thread; the caller then closes the socket."""
-
-    def __init__(self, server: http.server.HTTPServer) -> None:
-        self.server = server
-        self.previous: dict[int, Any] = {}
-        self.stopper: threading.Thread | None = None
-
-    def __enter__(self) -> "_stop_on_signals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, self._stop)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-        if self.stopper is not None:
-            self.stopper.join(timeout=10)
-
-    def _stop(self, signum: int, frame: Any) -> None:
-        # `shutdown` waits for the serving loop, which runs in this (the main) thread: call it from another.
-        if self.stopper is None:
-            self.stopper = threading.Thread(target=self.server.shutdown, name="jaxintro-serve-stop", daemon=True)
-            self.stopper.start()

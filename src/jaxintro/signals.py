@@ -8,6 +8,9 @@ handler still writes the signal's number to the wake-up pipe at once; a watcher 
 - a second SIGINT quits at once, even in the middle of an epoch (exit 130; the checkpoints already on
   disk are complete, since Orbax renames a step's folder only once it is fully written).
 
+`jaxintro serve` uses the same watcher with `on_stop=server.shutdown`: the first signal stops the
+server, a second Ctrl-C quits at once.
+
 In a multi-process run JAX's preemption notifier owns SIGTERM: every process learns of it through
 `multihost_utils.reached_preemption_sync_point`, which `fit`'s caller polls at each epoch boundary
 so that all processes stop after the same epoch.
@@ -20,6 +23,7 @@ import signal
 import sys
 import threading
 from types import TracebackType
+from typing import Callable
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -28,9 +32,12 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 class GracefulStop:
     """A context in which SIGINT/SIGTERM request a stop at the next epoch boundary; a second Ctrl-C quits now."""
 
-    def __init__(self, *, distributed: bool = False) -> None:
+    def __init__(self, *, distributed: bool = False, on_stop: Callable[[], object] | None = None,
+                 stopping: str = "stopping after this epoch's checkpoint") -> None:
         self.signum: int | None = None  # the first stop signal received
         self.distributed = distributed
+        self.on_stop = on_stop  # run in the watcher thread at the first signal (e.g. a server's `shutdown`)
+        self.stopping = stopping  # what the first signal does, as the user is told
         # With several processes JAX's preemption notifier owns SIGTERM (it replaces any Python handler).
         self._signals = [signal.SIGINT] if distributed else [signal.SIGINT, signal.SIGTERM]
         self._previous: dict[int, object] = {}
@@ -95,7 +102,9 @@ class GracefulStop:
             self.signum = signum
             name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             again = " (press Ctrl-C again to quit now)" if signum == signal.SIGINT else ""
-            print(f"\n{name}: stopping after this epoch's checkpoint{again}", file=sys.stderr, flush=True)
+            print(f"\n{name}: {self.stopping}{again}", file=sys.stderr, flush=True)
+            if self.on_stop is not None:
+                self.on_stop()
         elif signum == signal.SIGINT:
             print("Ctrl-C again: quitting now; the checkpoints already written are intact", file=sys.stderr,
                   flush=True)
