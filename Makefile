@@ -14,6 +14,9 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 $(STAMP): pyproject.toml constraints.txt setup.py $(PO)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[torch,dev]'
+	@# An editable install turns a failed catalog compile into a mere warning: check that Spanish loads.
+	$(BIN)/python -c "import sys; from jaxintro.i18n import set_language; \
+		sys.exit(0 if set_language('es') == 'es' else 'the Spanish catalog did not compile (setup.py build hook)')"
 	touch $(STAMP)
 
 install: $(STAMP)

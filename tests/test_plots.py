@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matplotlib.ticker import MaxNLocator
 
 from jaxintro import plots
 
@@ -25,10 +24,9 @@ def test_epoch_axes_have_whole_number_ticks(figures, tmp_path):
     plots.plot_curves(ROWS, tmp_path / "c.png", title="t")
     plots.plot_curves_compare({"a": ROWS, "b": ROWS}, tmp_path / "d.png", title="t")
     for fig in figures:
+        fig.canvas.draw()
         for ax in fig.axes:
-            fig.canvas.draw()
-            assert isinstance(ax.xaxis.get_major_locator(), MaxNLocator)
-            assert all(float(t).is_integer() for t in ax.get_xticks())
+            assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()
 
 
 def boxes_overlap(fig) -> list:

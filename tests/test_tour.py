@@ -134,8 +134,14 @@ def test_derivatives_match_closed_forms_and_each_other():
     _, params, x, _ = lesson_batch()
     p = jax.nn.softmax(mlp.mlp_forward(params, x))
     expected = jnp.mean(jax.vmap(lambda q: jnp.diag(q) - jnp.outer(q, q))(p), axis=0)
-    assert np.asarray(result["hessian"]).shape == (10, 10)
-    assert np.allclose(result["hessian"], expected, atol=1e-6)
+    hessian, fd = np.asarray(result["hessian"]), np.asarray(result["finite_differences"])
+    assert hessian.shape == fd.shape == (10, 10)
+    assert np.allclose(hessian, expected, atol=1e-6)
+    # The printed checks are the real comparisons: each recomputed here from the matrices they describe.
+    assert np.allclose(fd, expected, atol=1e-4)
+    assert result["fd_error"] == pytest.approx(np.max(np.abs(hessian - fd)), rel=1e-5, abs=1e-9)
+    assert result["asymmetry"] == pytest.approx(np.max(np.abs(hessian - hessian.T)), abs=1e-9)
+    assert result["row_sum"] == pytest.approx(np.max(np.abs(hessian.sum(axis=1))), rel=1e-3, abs=1e-8)
 
 
 def test_the_spanish_tour_prints_the_same_numbers(tour_output, tour_output_es):

@@ -16,6 +16,7 @@ from typing import Sequence
 from jaxintro import __version__
 from jaxintro.config import BENCH_ROWS, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES, TrainConfig
 from jaxintro.errors import JaxintroError, TrainingDivergedError
+from jaxintro.i18n import LANGUAGES, set_language
 
 # Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`).
 EXIT_ERROR = 2
@@ -105,7 +106,7 @@ def build_parser() -> ArgumentParser:
     """All subcommands and their flags."""
     parser = ArgumentParser(prog="jaxintro", description="The lesson 'Introduction to JAX', runnable.")
     parser.add_argument("--version", action="version", version=f"jaxintro {__version__}")
-    parser.add_argument("--lang", choices=("en", "es"), default=None,
+    parser.add_argument("--lang", choices=LANGUAGES, default=None,
                         help="language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
 
@@ -211,8 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
-    from jaxintro.i18n import set_language
-
     set_language(args.lang)
     command = importlib.import_module(f"jaxintro.commands.{args.command}")
     try:

@@ -136,7 +136,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
         config = TrainConfig(dataset=dataset_name, data_dir=data_dir, epochs=2, seed=seed)
         lines.append(_("No --run given: training the lesson's MLP for {epochs} epochs on {dataset} first").format(
             epochs=config.epochs, dataset=dataset.name))
-        result = fit(config, dataset, log=lambda _: None)
+        result = fit(config, dataset, log=lambda line: None)
         model, params = Trainer.create(config, dataset).model, result.state.params
     x_u8, y = dataset.x_test[:n], dataset.y_test[:n]
     x = scale_images(jnp.asarray(x_u8))
@@ -213,7 +213,7 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
     for name, fn in fns.items():
         results[name] = np.asarray(jax.block_until_ready(fn()))  # warm-up (and compile)
         times = []
-        for _ in range(repeats):
+        for _repeat in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(fn())
             times.append(time.perf_counter() - start)
@@ -254,7 +254,7 @@ def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> 
 
     norms()
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         norms()
         times.append(time.perf_counter() - start)

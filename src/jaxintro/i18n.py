@@ -19,8 +19,9 @@ def resolve_language(flag: str | None = None) -> str:
         return flag
     for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
         value = os.environ.get(name)
-        if value:
-            return "es" if value.lower().startswith("es") else "en"
+        if value:  # e.g. es_ES.UTF-8: its language is the part before "_"; unknown ones read English
+            language = value.split("_")[0].split(".")[0].lower()
+            return language if language in LANGUAGES else "en"
     return "en"
 
 

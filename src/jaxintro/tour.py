@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxintro.i18n import N_, _, ngettext
+from jaxintro.models import param_count
 
 Out = Callable[[str], None]
 Section = Callable[[Out], dict[str, Any]]
@@ -111,7 +112,7 @@ def derivatives(out: Out) -> dict[str, Any]:
           "inputs), reverse mode for wide ones.").format(same=bool(jnp.allclose(fwd, rev)), n_in=v.size,
                                                          n_out=fwd.shape[0]))
     loss, params, x, y = lesson_batch()
-    n_params = sum(a.size for a in jax.tree.leaves(params))
+    n_params = param_count(params)
     out(_("The lesson's loss maps {n} parameters to 1 number: reverse mode gets the whole gradient in 1 VJP, "
           "forward mode would need {n} JVPs. That is why `grad` is reverse mode.").format(n=n_params))
 
@@ -133,7 +134,8 @@ def derivatives(out: Out) -> dict[str, Any]:
           "(eps = {eps}): max error {fd_err:.1e}; every row sums to {row_sum:.1e}, because adding the same number "
           "to every logit leaves the softmax unchanged.").format(asym=asym, eps=eps, fd_err=fd_err, row_sum=row_sum))
     return {"auto": auto, "exact": exact, "jacfwd": fwd.tolist(), "jacrev": rev.tolist(), "n_params": n_params,
-            "hessian": hess.tolist(), "asymmetry": asym, "fd_error": fd_err, "row_sum": row_sum}
+            "hessian": hess.tolist(), "finite_differences": fd.tolist(), "asymmetry": asym, "fd_error": fd_err,
+            "row_sum": row_sum}
 
 
 @titled(N_("The first call traces and compiles; later calls reuse the program. Time them warm, with "
