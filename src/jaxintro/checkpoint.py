@@ -73,21 +73,21 @@ def abstract_state(model, tx) -> TrainState:
     return TrainState(params, jax.eval_shape(tx.init, params), jax.random.key(0), 0)
 
 
-def read_meta(run_dir: Path, epoch: int | None = None) -> dict[str, Any]:
-    """The JSON metadata of the newest intact (or a given) checkpoint of `run_dir`."""
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    """The JSON metadata of the newest intact checkpoint of `run_dir`."""
     manager = _open(run_dir)
-    steps = _pick_steps(manager, run_dir, epoch)
+    steps = _steps_newest_first(manager, run_dir)
     return _newest_intact(run_dir, steps, lambda step: _restore_meta(manager, step))[1]
 
 
-def restore(run_dir: Path, template: TrainState, epoch: int | None = None) -> tuple[TrainState, dict[str, Any]]:
-    """Restore the newest intact (or a given) checkpoint into `template`'s structure; return it and its meta.
+def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, Any]]:
+    """Restore the newest intact checkpoint into `template`'s structure; return it and its meta.
 
     A damaged newest step (a crash of the disk, not of jaxintro: Orbax writes steps atomically) is
     passed over with a warning naming it, and the run goes on from the newest step that restores.
     """
     manager = _open(run_dir)
-    steps = _pick_steps(manager, run_dir, epoch)
+    steps = _steps_newest_first(manager, run_dir)
     # Restore onto this process's devices, whatever topology saved it (one process or several).
     if jax.process_count() == 1:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -166,18 +166,14 @@ def _open(run_dir: Path) -> ocp.CheckpointManager:
     return _manager(run_dir, create=False)
 
 
-def _pick_steps(manager: ocp.CheckpointManager, run_dir: Path, epoch: int | None) -> list[int]:
-    """The steps to try, newest first (just `epoch` when one is asked for)."""
+def _steps_newest_first(manager: ocp.CheckpointManager, run_dir: Path) -> list[int]:
+    """The finished steps, newest first (the order in which a restore tries them)."""
     steps = manager.all_steps()
     if not steps:
         raise CheckpointError(
             f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)"
         )
-    if epoch is None:
-        return sorted(steps, reverse=True)
-    if epoch not in steps:
-        raise CheckpointError(f"{run_dir}: no checkpoint for epoch {epoch}; it has {sorted(steps)}")
-    return [epoch]
+    return sorted(steps, reverse=True)
 
 
 def _check_shapes(run_dir: Path, expected, restored) -> None:
