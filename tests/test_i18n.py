@@ -149,3 +149,35 @@ def test_without_a_catalog_the_language_is_english(monkeypatch, tmp_path, englis
     monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path)
     assert i18n.set_language("es") == "en"
     assert i18n._("identical") == "identical"
+
+
+def test_an_error_reads_spanish_on_stderr(tmp_path, monkeypatch, capsys, english):
+    # A missing --data-dir: the DataNotFoundError that data.py raises, printed by the CLI after set_language ran.
+    from jaxintro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    nowhere = tmp_path / "nowhere"
+    argv = ["train", "--dataset", "mnist", "--data-dir", str(nowhere), "--epochs", "1", "--run-dir", "r"]
+    assert main(["--lang", "es", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"--data-dir {nowhere} no existe (" in err, err
+    assert "indica la carpeta que los contiene" in err and "does not exist" not in err, err
+    assert main(["--lang", "en", *argv]) == 2  # the same command in English: the message is the source text
+    assert f"--data-dir {nowhere} does not exist (" in capsys.readouterr().err
+
+
+def test_runs_shows_statuses_in_spanish_and_keeps_them_english_in_json(tmp_path, capsys, english):
+    # `describe_run`'s status is compared by code (serve, --remove-unfinished): only its display is translated.
+    import json
+
+    from jaxintro.cli import main
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.json").write_text('{"epochs": 2, "dataset": "digits", "model": "jax"}')
+    assert main(["--lang", "es", "runs", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "0/2   épocas" in out and "vacía (sin checkpoint)" in out, out
+    assert main(["--lang", "es", "runs", "--root", str(tmp_path), "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["empty (no checkpoint)"]
+    assert main(["--lang", "es", "runs", "--root", str(tmp_path / "none")]) == 0
+    assert capsys.readouterr().out.startswith("No hay ejecuciones en ")

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxintro.errors import DataError, DataNotFoundError
+from jaxintro.i18n import _
 
 # IDX type codes (the third magic byte) and their big-endian NumPy dtypes.
 IDX_DTYPES = {
@@ -158,30 +159,33 @@ class Dataset(NamedTuple):
 def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
     """Parse the bytes of an IDX file into an array, checking magic, dims and size."""
     if len(raw) < 4:
-        raise DataError(f"{name}: {len(raw)} bytes is too short for an IDX header (4 bytes at least); re-download it")
+        raise DataError(_("{name}: {size} bytes is too short for an IDX header (4 bytes at least); re-download it")
+                        .format(name=name, size=len(raw)))
     if raw[0] != 0 or raw[1] != 0 or raw[2] not in IDX_DTYPES:
-        raise DataError(
-            f"{name}: bad magic number {raw[:4].hex()} (expected 0000 then a type byte 08-0e and a rank); "
+        raise DataError(_(
+            "{name}: bad magic number {magic} (expected 0000 then a type byte 08-0e and a rank); "
             "this is not an IDX file, or it is still compressed under another name"
-        )
+        ).format(name=name, magic=raw[:4].hex()))
     dtype, ndim = IDX_DTYPES[raw[2]], raw[3]
     header = 4 + 4 * ndim
     if ndim == 0 or len(raw) < header:
-        raise DataError(f"{name}: header of rank {ndim} is truncated ({len(raw)} bytes); re-download the file")
+        raise DataError(_("{name}: header of rank {rank} is truncated ({size} bytes); re-download the file").format(
+            name=name, rank=ndim, size=len(raw)))
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     expected = math.prod(dims) * dtype.itemsize  # Python ints: a hostile header cannot overflow this
     actual = len(raw) - header
     if actual != expected:
-        raise DataError(
-            f"{name}: header says shape {dims} ({expected} data bytes) but the file holds {actual}; "
+        raise DataError(_(
+            "{name}: header says shape {shape} ({expected} data bytes) but the file holds {actual}; "
             "it is truncated or corrupt: delete it and re-download"
-        )
+        ).format(name=name, shape=dims, expected=expected, actual=actual))
     # The size check above bounds this allocation by the file's own length.
     try:
         out = aligned_empty(dims, dtype.newbyteorder("="))
         out[...] = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
     except ValueError:  # e.g. a zero dimension beside others whose product NumPy cannot represent
-        raise DataError(f"{name}: header shape {dims} cannot be represented; the file is corrupt") from None
+        raise DataError(_("{name}: header shape {shape} cannot be represented; the file is corrupt").format(
+            name=name, shape=dims)) from None
     return out
 
 
@@ -210,7 +214,8 @@ def decompress_if_gzip(raw: bytes, name: str) -> bytes:
     try:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{name}: damaged gzip data ({exc}); delete it and re-download") from None
+        raise DataError(_("{name}: damaged gzip data ({error}); delete it and re-download").format(
+            name=name, error=exc)) from None
 
 
 # ---------------------------------------------------------------- files on disk
@@ -234,29 +239,33 @@ def find_file(folder: Path, spec: FileSpec) -> Path | None:
 def read_verified(path: Path, spec: FileSpec) -> np.ndarray:
     """Read, decompress, checksum and parse one IDX file; raise DataError naming the fix."""
     if path.is_dir():
-        raise DataError(f"{path}: is a folder, expected the IDX file {spec.stem}[.gz]; remove or rename it")
+        raise DataError(_("{path}: is a folder, expected the IDX file {stem}[.gz]; remove or rename it").format(
+            path=path, stem=spec.stem))
     try:
         raw = path.read_bytes()
     except PermissionError:
-        raise DataError(f"{path}: no permission to read it; fix with: chmod a+r {path}") from None
+        raise DataError(_("{path}: no permission to read it; fix with: chmod a+r {path}").format(path=path)) from None
     except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
+        raise DataError(_("{path}: cannot be read ({reason})").format(path=path, reason=exc.strerror)) from None
     raw = decompress_if_gzip(raw, str(path))
     digest = sha256_hex(raw)
     if digest != spec.sha256:
         known = KNOWN_FILES.get(digest)
         if known is not None and known[0] != owner_of(spec):
-            raise WrongDatasetError(
-                f"{path} is {known[0]}'s {known[1]}: {path.parent} holds {known[0]}, not {owner_of(spec)}: "
-                f"pass --dataset {known[0]} to use it, or point --data-dir at a {owner_of(spec)} folder", known[0])
-        what = f"it is {known[0]}'s {known[1]}" if known else "the file is corrupt or truncated"
-        raise DataError(
-            f"{path}: SHA-256 of the decompressed file is {digest}, expected {spec.sha256}; "
-            f"{what}: delete it and re-download, or point --data-dir at the right folder"
-        )
+            raise WrongDatasetError(_(
+                "{path} is {holds}'s {stem}: {folder} holds {holds}, not {wanted}: "
+                "pass --dataset {holds} to use it, or point --data-dir at a {wanted} folder"
+            ).format(path=path, holds=known[0], stem=known[1], folder=path.parent, wanted=owner_of(spec)), known[0])
+        what = (_("it is {dataset}'s {stem}").format(dataset=known[0], stem=known[1]) if known
+                else _("the file is corrupt or truncated"))
+        raise DataError(_(
+            "{path}: SHA-256 of the decompressed file is {digest}, expected {expected}; "
+            "{what}: delete it and re-download, or point --data-dir at the right folder"
+        ).format(path=path, digest=digest, expected=spec.sha256, what=what))
     array = parse_idx(raw, str(path))
     if array.shape != spec.shape:
-        raise DataError(f"{path}: shape {array.shape}, expected {spec.shape}")
+        raise DataError(_("{path}: shape {shape}, expected {expected}").format(
+            path=path, shape=array.shape, expected=spec.shape))
     return array
 
 
@@ -313,7 +322,8 @@ def download_file(
             raw = decompress_if_gzip(tmp.read_bytes(), url)
             digest = sha256_hex(raw)
             if digest != spec.sha256:
-                raise DataError(f"{url}: SHA-256 {digest}, expected {spec.sha256}")
+                raise DataError(_("{url}: SHA-256 {digest}, expected {expected}").format(
+                    url=url, digest=digest, expected=spec.sha256))
             parse_idx(raw, url)
             os.replace(tmp, target)
             return target
@@ -321,9 +331,8 @@ def download_file(
             failures.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
         finally:
             tmp.unlink(missing_ok=True)
-    raise DataNotFoundError(
-        f"could not download {spec.stem}.gz from any mirror ({'; '.join(failures)})"
-    )
+    raise DataNotFoundError(_("could not download {file} from any mirror ({failures})").format(
+        file=spec.stem + ".gz", failures="; ".join(failures)))
 
 
 # ---------------------------------------------------------------- datasets
@@ -353,24 +362,30 @@ def find_dataset(spec: DatasetSpec, data_dir: str | os.PathLike | None = None) -
             continue
         if not all(paths):
             missing = [f.stem for f, path in zip(spec.files, paths) if path is None]
-            raise DataError(f"{folder}: holds only part of {spec.name}; missing {', '.join(missing)}[.gz]")
+            raise DataError(_("{folder}: holds only part of {dataset}; missing {files}[.gz]").format(
+                folder=folder, dataset=spec.name, files=", ".join(missing)))
         try:
             arrays = tuple(read_verified(path, f) for path, f in zip(paths, spec.files))  # type: ignore[arg-type]
         except WrongDatasetError as exc:
             if explicit is not None:
                 raise
-            skipped.append(f"{folder} holds {exc.holds}")
+            skipped.append(_("{folder} holds {dataset}").format(folder=folder, dataset=exc.holds))
             continue
         check_consistent(spec, paths, arrays)  # type: ignore[arg-type]
         return Found(folder, arrays, tuple(skipped))  # type: ignore[arg-type]
     if explicit is not None:
-        why = "does not exist" if not explicit.exists() else (
-            "is not a folder" if not explicit.is_dir() else f"holds none of {spec.name}'s four IDX files")
         source = "--data-dir" if data_dir is not None else "JAXINTRO_DATA_DIR"
-        raise DataNotFoundError(
-            f"{source} {explicit} {why} ({', '.join(f.stem for f in spec.files)}, .gz or not); "
-            f"point it at the folder that holds them, or leave it out to use the cache and the download"
-        )
+        if not explicit.exists():
+            problem = _("{source} {folder} does not exist").format(source=source, folder=explicit)
+        elif not explicit.is_dir():
+            problem = _("{source} {folder} is not a folder").format(source=source, folder=explicit)
+        else:
+            problem = _("{source} {folder} holds none of {dataset}'s four IDX files").format(
+                source=source, folder=explicit, dataset=spec.name)
+        raise DataNotFoundError(_(
+            "{problem} ({files}, .gz or not); "
+            "point it at the folder that holds them, or leave it out to use the cache and the download"
+        ).format(problem=problem, files=", ".join(f.stem for f in spec.files)))
     return None
 
 
@@ -380,12 +395,13 @@ def check_consistent(spec: DatasetSpec, paths: list[Path], arrays: tuple[np.ndar
     for images, labels, image_path, label_path in ((x_train, y_train, paths[0], paths[1]),
                                                     (x_test, y_test, paths[2], paths[3])):
         if len(images) != len(labels):
-            raise DataError(
-                f"{image_path} holds {len(images)} images but {label_path} holds {len(labels)} labels; "
+            raise DataError(_(
+                "{images_file} holds {images} images but {labels_file} holds {labels} labels; "
                 "the two files come from different sets: re-download both"
-            )
+            ).format(images_file=image_path, images=len(images), labels_file=label_path, labels=len(labels)))
         if labels.max(initial=0) >= len(spec.classes):
-            raise DataError(f"{label_path}: label {labels.max()} out of range 0..{len(spec.classes) - 1}")
+            raise DataError(_("{path}: label {label} out of range 0..{last}").format(
+                path=label_path, label=labels.max(), last=len(spec.classes) - 1))
 
 
 def load_idx_dataset(
@@ -396,20 +412,22 @@ def load_idx_dataset(
     if found is None:
         searched = ", ".join(map(str, search_dirs(spec, data_dir)))
         if not download:
-            raise DataNotFoundError(f"{spec.name} not found (searched {searched})")
+            raise DataNotFoundError(_("{dataset} not found (searched {searched})").format(
+                dataset=spec.name, searched=searched))
         cache = default_cache_dir() / spec.name
         try:
             for f in spec.files:
                 if find_file(cache, f) is None:
                     download_file(f, mirrors_for(spec), cache)
         except DataNotFoundError as exc:
-            raise DataNotFoundError(
-                f"{spec.name} is not on disk (searched {searched}) and {exc}; pass --data-dir DIR with the four "
+            raise DataNotFoundError(_(
+                "{dataset} is not on disk (searched {searched}) and {error}; pass --data-dir DIR with the four "
                 "IDX files, or connect to the internet once"
-            ) from None
+            ).format(dataset=spec.name, searched=searched, error=exc)) from None
         found = find_dataset(spec, data_dir)
         if found is None:
-            raise DataNotFoundError(f"{spec.name}: downloaded into {cache}, yet not found there")
+            raise DataNotFoundError(_("{dataset}: downloaded into {folder}, yet not found there").format(
+                dataset=spec.name, folder=cache))
     x_train, y_train, x_test, y_test = found.arrays
     return Dataset(
         name=spec.name,
@@ -433,7 +451,7 @@ def load_digits() -> Dataset:
     y = bunch.target.astype(np.int32)
     split = 1437  # the first 80%, a fixed split so runs are comparable
     return Dataset("digits", x[:split], y[:split], x[split:], y[split:], tuple(str(i) for i in range(10)), (8, 8),
-                   "scikit-learn (bundled)")
+                   _("scikit-learn (bundled)"))
 
 
 def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, *, download: bool = True) -> Dataset:
@@ -449,35 +467,41 @@ def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, 
             return load_idx_dataset(MNIST, data_dir, download=download)
         except DataNotFoundError as exc:
             warnings.warn(
-                f"MNIST is not available ({exc}). Falling back to scikit-learn's small 8x8 'digits' set, "
-                "whose accuracies are not comparable with MNIST's. To use MNIST, connect to the internet "
-                "(it downloads once into the cache), or pass --data-dir (or set JAXINTRO_DATA_DIR) to a "
-                "folder with the four IDX files.",
+                _("MNIST is not available ({error}). Falling back to scikit-learn's small 8x8 'digits' set, "
+                  "whose accuracies are not comparable with MNIST's. To use MNIST, connect to the internet "
+                  "(it downloads once into the cache), or pass --data-dir (or set JAXINTRO_DATA_DIR) to a "
+                  "folder with the four IDX files.").format(error=exc),
                 UserWarning,
                 stacklevel=2,
             )
             return load_digits()
-    raise DataError(f"unknown dataset {name!r}; choose one of auto, mnist, fashion-mnist, digits")
+    raise DataError(_("unknown dataset {name}; choose one of auto, mnist, fashion-mnist, digits").format(
+        name=repr(name)))
 
 
 def describe_sources(data_dir: str | os.PathLike | None = None) -> list[dict[str, str]]:
-    """For `jaxintro data`: each dataset, where it would load from (by `find_dataset`), and whether it verifies."""
-    rows = [{"dataset": "digits", "source": "scikit-learn (bundled)", "status": "ok (always offline)"}]
+    """For `jaxintro data`: each dataset, where it would load from (by `find_dataset`), and whether it verifies.
+
+    The keys and the dataset names are fixed; the source and status are prose, in the chosen language.
+    """
+    rows = [{"dataset": "digits", "source": _("scikit-learn (bundled)"), "status": _("ok (always offline)")}]
     for spec in IDX_DATASETS.values():
         try:
             found = find_dataset(spec, data_dir)
         except WrongDatasetError as exc:
             rows.append({"dataset": spec.name, "source": str(explicit_data_dir(data_dir)),
-                         "status": f"not here: {exc}"})
+                         "status": _("not here: {error}").format(error=exc)})
             continue
         except DataError as exc:
             rows.append({"dataset": spec.name, "source": str(explicit_data_dir(data_dir) or "?"),
-                         "status": f"FAILS: {exc}"})
+                         "status": _("FAILS: {error}").format(error=exc)})
             continue
         if found is not None:
-            note = f" (passed over: {'; '.join(found.skipped)})" if found.skipped else ""
-            rows.append({"dataset": spec.name, "source": str(found.folder), "status": "ok (SHA-256 verified)" + note})
+            note = " " + _("(passed over: {folders})").format(folders="; ".join(found.skipped)) if found.skipped else ""
+            rows.append({"dataset": spec.name, "source": str(found.folder),
+                         "status": _("ok (SHA-256 verified)") + note})
             continue
-        rows.append({"dataset": spec.name, "source": f"download from {mirrors_for(spec)[0]}",
-                     "status": "not on disk (searched " + ", ".join(map(str, search_dirs(spec, data_dir))) + ")"})
+        rows.append({"dataset": spec.name, "source": _("download from {url}").format(url=mirrors_for(spec)[0]),
+                     "status": _("not on disk (searched {searched})").format(
+                         searched=", ".join(map(str, search_dirs(spec, data_dir))))})
     return rows

@@ -102,7 +102,8 @@ def check_count(n: int, dataset: Dataset) -> None:
     if n > len(dataset.x_test):
         from jaxintro.errors import ConfigError
 
-        raise ConfigError(f"--n {n} is more than the {len(dataset.x_test)} test images of {dataset.name}")
+        raise ConfigError(_("--n {n} is more than the {count} test images of {dataset}").format(
+            n=n, count=len(dataset.x_test), dataset=dataset.name))
 
 
 def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
@@ -208,7 +209,8 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
         fast_fn = jax.jit(per_example_grad_norms_fast)
         fns["fast"] = lambda: fast_fn(params, x, y)
     else:
-        report["fast_skipped"] = f"the fast norms are written for the pure-JAX MLP, not {model.name}"
+        report["fast_skipped"] = _("the fast norms are written for the pure-JAX MLP, not {model}").format(
+            model=model.name)
     results = {}
     for name, fn in fns.items():
         results[name] = np.asarray(jax.block_until_ready(fn()))  # warm-up (and compile)
@@ -224,7 +226,7 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
         try:
             report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(params, np.asarray(x), np.asarray(y), repeats)
         except ImportError:
-            report["torch_skipped"] = "torch is not installed (pip install -e '.[torch]')"
+            report["torch_skipped"] = _("torch is not installed (pip install -e '.[torch]')")
     return report
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from jaxintro.errors import DataError
+from jaxintro.i18n import _
 
 MAX_PIXELS = 25_000_000  # refused before decoding: 25 MP is 100 MB as RGBA, a photo from any phone up to 24 MP
 WORK_SIDE = 2048  # larger images are box-reduced to about this side right after decoding
@@ -51,9 +52,10 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
     """Decode a PNG/JPEG (path or bytes) into a `canvas` x `canvas` float32 ink map in [0, 1], light ink on black."""
     from PIL import Image, UnidentifiedImageError
 
-    label = name or (str(source) if isinstance(source, Path) else "the image")
-    too_big = (f"{label}: the image is larger than the limit of {MAX_PIXELS:,} pixels; "
-               "shrink it (a digit needs a few hundred pixels a side) and try again")
+    label = name or (str(source) if isinstance(source, Path) else _("the image"))
+    too_big = _("{name}: the image is larger than the limit of {limit:,} pixels; "
+                "shrink it (a digit needs a few hundred pixels a side) and try again").format(
+        name=label, limit=MAX_PIXELS)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit is lower
@@ -61,7 +63,8 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
         with img:
             # Only the header has been read so far: refuse a decompression bomb before it is decoded.
             if img.width * img.height > MAX_PIXELS:
-                raise DataError(f"{too_big} (it is {img.width}x{img.height}, {img.width * img.height:,} pixels)")
+                raise DataError(too_big + " " + _("(it is {width}x{height}, {pixels:,} pixels)").format(
+                    width=img.width, height=img.height, pixels=img.width * img.height))
             img.draft("RGB", (WORK_SIDE, WORK_SIDE))  # JPEG: decode at a reduced scale (a no-op for PNG)
             img.load()
             # Grey first: `reduce` refuses 1-bit, palette and 16-bit modes, which PNGs often use.
@@ -72,17 +75,19 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
             gray = np.asarray(gray_img, dtype=np.float32)
     except Image.DecompressionBombError as exc:  # Pillow's own check, at twice its limit, fired first
         pixels = re.search(r"\((\d+) pixels\)", str(exc))
-        raise DataError(too_big + (f" (it has {int(pixels[1]):,} pixels)" if pixels else "")) from None
+        has = " " + _("(it has {pixels:,} pixels)").format(pixels=int(pixels[1])) if pixels else ""
+        raise DataError(too_big + has) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise DataError(f"{label}: not a readable image ({exc}); give a PNG or JPEG file") from None
+        raise DataError(_("{name}: not a readable image ({error}); give a PNG or JPEG file").format(
+            name=label, error=exc)) from None
     # Ink on paper is dark on light: MNIST is light on dark. The border is the paper: judge by it.
     border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
     if np.median(border) > 127:
         gray, border = 255.0 - gray, 255.0 - border
     ink = np.clip(gray - np.median(border), 0.0, 255.0)
     if ink.max() < NO_INK_LEVEL:
-        raise DataError(f"{label}: no ink found (the image is blank or uniform); "
-                        "give a picture of one digit, dark on light or light on dark")
+        raise DataError(_("{name}: no ink found (the image is blank or uniform); "
+                          "give a picture of one digit, dark on light or light on dark").format(name=label))
     return _fit_in_canvas(ink, canvas) / 255.0
 
 

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxintro.errors import ConfigError, JaxintroError
+from jaxintro.i18n import _
 
 AXIS = "data"
 DISTRIBUTED_TIMEOUT_S = 60
@@ -37,11 +38,10 @@ def make_mesh(num_devices: int) -> Mesh:
     if jax.process_count() > 1:
         num_devices = len(devices)  # every device of every process takes part
     if num_devices > len(devices):
-        raise ConfigError(
-            f"--devices {num_devices} but JAX sees {len(devices)} {devices[0].platform} device(s); on a CPU, "
-            "jaxintro creates them when --devices is given before JAX starts; elsewhere use at most "
-            f"{len(devices)}"
-        )
+        raise ConfigError(_(
+            "--devices {wanted} but JAX sees {seen} {platform} device(s); on a CPU, "
+            "jaxintro creates them when --devices is given before JAX starts; elsewhere use at most {seen}"
+        ).format(wanted=num_devices, seen=len(devices), platform=devices[0].platform))
     # Auto axes: under plain `jit` the compiler propagates the batch sharding and inserts the collectives.
     return jax.make_mesh((num_devices,), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,),
                          devices=devices[:num_devices])
@@ -84,27 +84,30 @@ def to_host(tree: Any) -> Any:
 def check_coordinator(coordinator: str, num_processes: int, process_id: int) -> None:
     """Refuse a malformed address, a bad process id, or (for process 0) a port already taken."""
     if num_processes < 1 or not 0 <= process_id < num_processes:
-        raise ConfigError(f"--process-id must be in 0..{num_processes - 1}; got {process_id}")
+        raise ConfigError(_("--process-id must be in 0..{last}; got {process_id}").format(
+            last=num_processes - 1, process_id=process_id))
     if coordinator == "auto":  # JAX derives the address from the scheduler's variables
         return
-    host, _, port = coordinator.rpartition(":")
+    host, _colon, port = coordinator.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got {coordinator!r}")
+        raise ConfigError(_("--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got {value}").format(
+            value=repr(coordinator)))
     if process_id == 0 and _is_local(host):
         # The coordinator listens on PORT: say so plainly instead of a gRPC bind failure.
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("" if host in ("0.0.0.0", "") else host, int(port)))
             except OSError:
-                raise ConfigError(f"--coordinator port {port} is already in use on {host}; choose another port") \
-                    from None
+                raise ConfigError(_("--coordinator port {port} is already in use on {host}; choose another port")
+                                  .format(port=port, host=host)) from None
 
 
 def distributed_timeout() -> int:
     """The bound, in seconds, on every multi-process wait (`JAXINTRO_DISTRIBUTED_TIMEOUT`, default 60)."""
     text = os.environ.get("JAXINTRO_DISTRIBUTED_TIMEOUT", str(DISTRIBUTED_TIMEOUT_S))
     if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"JAXINTRO_DISTRIBUTED_TIMEOUT must be a whole number of seconds >= 1; got {text!r}")
+        raise ConfigError(_("JAXINTRO_DISTRIBUTED_TIMEOUT must be a whole number of seconds >= 1; got {value}").format(
+            value=repr(text)))
     return int(text)
 
 
@@ -125,11 +128,11 @@ def detect_cluster() -> tuple[str, int, int]:
         return "auto", int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"])
     if "JOB_COMPLETION_INDEX" in env and "JAX_COORDINATOR_ADDRESS" in env and "JAX_NUM_PROCESSES" in env:
         return env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]), int(env["JOB_COMPLETION_INDEX"])
-    raise ConfigError(
+    raise ConfigError(_(
         "--coordinator auto found no SLURM step (run it under srun), Open MPI job (mpirun) or Kubernetes indexed "
         "Job (JOB_COMPLETION_INDEX, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES) in the environment; "
         "or pass --coordinator HOST:PORT --num-processes N --process-id I (see docs/parallel.md)"
-    )
+    ))
 
 
 def initialize_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
@@ -153,11 +156,11 @@ def initialize_distributed(coordinator: str, num_processes: int, process_id: int
     try:
         jax.distributed.initialize(**where, **bounds)
     except Exception as exc:  # gRPC and XLA raise assorted types
-        raise JaxintroError(
-            f"could not join the {num_processes}-process run at {coordinator} within {timeout}s "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); check that every process was started "
-            "with the same --coordinator and --num-processes and a distinct --process-id"
-        ) from None
+        raise JaxintroError(_(
+            "could not join the {n}-process run at {coordinator} within {timeout}s ({error}); check that every "
+            "process was started with the same --coordinator and --num-processes and a distinct --process-id"
+        ).format(n=num_processes, coordinator=coordinator, timeout=timeout,
+                 error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")) from None
 
 
 def check_cluster(folder: Path, flag: str, num_processes: int) -> None:
@@ -173,11 +176,11 @@ def check_cluster(folder: Path, flag: str, num_processes: int) -> None:
 
     counts = np.asarray(multihost_utils.process_allgather(np.int32(num_processes))).reshape(-1)
     if (counts != jax.process_count()).any():
-        said = ", ".join(f"process {i}: {int(c)}" for i, c in enumerate(counts))
-        raise ConfigError(
-            f"the processes disagree on --num-processes ({said}); the run has {jax.process_count()} processes: "
+        said = ", ".join(_("process {i}: {count}").format(i=i, count=int(c)) for i, c in enumerate(counts))
+        raise ConfigError(_(
+            "the processes disagree on --num-processes ({said}); the run has {n} processes: "
             "start every process with the same --num-processes"
-        )
+        ).format(said=said, n=jax.process_count()))
     nonce = int(multihost_utils.broadcast_one_to_all(np.random.randint(1, 2**31 - 1, dtype=np.int64)))
     token = folder / f".shared-check-{nonce}"
     if jax.process_index() == 0:
@@ -193,12 +196,12 @@ def check_cluster(folder: Path, flag: str, num_processes: int) -> None:
         token.unlink(missing_ok=True)
     blind = [int(i) for i in np.flatnonzero(seen_by == 0)]
     if blind:
-        raise ConfigError(
-            f"{flag} {folder} is not one folder that every process sees: process(es) "
-            f"{', '.join(map(str, blind))} do not see the file process 0 wrote into it; give every process the "
-            f"same {flag} on a filesystem they share (NFS or a cluster filesystem), since checkpoints are written "
+        raise ConfigError(_(
+            "{flag} {folder} is not one folder that every process sees: process(es) "
+            "{blind} do not see the file process 0 wrote into it; give every process the "
+            "same {flag} on a filesystem they share (NFS or a cluster filesystem), since checkpoints are written "
             "together into one folder"
-        )
+        ).format(flag=flag, folder=folder, blind=", ".join(map(str, blind))))
 
 
 def _is_local(host: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import N_, _
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -64,7 +65,8 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot create the runs folder {root}: {exc.strerror}; pass --run-dir DIR") from None
+            raise ConfigError(_("cannot create the runs folder {folder}: {reason}; pass --run-dir DIR").format(
+                folder=root, reason=exc.strerror)) from None
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         for attempt in range(1000):
             path = root / (stamp if attempt == 0 else f"{stamp}-{attempt}")
@@ -74,10 +76,10 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
                 continue
             _write_claim(path / CLAIM_FILE)
             return path
-        raise ConfigError(f"could not claim a new run folder under {root}; pass --run-dir DIR")
+        raise ConfigError(_("could not claim a new run folder under {folder}; pass --run-dir DIR").format(folder=root))
     path = Path(run_dir)
-    taken = (f"--run-dir {path} already holds a run; choose another folder, continue it with --resume {path}, "
-             "or see `jaxintro runs`")
+    taken = _("--run-dir {path} already holds a run; choose another folder, continue it with --resume {path}, "
+              "or see `jaxintro runs`").format(path=path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with _locked(path):  # two claims of one folder run one after the other, never interleaved
@@ -87,7 +89,8 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
     except FileExistsError:
         raise ConfigError(taken) from None
     except OSError as exc:
-        raise ConfigError(f"--run-dir {path} is not writable ({exc.strerror}); choose another folder") from None
+        raise ConfigError(_("--run-dir {path} is not writable ({reason}); choose another folder").format(
+            path=path, reason=exc.strerror)) from None
     if has_checkpoint(path) or (path / RESULT_FILE).exists():
         (path / CLAIM_FILE).unlink()
         raise ConfigError(taken)
@@ -113,7 +116,7 @@ def _write_claim(marker: Path) -> None:
 def claim_is_live(run_dir: Path) -> bool:
     """Whether the process that claimed `run_dir` still runs (on this host; another host's claim counts as live)."""
     try:
-        pid_text, _, host = (run_dir / CLAIM_FILE).read_text().strip().partition(" ")
+        pid_text, _space, host = (run_dir / CLAIM_FILE).read_text().strip().partition(" ")
         pid = int(pid_text)
     except (OSError, ValueError):
         return False  # no marker, or one from an older version: nobody holds it
@@ -163,7 +166,8 @@ def writable_dir(path: str | os.PathLike, flag: str) -> Path:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise ConfigError(f"{flag} {folder} is not writable ({exc.strerror or exc}); choose another folder") from None
+        raise ConfigError(_("{flag} {folder} is not writable ({reason}); choose another folder").format(
+            flag=flag, folder=folder, reason=exc.strerror or exc)) from None
     return folder
 
 
@@ -206,6 +210,23 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
     return {"run_dir": str(run_dir), "dataset": config.get("resolved_dataset", config.get("dataset", "?")),
             "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
             "test_accuracy": rows[-1]["test_accuracy"] if rows else None, "status": status, "result": result}
+
+
+# `describe_run`'s statuses stay English (code and `--json` compare them); these are what a learner reads.
+STATUS_TEXT = {
+    "finished": N_("finished"),
+    "running": N_("running"),
+    "unreadable": N_("unreadable"),
+    "empty (no checkpoint)": N_("empty (no checkpoint)"),
+}
+
+
+def status_text(info: dict[str, Any]) -> str:
+    """A run's status (from `describe_run`) as `jaxintro runs` prints it, in the chosen language."""
+    if info["status"] in STATUS_TEXT:
+        return _(STATUS_TEXT[info["status"]])
+    return _("stopped after epoch {epoch}: jaxintro train --resume {run_dir}").format(
+        epoch=info["epochs"], run_dir=info["run_dir"])
 
 
 def list_runs(root: Path = Path("runs")) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ def _on_event(event: str, **_: object) -> None:
 def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | None:
     """Set JAX up before first use: the CPU device count and the persistent compile cache (its folder, or None)."""
     from jaxintro.errors import ConfigError
+    from jaxintro.i18n import _
 
     if devices > 1:
         # Must happen before the backend starts; it only affects the CPU backend.
@@ -31,8 +32,9 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | Non
             jax.config.update("jax_num_cpu_devices", devices)
         except RuntimeError:  # JAX already started in this process (jaxintro used as a library)
             if len(jax.devices()) < devices:
-                raise ConfigError(f"--devices {devices}: JAX already started with {len(jax.devices())} device(s) "
-                                  "in this process; run jaxintro in a fresh process") from None
+                raise ConfigError(_("--devices {wanted}: JAX already started with {seen} device(s) in this process; "
+                                    "run jaxintro in a fresh process").format(wanted=devices, seen=len(jax.devices()))
+                                  ) from None
     # Set either way: a process that runs several commands (tests, notebooks) must not keep an earlier choice.
     # JAX decides once per process whether (and where) its cache is used; forget that decision first.
     from jax.experimental.compilation_cache import compilation_cache

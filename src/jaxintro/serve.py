@@ -38,7 +38,7 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, DataError, JaxintroError
 from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
-from jaxintro.i18n import _
+from jaxintro.i18n import N_, _, ngettext
 from jaxintro.images import load_image, warm_up
 from jaxintro.runs import RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics
 from jaxintro.signals import GracefulStop
@@ -131,7 +131,7 @@ def input_saliency(params: Any, x: Float[Array, " features"], *,
         # The argmax is an integer: the gradient flows through the chosen log-probability only.
         return log_probs[jnp.argmax(log_probs)], jnp.exp(log_probs)
 
-    (_, probs), saliency = jax.value_and_grad(top_log_prob, has_aux=True)(x)
+    (_top, probs), saliency = jax.value_and_grad(top_log_prob, has_aux=True)(x)
     return probs, saliency
 
 
@@ -176,7 +176,7 @@ class ApiError(Exception):
 
 
 def _refuse_constant(name: str) -> float:
-    raise ApiError(400, f"{name} is not a number the API accepts; send numbers in [0, 1]")
+    raise ApiError(400, _("{name} is not a number the API accepts; send numbers in [0, 1]").format(name=name))
 
 
 def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
@@ -184,29 +184,31 @@ def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
     try:
         payload = json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON ({exc})") from None
+        raise ApiError(400, _("malformed JSON ({error})").format(error=exc)) from None
     if not isinstance(payload, dict) or len({"pixels", "image"} & payload.keys()) != 1:
-        raise ApiError(400, 'expected a JSON object with exactly one of "pixels" (a list of numbers in [0, 1]) '
-                            'or "image" (a PNG or JPEG as a data URL)')
+        raise ApiError(400, _('expected a JSON object with exactly one of "pixels" (a list of numbers in [0, 1]) '
+                              'or "image" (a PNG or JPEG as a data URL)'))
     if "image" in payload:
         url = payload["image"]
         head, sep, data = url.partition(",") if isinstance(url, str) else ("", "", "")
         if not (sep and head.startswith("data:image/") and head.endswith(";base64")):
-            raise ApiError(400, '"image" must be a data URL: data:image/png;base64,...')
+            raise ApiError(400, _('"image" must be a data URL: data:image/png;base64,...'))
         try:
             return "image", base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
-            raise ApiError(400, '"image": the data URL holds invalid base64') from None
+            raise ApiError(400, _('"image": the data URL holds invalid base64')) from None
     pixels = payload["pixels"]
     if not isinstance(pixels, list) or len(pixels) != features:
-        got = f"{len(pixels)} values" if isinstance(pixels, list) else type(pixels).__name__
-        raise ApiError(400, f'"pixels" must be a list of {features} numbers in [0, 1]; got {got}')
+        got = (ngettext("{n} value", "{n} values", len(pixels)).format(n=len(pixels)) if isinstance(pixels, list)
+               else type(pixels).__name__)
+        raise ApiError(400, _('"pixels" must be a list of {features} numbers in [0, 1]; got {got}').format(
+            features=features, got=got))
     if not all(type(v) in (int, float) for v in pixels):
-        raise ApiError(400, '"pixels" must hold numbers only (no strings, booleans or null)')
+        raise ApiError(400, _('"pixels" must hold numbers only (no strings, booleans or null)'))
     x = np.asarray(pixels, np.float64)
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
     if bad.size:
-        raise ApiError(400, f'"pixels"[{bad[0]}] = {pixels[bad[0]]!r} is outside [0, 1]')
+        raise ApiError(400, _('"pixels"[{i}] = {value} is outside [0, 1]').format(i=bad[0], value=repr(pixels[bad[0]])))
     return "pixels", x.astype(np.float32)
 
 
@@ -215,24 +217,28 @@ def parse_page_query(query: str) -> tuple[int, int, str]:
     try:
         params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
-        raise ApiError(400, "malformed query string") from None
+        raise ApiError(400, _("malformed query string")) from None
     unknown = set(params) - {"offset", "limit", "sort"}
     if unknown:
-        raise ApiError(400, f"unknown parameter(s) {', '.join(sorted(unknown))}; use offset, limit and sort")
+        raise ApiError(400, _("unknown parameter(s) {names}; use offset, limit and sort").format(
+            names=", ".join(sorted(unknown))))
 
     def integer(name: str, default: int, low: int, high: int) -> int:
         text = params.get(name, [str(default)])[-1]
         try:
             value = int(text)
         except ValueError:
-            raise ApiError(400, f"{name} must be an integer; got {text!r}") from None
+            raise ApiError(400, _("{name} must be an integer; got {value}").format(
+                name=name, value=repr(text))) from None
         if not low <= value <= high:
-            raise ApiError(400, f"{name} must be in {low}..{high}; got {value}")
+            raise ApiError(400, _("{name} must be in {low}..{high}; got {value}").format(
+                name=name, low=low, high=high, value=value))
         return value
 
     sort = params.get("sort", ["norm"])[-1]
     if sort not in MISTAKE_SORTS:
-        raise ApiError(400, f"sort must be one of {', '.join(MISTAKE_SORTS)}; got {sort!r}")
+        raise ApiError(400, _("sort must be one of {choices}; got {value}").format(
+            choices=", ".join(MISTAKE_SORTS), value=repr(sort)))
     return integer("offset", 0, 0, 10**9), integer("limit", 24, 1, MAX_PAGE_SIZE), sort
 
 
@@ -240,8 +246,8 @@ def host_warning(host: str) -> str | None:
     """The warning to print when `host` exposes the server beyond this machine."""
     if host in LOCAL_HOSTS:
         return None
-    return (f"WARNING: --host {host} serves the page and its API to the network: anyone who can reach this "
-            "machine can use them. Use --host 127.0.0.1 (the default) to keep it local.")
+    return _("WARNING: --host {host} serves the page and its API to the network: anyone who can reach this "
+             "machine can use them. Use --host 127.0.0.1 (the default) to keep it local.").format(host=host)
 
 
 def _rounded(values: Any, digits: int = 6) -> list[float]:
@@ -272,7 +278,7 @@ class App:
         """The answer to `POST /api/predict`: digit, probabilities, the model's input and its saliency."""
         if kind == "image":
             try:
-                x = load_image(value, self.image_shape, name="the image").astype(np.float32) / 255.0
+                x = load_image(value, self.image_shape, name=_("the image")).astype(np.float32) / 255.0
             except DataError as exc:
                 raise ApiError(400, str(exc)) from None
         else:
@@ -377,7 +383,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """A 405 naming the method a known path takes, or a 404."""
         allowed = "POST" if path == "/api/predict" else "GET" if path in API_GET or path in self.app.assets else None
         if allowed is None:
-            self._send_json(404, {"error": f"no such page: {path[:200]}"})
+            self._send_json(404, {"error": _("no such page: {path}").format(path=path[:200])})
         else:
             self._method_not_allowed(allowed)
 
@@ -390,7 +396,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding") or length is None:
             self.close_connection = True
-            self._send_json(411, {"error": "send the body with a Content-Length header"})
+            self._send_json(411, {"error": _("send the body with a Content-Length header")})
             return None
         try:
             size = int(length)
@@ -398,12 +404,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise ValueError
         except ValueError:
             self.close_connection = True
-            self._send_json(400, {"error": f"bad Content-Length {length[:40]!r}"})
+            self._send_json(400, {"error": _("bad Content-Length {value}").format(value=repr(length[:40]))})
             return None
         if size > MAX_BODY_BYTES:
             self.close_connection = True
             self._discard(size)
-            self._send_json(413, {"error": f"the body is {size:,} bytes; the limit is {MAX_BODY_BYTES:,}"})
+            self._send_json(413, {"error": _("the body is {size:,} bytes; the limit is {limit:,}").format(
+                size=size, limit=MAX_BODY_BYTES)})
             return None
         return self.rfile.read(size)
 
@@ -430,11 +437,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send_json(exc.status, {"error": str(exc)})
         except Exception:  # a bug must not take the server down; it is printed for the user to report
             traceback.print_exc(file=sys.stderr)
-            self._send_json(500, {"error": "internal error (the server printed the details)"})
+            self._send_json(500, {"error": _("internal error (the server printed the details)")})
 
     def _method_not_allowed(self, allowed: str) -> None:
         self.close_connection = True  # a body may follow that we do not read
-        self._send_json(405, {"error": f"{self.command} is not allowed here; use {allowed}"}, {"Allow": allowed})
+        self._send_json(405, {"error": _("{method} is not allowed here; use {allowed}").format(
+            method=self.command, allowed=allowed)}, {"Allow": allowed})
 
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj, allow_nan=False).encode(), "application/json", headers)
@@ -495,9 +503,10 @@ def bind(host: str, port: int) -> Server:
         server = Server((host, port), Handler)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise ConfigError(f"port {port} is already in use on {host}; choose another with --port "
-                              "(or --port 0 for any free one)") from None
-        raise ConfigError(f"cannot serve on {host}:{port} ({exc.strerror or exc}); check --host and --port") from None
+            raise ConfigError(_("port {port} is already in use on {host}; choose another with --port "
+                                "(or --port 0 for any free one)").format(port=port, host=host)) from None
+        raise ConfigError(_("cannot serve on {host}:{port} ({reason}); check --host and --port").format(
+            host=host, port=port, reason=exc.strerror or exc)) from None
     return server
 
 
@@ -508,7 +517,8 @@ def load_app(run_dir: Path, data_dir: str | None = None) -> App:
         dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir, download=False)
         mistakes = find_mistakes(run, dataset.x_test, dataset.y_test)
     except JaxintroError as exc:
-        mistakes = no_mistakes(f"the test set of {run.dataset['name']} is not at hand ({exc}); pass --data-dir")
+        mistakes = no_mistakes(_("the test set of {dataset} is not at hand ({error}); pass --data-dir").format(
+            dataset=run.dataset["name"], error=exc))
     return App(run_dir, run, mistakes)
 
 
@@ -518,10 +528,11 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
     if run_dir is None:
         run_dir = newest_finished_run(runs_root)
         if run_dir is None:
-            raise ConfigError(f"no finished run under {runs_root}/; train one first with `make train`, "
-                              "or pass RUN_DIR")
+            raise ConfigError(_("no finished run under {root}/; train one first with `make train`, "
+                                "or pass RUN_DIR").format(root=runs_root))
     elif not run_dir.is_dir():
-        raise ConfigError(f"{run_dir} is not a run folder; pass one written by `jaxintro train`")
+        raise ConfigError(_("{run_dir} is not a run folder; pass one written by `jaxintro train`").format(
+            run_dir=run_dir))
     server = bind(host, port)
     try:
         warning = host_warning(host)
@@ -531,16 +542,17 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         # Every interface includes this machine's own: that is the address to open here.
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
         app: App = server.app  # type: ignore[attr-defined]
-        print(f"Serving {run_dir} ({app.run_info()['model']} on {app.run.dataset['name']}, epoch {app.run.epoch}) "
-              f"at {url}  (Ctrl-C to stop)", flush=True)
+        print(_("Serving {run_dir} ({model} on {dataset}, epoch {epoch}) at {url}  (Ctrl-C to stop)").format(
+            run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset["name"], epoch=app.run.epoch,
+            url=url), flush=True)
         if open_browser:
             import webbrowser
 
             webbrowser.open(url)
         # The signal watcher's thread stops the serving loop (which runs in this, the main, thread).
-        with GracefulStop(on_stop=server.shutdown, stopping="stopping the server"):
+        with GracefulStop(on_stop=server.shutdown, stopping=N_("stopping the server")):
             server.serve_forever(poll_interval=0.2)
-        print("Stopped.", flush=True)
+        print(_("Stopped."), flush=True)
         return 0
     finally:
         server.server_close()

@@ -25,6 +25,8 @@ import threading
 from types import TracebackType
 from typing import Callable
 
+from jaxintro.i18n import N_, _
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
@@ -33,11 +35,11 @@ class GracefulStop:
     """A context in which SIGINT/SIGTERM request a stop at the next epoch boundary; a second Ctrl-C quits now."""
 
     def __init__(self, *, distributed: bool = False, on_stop: Callable[[], object] | None = None,
-                 stopping: str = "stopping after this epoch's checkpoint") -> None:
+                 stopping: str = N_("stopping after this epoch's checkpoint")) -> None:
         self.signum: int | None = None  # the first stop signal received
         self.distributed = distributed
         self.on_stop = on_stop  # run in the watcher thread at the first signal (e.g. a server's `shutdown`)
-        self.stopping = stopping  # what the first signal does, as the user is told
+        self.stopping = stopping  # what the first signal does, in English marked with N_: translated when printed
         # With several processes JAX's preemption notifier owns SIGTERM (it replaces any Python handler).
         self._signals = [signal.SIGINT] if distributed else [signal.SIGINT, signal.SIGTERM]
         self._previous: dict[int, object] = {}
@@ -95,18 +97,18 @@ class GracefulStop:
             return
         if self.signum is None and self.distributed:
             self.signum = signal.SIGTERM
-            print("\nCtrl-C: asking every process to stop after a common epoch, with its checkpoint (press Ctrl-C "
-                  "again to quit now)", file=sys.stderr, flush=True)
+            print("\nCtrl-C: " + _("asking every process to stop after a common epoch, with its checkpoint (press "
+                                   "Ctrl-C again to quit now)"), file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGTERM)  # a preemption notice: all processes learn of it and agree
         elif self.signum is None:
             self.signum = signum
             name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            again = " (press Ctrl-C again to quit now)" if signum == signal.SIGINT else ""
-            print(f"\n{name}: {self.stopping}{again}", file=sys.stderr, flush=True)
+            again = " " + _("(press Ctrl-C again to quit now)") if signum == signal.SIGINT else ""
+            print(f"\n{name}: " + _(self.stopping) + again, file=sys.stderr, flush=True)
             if self.on_stop is not None:
                 self.on_stop()
         elif signum == signal.SIGINT:
-            print("Ctrl-C again: quitting now; the checkpoints already written are intact", file=sys.stderr,
+            print(_("Ctrl-C again: quitting now; the checkpoints already written are intact"), file=sys.stderr,
                   flush=True)
             os._exit(EXIT_INTERRUPTED)
 

@@ -11,20 +11,20 @@ from jaxintro.errors import ConfigError
 def run(args: argparse.Namespace) -> int:
     """Validate every flag, then train the experiment's runs and print its summary."""
     from jaxintro.config import config_from_flags
+    from jaxintro.i18n import _
     from jaxintro.runs import writable_dir
 
     config = config_from_flags(args)
     if args.name == "dropout" and not 0.0 < args.rate < 1.0:
-        raise ConfigError(f"--rate must be in (0, 1); got {args.rate}")
+        raise ConfigError(_("--rate must be in (0, 1); got {rate}").format(rate=args.rate))
     if args.name == "clipping" and not (args.clip > 0 and args.clip < float("inf")):
-        raise ConfigError(f"--clip must be a positive finite number; got {args.clip}")
+        raise ConfigError(_("--clip must be a positive finite number; got {clip}").format(clip=args.clip))
     out_dir = writable_dir(args.out or f"runs/experiment-{args.name}", "--out")
     from jaxintro.runtime import configure_jax
 
     configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
     from jaxintro import experiments
     from jaxintro.data import load_dataset
-    from jaxintro.i18n import _
     from jaxintro.runs import write_json
 
     dataset = load_dataset(config.dataset, config.data_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +17,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<14}{title(name)}")
         return 0
     if args.section is not None and args.section not in SECTIONS:
-        raise ConfigError(f"--section must be one of {', '.join(SECTIONS)}; got {args.section!r}")
+        raise ConfigError(_("--section must be one of {choices}; got {value}").format(
+            choices=", ".join(SECTIONS), value=repr(args.section)))
     import jax
 
     try:  # the sharding section wants several devices; on a CPU they are created here
