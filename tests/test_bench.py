@@ -27,7 +27,7 @@ def reference(plan) -> list[float]:
     return bench.run_row("scan-epoch", plan).losses
 
 
-@pytest.mark.parametrize("row", ["nojit", "jit-step", "torch-eager", "torch-compile"])
+@pytest.mark.parametrize("row", ["nojit", "jit-step", "vmap-seeds-8", "torch-eager", "torch-compile"])
 def test_every_row_trains_the_same_function(plan, reference, row):
     if row.startswith("torch"):  # only the PyTorch rows need PyTorch (installed by `make`)
         pytest.importorskip("torch")
@@ -118,3 +118,23 @@ def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkey
     assert report["spread"]["jit-step"]["ms_per_step"] == [2.0, 3.0]
     assert report["spread"]["scan-epoch"]["speedup"]["jit-step"] == [2.0, 2.5]  # 2/1, 3/1.2, 2.5/1.1
     assert [r["ms_per_step"] for r in report["rows"]] == [2.5, 1.1]  # each row's median round
+
+
+def test_vmap_row_counts_all_its_models_and_the_members_pair_is_reported(tmp_path, capsys):
+    code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8", "--repeats", "1",
+                 "--e2e-seeds", "2", "--out", str(tmp_path), "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {row["name"]: row for row in report["rows"]}
+    vmap = rows["vmap-seeds-8"]
+    assert vmap["models"] == 8 and rows["scan-epoch"]["models"] == 1
+    # samples/s and the fraction of peak count the samples of all 8 models.
+    assert vmap["samples_per_second"] == pytest.approx(8 * 128 / (vmap["ms_per_step"] / 1e3))
+    assert vmap["fraction_of_peak"] == pytest.approx(
+        8 * report["train_flops_per_step"] / (vmap["ms_per_step"] / 1e3) / (report["matmul_gflops"] * 1e9))
+    pair = report["members_end_to_end"]
+    assert pair["seeds"] == 2 and pair["epochs"] == 10
+    assert pair["wall_ratio"] == pytest.approx(pair["one_process"]["wall_seconds"] / pair["sequential"]["wall_seconds"])
+    assert pair["peak_rss_ratio"] == pytest.approx(pair["one_process"]["peak_rss_mb"] / pair["sequential"]["peak_rss_mb"])
+    # Both sides trained the same two models: seeds 0 and 1, the same mean accuracy.
+    assert pair["one_process"]["test_accuracy"] == pytest.approx(pair["sequential"]["test_accuracy"], abs=0.005)

@@ -11,11 +11,21 @@ from jaxintro.cli import main
 pytestmark = pytest.mark.slow
 
 
-def test_lesson_mlp_reaches_97_percent_in_10_epochs(mnist_dir, tmp_path, capsys):
-    code = main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--seed", "0", "--json",
-                 "--run-dir", str(tmp_path / "run"), "--no-compile-cache"])
-    assert code == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def _train(mnist_dir, run_dir, *flags: str) -> dict:
+    """A 10-epoch MNIST run's JSON summary (read from its result file: stdout is the caller's)."""
+    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--json", "--run-dir", str(run_dir),
+                 "--no-compile-cache", *flags]) == 0
+    return json.loads((run_dir / "result.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lesson_run(mnist_dir, tmp_path_factory) -> dict:
+    """The lesson's run, seed 0, 10 epochs: trained once for the tests that compare with it."""
+    return _train(mnist_dir, tmp_path_factory.mktemp("lesson") / "run", "--seed", "0")
+
+
+def test_lesson_mlp_reaches_97_percent_in_10_epochs(lesson_run):
+    summary = lesson_run
     assert summary["epochs"] == 10 and summary["param_count"] == 235_146
     assert summary["test_accuracy"] >= 0.970, summary
     assert summary["train_accuracy"] > summary["test_accuracy"]
@@ -42,3 +52,16 @@ def test_lessons_python_loop_matches_the_compiled_epoch(mnist_dir, tmp_path, cap
     # The same function, compiled two ways: equal up to float32 reassociation, not to a rounding boundary.
     assert first["scan"] == pytest.approx(first["python"], rel=1e-5)
     assert abs(results["scan"]["test_accuracy"] - results["python"]["test_accuracy"]) <= 0.003
+
+
+def test_members_of_a_seeds_run_are_the_single_runs(mnist_dir, tmp_path, lesson_run):
+    summary = _train(mnist_dir, tmp_path / "seeds", "--seed", "0", "--seeds", "2")
+    member = summary["members"][0]
+    assert member["seed"] == 0 and summary["param_count"] == 235_146
+    # The same run computed side by side with another: float32 reassociation may flip a handful of the
+    # 10,000 test images over 10 epochs, not more (0.2 points is 20 images).
+    assert abs(member["test_accuracy"] - lesson_run["test_accuracy"]) <= 0.002, (member, lesson_run)
+    accuracies = [m["test_accuracy"] for m in summary["members"]]
+    assert summary["test_accuracy"] == pytest.approx(sum(accuracies) / 2)
+    assert summary["test_accuracy_std"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2 ** 0.5)
+    assert min(accuracies) >= 0.970 and summary["ensemble_test_accuracy"] >= 0.970

@@ -4,6 +4,7 @@ Rows:
 - `nojit`: the train step run op by op, no `jit` (100 steps, as the exercise asks);
 - `jit-step`: the lesson's loop, one jitted step per batch dispatched from Python;
 - `scan-epoch`: the whole epoch compiled as one `lax.scan` program (jaxintro's default);
+- `vmap-seeds-8`: that epoch vmapped over 8 models (`train --seeds 8`), seeds 0..7, the data shared;
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
 Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
@@ -45,6 +46,7 @@ class RowResult:
     fraction_of_peak: float = float("nan")
     peak_rss_mb: float = float("nan")
     losses: list[float] = dataclasses.field(default_factory=list)  # the first steps' losses
+    models: int = 1  # models trained at once: samples/s and the fraction of peak count all of them
     skipped: str | None = None  # why the row could not run here (e.g. PyTorch not installed)
     error: str | None = None  # the row ran and crashed: a failure, reported as one
 
@@ -118,17 +120,21 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
 
-def jax_trainer(plan: Plan):
-    """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order)."""
+def jax_trainer(plan: Plan, seeds: int = 1):
+    """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order).
+
+    With `seeds`, the state of that many members; the first is the plan's.
+    """
     from jaxintro.config import TrainConfig
     from jaxintro.data import Dataset
     from jaxintro.train import Trainer
 
     classes = tuple(str(i) for i in range(SIZES[-1]))
     dataset = Dataset("bench", plan.x, plan.y, plan.x[:1], plan.y[:1], classes, (0, 0), "bench plan")
-    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed), dataset)
+    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds), dataset)
     state = trainer.init_state()
-    init = {f"{n}.{leaf}": v for n, layer in state.params.items() for leaf, v in layer.items()}
+    first = state.params if seeds == 1 else {n: {k: v[0] for k, v in layer.items()} for n, layer in state.params.items()}
+    init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
     if not all(np.array_equal(init[k], plan.params[k]) for k in plan.params):
         # The rows compare speeds of the same function: a different start would make them incomparable.
         raise JaxintroError("bench: the plan's initial parameters differ from the trainer's; a bug, please report")
@@ -176,7 +182,8 @@ def _epoch_row(name: str, plan: Plan, first_epoch: Callable, epoch: Callable, st
     state, metrics = first_epoch(state)
     jax.block_until_ready(metrics)
     result.compile_seconds = time.perf_counter() - start  # includes one epoch; subtracted below
-    result.losses = [float(v) for v in np.asarray(metrics["loss"])[:3]]
+    losses = np.asarray(metrics["loss"])
+    result.losses = [float(v) for v in (losses[0] if losses.ndim > 1 else losses)[:3]]  # several models: the first
     holder = {"state": state}
 
     def run() -> None:
@@ -206,13 +213,16 @@ def row_jit_step(plan: Plan) -> RowResult:
     return _epoch_row("jit-step", plan, epoch, epoch, state)
 
 
-def row_scan_epoch(plan: Plan) -> RowResult:
-    """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8."""
+def row_scan_epoch(plan: Plan, seeds: int = 1) -> RowResult:
+    """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8.
+
+    With `seeds`, the same epoch vmapped over that many members (`jaxintro train --seeds`).
+    """
     import jax
 
     from jaxintro.train import TrainState
 
-    trainer, state, dataset = jax_trainer(plan)
+    trainer, state, dataset = jax_trainer(plan, seeds)
     x, y = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
     jitted = trainer.jit_epoch()
     compiled = {}
@@ -225,7 +235,9 @@ def row_scan_epoch(plan: Plan) -> RowResult:
         params, opt_state, key, metrics = compiled["fn"](state.params, state.opt_state, state.key, x, y)
         return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
-    return _epoch_row("scan-epoch", plan, first_epoch, epoch, state)
+    result = _epoch_row("scan-epoch" if seeds == 1 else f"vmap-seeds-{seeds}", plan, first_epoch, epoch, state)
+    result.models = seeds
+    return result
 
 
 def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
@@ -331,6 +343,7 @@ ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
     row_nojit,
     row_jit_step,
     row_scan_epoch,
+    lambda plan: row_scan_epoch(plan, seeds=8),
     lambda plan: row_torch(plan, compile=False),
     lambda plan: row_torch(plan, compile=True),
 ), strict=True))
@@ -341,7 +354,7 @@ def run_row(name: str, plan: Plan) -> RowResult:
     result = ROW_FUNCTIONS[name](plan)
     result.peak_rss_mb = peak_rss_mb()
     if not result.skipped:
-        result.samples_per_second = plan.batch / (result.ms_per_step / 1e3)
+        result.samples_per_second = result.models * plan.batch / (result.ms_per_step / 1e3)
     return result
 
 
@@ -434,6 +447,27 @@ def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10) -> list[
                                              "--run-dir", str(run_dir)], env)
                 rows.append({"loop": loop, "cache": cache, **timing})
     return rows
+
+
+def members_end_to_end(data_args: list[str], seeds: int, epochs: int = 10) -> dict[str, Any]:
+    """One `train --seeds N` process against N sequential `train --seed k` processes: wall time and peak RSS.
+
+    Same data, same epochs, each side with its own empty compile cache (the sequential processes
+    share theirs, so only the first compiles: what a user running them one by one gets).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        common = [*data_args, "--epochs", str(epochs)]
+        together = time_train_process([*common, "--seeds", str(seeds), "--run-dir", str(Path(tmp) / "members")],
+                                      {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache-members")})
+        env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache-sequential")}
+        singles = [time_train_process([*common, "--seed", str(k), "--run-dir", str(Path(tmp) / f"seed-{k}")], env)
+                   for k in range(seeds)]
+    sequential = {"wall_seconds": sum(s["wall_seconds"] for s in singles),
+                  "peak_rss_mb": max(s["peak_rss_mb"] for s in singles),
+                  "test_accuracy": statistics.mean(s["test_accuracy"] for s in singles)}
+    return {"seeds": seeds, "epochs": epochs, "one_process": together, "sequential": sequential,
+            "wall_ratio": together["wall_seconds"] / sequential["wall_seconds"],
+            "peak_rss_ratio": together["peak_rss_mb"] / sequential["peak_rss_mb"]}
 
 
 def main() -> None:

@@ -67,10 +67,17 @@ class Checkpointer:
         self.manager.close()
 
 
-def abstract_state(model, tx) -> TrainState:
-    """The shapes of a model's training state, to restore into: nothing is initialised just to be overwritten."""
+def abstract_state(model, tx, members: int = 1) -> TrainState:
+    """The shapes of a model's training state, to restore into: nothing is initialised just to be overwritten.
+
+    Several members are one checkpoint: every leaf carries a leading member axis.
+    """
     params = jax.eval_shape(model.init, jax.random.key(0))
-    return TrainState(params, jax.eval_shape(tx.init, params), jax.random.key(0), 0)
+    opt_state = jax.eval_shape(tx.init, params)
+    if members == 1:
+        return TrainState(params, opt_state, jax.random.key(0), 0)
+    stacked = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((members, *leaf.shape), leaf.dtype), (params, opt_state))
+    return TrainState(*stacked, jax.random.split(jax.random.key(0), members), 0)
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

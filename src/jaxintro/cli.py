@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from typing import Sequence
@@ -79,8 +80,8 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
                    help="folder with the four IDX files (or set JAXINTRO_DATA_DIR); an error if it holds none")
 
 
-def add_train_flags(p: argparse.ArgumentParser) -> None:
-    """Every `TrainConfig` field as a flag, 1:1."""
+def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: bool = True) -> None:
+    """Every `TrainConfig` field as a flag, 1:1 (`grid`: `--lr` and `--weight-decay` take lists, for `sweep`)."""
     d = TrainConfig()
     add_data_flags(p)
     p.add_argument("--model", default=d.model, choices=MODELS, help="model style")
@@ -90,12 +91,21 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                    help=f"epochs in total (default: {d.epochs}; with --resume: the run's own)")
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="global batch size")
     p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS, help="optimizer")
-    p.add_argument("--lr", type=number, default=d.lr, help="learning rate (peak, with a schedule)")
-    p.add_argument("--weight-decay", type=number, default=d.weight_decay, help="weight decay, for adamw")
+    if grid:  # parsed and checked by `jaxintro.config.parse_grid`, which names the flag in its errors
+        p.add_argument("--lr", dest="lr_grid", default="1e-4,3e-4,1e-3,3e-3",
+                       help="learning rates to compare, comma-separated (peak values, with a schedule)")
+        p.add_argument("--weight-decay", dest="weight_decay_grid", default=None,
+                       help=f"weight decays to compare, comma-separated, for adamw (default: {d.weight_decay})")
+    else:
+        p.add_argument("--lr", type=number, default=d.lr, help="learning rate (peak, with a schedule)")
+        p.add_argument("--weight-decay", type=number, default=d.weight_decay, help="weight decay, for adamw")
     p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES, help="learning-rate schedule")
     p.add_argument("--warmup-steps", type=natural_int, default=d.warmup_steps, help="warm-up steps of warmup-cosine")
     p.add_argument("--clip-norm", type=number, default=None, help="clip_by_global_norm before the optimizer (off)")
     p.add_argument("--seed", type=natural_int, default=d.seed, help="seed of the init, shuffles and dropout")
+    if members:
+        p.add_argument("--seeds", type=positive_int, default=d.seeds,
+                       help="train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program")
     p.add_argument("--loop", default=d.loop, choices=LOOPS,
                    help="scan: one compiled program per epoch; python: the lesson's per-batch loop")
     p.add_argument("--devices", type=positive_int, default=d.devices, help="data-parallel devices")
@@ -123,6 +133,20 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
 
+    p = sub.add_parser("sweep", help="a grid of learning rates (and weight decays) x seeds, trained as one vmapped "
+                                     "program; mean +- std test accuracy per setting")
+    add_train_flags(p, grid=True)
+    p.set_defaults(seeds=2)
+    p.add_argument("--run-dir", default=None, help="where to write the sweep (default: runs/<timestamp>)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+
+    p = sub.add_parser("profile", help="trace warm training steps with jax.profiler: op table, roofline, Perfetto trace")
+    add_train_flags(p, members=False)
+    p.add_argument("--steps", type=positive_int, default=20, help="warm training steps to trace")
+    p.add_argument("--out", default="runs/profile", help="folder for the trace and profile.json")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
     p = sub.add_parser("runs", help="list run folders (dataset, model, epochs, accuracy, finished or not)")
     p.add_argument("--root", default="runs", help="folder holding the runs")
     p.add_argument("--remove-unfinished", action="store_true",
@@ -139,6 +163,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--nojit-steps", type=positive_int, default=100, help="steps timed in the nojit row")
     p.add_argument("--seed", type=natural_int, default=0, help="seed of the shared batches")
     p.add_argument("--e2e", action="store_true", help="also time whole 10-epoch train processes")
+    p.add_argument("--e2e-seeds", type=natural_int, default=0, metavar="N",
+                   help="also time one 10-epoch `train --seeds N` process against N sequential ones (0: off)")
     p.add_argument("--out", default="runs/bench", help="folder for bench.png and bench.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -163,7 +189,7 @@ def build_parser() -> ArgumentParser:
 
     p = sub.add_parser("experiment", help="the lesson's experiments: dropout, models, clipping")
     p.add_argument("name", choices=["dropout", "models", "clipping"])
-    add_train_flags(p)
+    add_train_flags(p, members=False)
     p.add_argument("--rate", type=number, default=0.2, help="dropout rate for `dropout`")
     p.add_argument("--clip", type=number, default=1.0, help="global-norm threshold for `clipping`")
     p.add_argument("--out", default=None, help="folder for plots (default: runs/experiment-<name>)")
@@ -225,6 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"jaxintro {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`jaxintro evaluate RUN | head`): not an error of ours. Python would complain
+        # again when flushing stdout at exit, so point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
-BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "torch-eager", "torch-compile")
+BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "torch-eager", "torch-compile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,9 @@ class TrainConfig:
     warmup_steps: int = 0
     clip_norm: float | None = None
     seed: int = 0
+    seeds: int = 1  # members trained together by `vmap`: seeds seed .. seed+seeds-1 (per setting, in a sweep)
+    lr_grid: tuple[float, ...] = ()  # `jaxintro sweep`: learning rates compared (empty: just `lr`)
+    weight_decay_grid: tuple[float, ...] = ()  # `jaxintro sweep`: weight decays compared (empty: `weight_decay`)
     loop: str = "scan"
     devices: int = 1
     parallel: str = "shard_map"
@@ -54,6 +57,16 @@ class TrainConfig:
         _int_range("batch-size", self.batch_size, 1, 1 << 20)
         _int_range("warmup-steps", self.warmup_steps, 0, 1 << 40)
         _int_range("seed", self.seed, 0, 2**32 - 1)
+        _int_range("seeds", self.seeds, 1, 100_000)
+        if self.seed + self.seeds - 1 > 2**32 - 1:
+            raise ConfigError(f"--seed {self.seed} --seeds {self.seeds} goes past the largest seed, {2**32 - 1}")
+        for value in self.lr_grid:
+            _float_range("lr", value, 0.0, 1e12, low_open=True)
+        for value in self.weight_decay_grid:
+            _float_range("weight-decay", value, 0.0, 1e6)
+        if len(self.weight_decay_grid) > 1 and self.optimizer != "adamw":
+            raise ConfigError(f"--weight-decay only acts with --optimizer adamw, not {self.optimizer}; "
+                              "add --optimizer adamw or compare a single weight decay")
         _int_range("devices", self.devices, 1, 4096)
         if not self.hidden:
             raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
@@ -67,11 +80,30 @@ class TrainConfig:
         check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:
             raise ConfigError("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)")
+        if self.members > 1 and self.loop != "scan":
+            raise ConfigError("several members (--seeds > 1, or a sweep) need --loop scan: they are one vmapped "
+                              "program per epoch")
+        if self.members > 1 and self.devices > 1:
+            # One CPU gains nothing from splitting members over virtual devices, and a member's batch split
+            # over devices would no longer be the run `--seed k`; refused rather than half-supported.
+            raise ConfigError("several members (--seeds > 1, or a sweep) run on one device; drop --devices, "
+                              "or train the members one by one with --seed")
         return self
+
+    @property
+    def sweep(self) -> bool:
+        """Whether members differ in hyper-parameters (then the optimizer takes them as inputs)."""
+        return bool(self.lr_grid or self.weight_decay_grid)
+
+    @property
+    def members(self) -> int:
+        """How many models this run trains together."""
+        return max(len(self.lr_grid), 1) * max(len(self.weight_decay_grid), 1) * self.seeds
 
     def to_json(self) -> dict[str, Any]:
         """The config as plain JSON values."""
-        return {**dataclasses.asdict(self), "hidden": list(self.hidden)}
+        return {**dataclasses.asdict(self), "hidden": list(self.hidden), "lr_grid": list(self.lr_grid),
+                "weight_decay_grid": list(self.weight_decay_grid)}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "TrainConfig":
@@ -84,8 +116,9 @@ class TrainConfig:
                 "retrain with this version"
             )
         obj = dict(obj)
-        if "hidden" in obj:
-            obj["hidden"] = tuple(obj["hidden"])
+        for name in ("hidden", "lr_grid", "weight_decay_grid"):
+            if name in obj:
+                obj[name] = tuple(obj[name])
         return cls(**obj)
 
 
@@ -97,7 +130,36 @@ def config_from_flags(flags: object) -> TrainConfig:
     if "hidden" in values:
         hidden = values["hidden"]
         values["hidden"] = parse_hidden(hidden) if isinstance(hidden, str) else tuple(hidden)
+    for name, flag in (("lr_grid", "lr"), ("weight_decay_grid", "weight-decay")):
+        if isinstance(values.get(name), str):
+            values[name] = parse_grid(values[name], flag)
+        elif values.get(name) is None:
+            values.pop(name, None)
     return TrainConfig(**values).validate()
+
+
+def parse_grid(text: str, flag: str) -> tuple[float, ...]:
+    """Parse a sweep's `--lr 1e-4,3e-4,1e-3`: numbers, at least one, no value twice."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise ConfigError(f"--{flag} needs at least one value, e.g. --{flag} 1e-4,3e-4,1e-3")
+    try:
+        values = tuple(float(part) for part in parts)
+    except ValueError:
+        bad = next(part for part in parts if not _is_number(part))
+        raise ConfigError(f"--{flag} must be comma-separated numbers like 1e-4,3e-4,1e-3; {bad!r} is not one") from None
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ConfigError(f"--{flag} lists {', '.join(f'{v:g}' for v in repeated)} twice; give each value once")
+    return values
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_batch_split(batch_size: int, devices: int) -> None:

@@ -19,17 +19,24 @@ from jaxintro.train import scale_images
 
 
 class LoadedRun(NamedTuple):
-    """A trained model ready to use."""
+    """A trained model ready to use (several members: their ensemble, `model` averaging their probabilities)."""
 
     config: TrainConfig
     model: Model
     params: Any
     epoch: int
     dataset: dict[str, Any]
+    member_model: Model | None = None  # one member, for per-member reports; None for a single run
+
+    @property
+    def members(self) -> int:
+        """How many models the run holds."""
+        return self.config.members
 
 
 def load_run(run_dir: Path) -> LoadedRun:
-    """Rebuild the model a run trained and restore its latest parameters."""
+    """Rebuild the model a run trained and restore its latest parameters (all members, stacked)."""
+    from jaxintro.ensemble import ensemble_model
     from jaxintro.optim import build_optimizer
 
     meta = read_meta(run_dir)
@@ -39,7 +46,9 @@ def load_run(run_dir: Path) -> LoadedRun:
         raise CheckpointError(f"{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
     model = build_model(config.model, int(info["features"]), config.hidden, len(info["classes"]),
                         dropout=config.dropout)
-    state, _ = restore(run_dir, abstract_state(model, build_optimizer(config, 1)))
+    state, _ = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
+    if config.members > 1:
+        return LoadedRun(config, ensemble_model(model), state.params, state.epoch, info, member_model=model)
     return LoadedRun(config, model, state.params, state.epoch, info)
 
 
@@ -71,6 +80,18 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
     confusion = np.zeros((k, k), np.int64)
     np.add.at(confusion, (dataset.y_test, predictions), 1)
     per_class = confusion.diagonal() / np.maximum(confusion.sum(1), 1)
-    return {"test_accuracy": float(np.mean(predictions == dataset.y_test)),
-            "per_class_accuracy": {c: float(a) for c, a in zip(dataset.classes, per_class)},
-            "confusion": confusion}
+    report: dict[str, Any] = {"test_accuracy": float(np.mean(predictions == dataset.y_test)),
+                              "per_class_accuracy": {c: float(a) for c, a in zip(dataset.classes, per_class)},
+                              "confusion": confusion}
+    if run.member_model is not None:
+        report["member_test_accuracy"] = member_accuracies(run, dataset)
+    return report
+
+
+def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
+    """Each member's own test accuracy (the members of an ensemble run, one by one)."""
+    from jaxintro.train import count_correct
+
+    correct = jax.jit(jax.vmap(functools.partial(count_correct, model=run.member_model), in_axes=(0, None, None)))
+    counts, _ = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
+    return [int(c) / len(dataset.x_test) for c in np.asarray(counts)]

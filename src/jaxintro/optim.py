@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import optax
 
 from jaxintro.config import TrainConfig
 
 
-def build_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
-    """The learning rate as a function of the step: constant, or linear warm-up then cosine decay."""
+def build_schedule(config: TrainConfig, total_steps: int, peak: Any = None) -> optax.Schedule:
+    """The learning rate as a function of the step: constant, or linear warm-up then cosine decay.
+
+    `peak` (default `config.lr`) may be a traced value: a sweep's learning rate is an input, not a constant.
+    """
+    if peak is not None:  # the schedule's shape at peak 1, scaled: optax's schedules test their peak in Python
+        unit = build_schedule(dataclasses.replace(config, lr=1.0), total_steps)
+        return lambda count: peak * unit(count)
     if config.schedule == "constant":
         return optax.constant_schedule(config.lr)
     warmup = min(config.warmup_steps, max(total_steps - 1, 0))
@@ -18,9 +27,28 @@ def build_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
 
 
 def build_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
-    """`chain(clip_by_global_norm?, adam | adamw | sgd)` with the config's schedule."""
-    # A constant rate is passed as a float, exactly `optax.adam(1e-3)` as in the lesson.
-    schedule = config.lr if config.schedule == "constant" else build_schedule(config, total_steps)
+    """`chain(clip_by_global_norm?, adam | adamw | sgd)` with the config's schedule.
+
+    In a sweep the learning rate and weight decay are `optax.inject_hyperparams` inputs, kept in the
+    optimizer state: each member carries its own values, and one compiled program trains them all.
+    (A Python float would be baked into the program as a constant, one compilation per value.)
+    """
+    if config.sweep:
+        def chain(learning_rate, weight_decay):
+            return _chain(dataclasses.replace(config, weight_decay=weight_decay), total_steps, learning_rate)
+
+        return optax.inject_hyperparams(chain)(learning_rate=config.lr, weight_decay=config.weight_decay)
+    return _chain(config, total_steps, config.lr)
+
+
+def with_hyperparams(opt_state: Any, lr: Any, weight_decay: Any) -> Any:
+    """A sweep member's optimizer state carrying its own learning rate and weight decay."""
+    return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr, "weight_decay": weight_decay})
+
+
+def _chain(config: TrainConfig, total_steps: int, lr: Any) -> optax.GradientTransformation:
+    # A constant rate is passed as a number, exactly `optax.adam(1e-3)` as in the lesson.
+    schedule = lr if config.schedule == "constant" else build_schedule(config, total_steps, peak=lr)
     if config.optimizer == "adam":
         base = optax.adam(schedule)
     elif config.optimizer == "adamw":

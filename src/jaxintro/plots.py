@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -26,9 +26,11 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
-    """Loss and train/test accuracy per epoch."""
+    """Loss and train/test accuracy per epoch (several members: each one faint, their mean bold)."""
     epochs = [r["epoch"] for r in rows]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    if "members" in rows[0]:
+        _plot_members(ax_loss, ax_acc, rows)
     ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label="train loss (epoch mean)")
     ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label="test loss")
     ax_loss.set_xlabel("epoch")
@@ -41,6 +43,44 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     ax_acc.legend()
     _epoch_ticks(ax_loss, ax_acc)
     fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _plot_members(ax_loss, ax_acc, rows: Sequence[dict]) -> None:
+    """Every member's curves, thin and faint, under the bold means that `plot_curves` draws next."""
+    epochs = [r["epoch"] for r in rows]
+    count = len(rows[0]["members"]["loss"])
+    nan = float("nan")
+
+    def series(name: str, k: int, scale: float = 1.0) -> list[float]:
+        values = [r["members"][name][k] for r in rows]
+        return [nan if v is None else scale * v for v in values]
+
+    for k in range(count):
+        faint = dict(lw=0.8, alpha=0.3)
+        ax_loss.plot(epochs, series("loss", k), "-", color="tab:blue", **faint)
+        ax_loss.plot(epochs, series("test_loss", k), "--", color="tab:orange", **faint)
+        ax_acc.plot(epochs, series("train_accuracy", k, 100), "-", color="tab:blue", **faint)
+        ax_acc.plot(epochs, series("test_accuracy", k, 100), "--", color="tab:orange", **faint)
+    ax_acc.plot(epochs, [100 * r["ensemble_test_accuracy"] for r in rows], "^-", color="tab:green",
+                label=f"test, ensemble of {count}")
+
+
+def plot_sweep(settings: Sequence[Any], path: Path, *, title: str = "") -> Path:
+    """Mean test accuracy against the learning rate (log scale), one line per weight decay, std as error bars."""
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
+    decays = sorted({s.weight_decay for s in settings})
+    for wd in decays:
+        points = sorted((s for s in settings if s.weight_decay == wd), key=lambda s: s.lr)
+        label = f"weight decay {wd:g}" if len(decays) > 1 else None
+        ax.errorbar([s.lr for s in points], [100 * s.mean for s in points], yerr=[100 * s.std for s in points],
+                    fmt="o-", capsize=4, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("test accuracy (%), mean ± std over seeds")
+    if len(decays) > 1:
+        ax.legend()
+    ax.set_title(title)
     return _save(fig, path)
 
 

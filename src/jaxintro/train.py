@@ -6,6 +6,8 @@ shuffle included, into one XLA program; `--loop python` is the lesson's loop, on
 batch dispatched from Python. Both draw the same permutation and dropout keys, so they train the
 same function. The last partial batch of each epoch is dropped, as in the lesson (468 steps of 128
 on MNIST's 60,000 images); the permutation changes each epoch, so every image is still seen.
+Several members (`--seeds N`, or a sweep's grid) are trained by the same epoch under `jax.vmap`:
+parameters, optimizer states and keys carry a leading member axis, the data does not.
 Only `fit` touches the outside world: it logs, times, and calls the per-epoch hook.
 """
 
@@ -200,7 +202,7 @@ class Trainer:
 
     @classmethod
     def create(cls, config: TrainConfig, dataset: Dataset) -> "Trainer":
-        """Build the model and optimizer that `config` describes for `dataset`."""
+        """Build the model and optimizer that `config` describes for `dataset` (members: checked to fit in memory)."""
         from jaxintro.errors import ConfigError
 
         if config.batch_size > len(dataset.x_train):
@@ -216,14 +218,38 @@ class Trainer:
         steps = len(dataset.x_train) // config.batch_size
         model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
                             dropout=config.dropout)
+        if config.members > 1:  # before anything is allocated or compiled
+            from jaxintro.ensemble import check_memory
+
+            check_memory(config, model.sizes, len(dataset.x_train))
         tx = build_optimizer(config, steps * config.epochs)
         return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs), mesh)
 
     def init_state(self) -> TrainState:
-        """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state."""
-        init_key, key = jax.random.split(jax.random.key(self.config.seed))
+        """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state.
+
+        Several members: the same function vmapped over their seeds (a leading member axis on every
+        leaf), and in a sweep each optimizer state then gets its member's learning rate and weight decay.
+        """
+        if self.config.members == 1:
+            return TrainState(*self._init_member(self.config.seed), 0)
+        from jaxintro.ensemble import member_grid
+        from jaxintro.optim import with_hyperparams
+
+        members = member_grid(self.config)
+        seeds = jnp.asarray([m.seed for m in members], jnp.uint32)
+        # Not jitted, like the single run's init: XLA's fusions would round a few initial weights one ulp
+        # apart, and member k's start would no longer be bit for bit the run `--seed k`'s.
+        params, opt_state, key = jax.vmap(self._init_member)(seeds)
+        if self.config.sweep:
+            opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
+                                         jnp.asarray([m.weight_decay for m in members], jnp.float32))
+        return TrainState(params, opt_state, key, 0)
+
+    def _init_member(self, seed: int | Array) -> tuple[Params, optax.OptState, jax.Array]:
+        init_key, key = jax.random.split(jax.random.key(seed))
         params = self.model.init(init_key)
-        return TrainState(params, self.tx.init(params), key, 0)
+        return params, self.tx.init(params), key
 
     @property
     def use_dropout(self) -> bool:
@@ -249,6 +275,11 @@ class Trainer:
         from jaxintro.parallel import AXIS
 
         common = dict(batch_size=self.config.batch_size, use_dropout=self.use_dropout)
+        if self.config.members > 1:
+            # Whole epochs vmapped over the members: parameters, optimizer states and keys batched, the
+            # uint8 data shared (in_axes None), so it is neither copied nor moved per member.
+            epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
+            return jax.jit(jax.vmap(epoch, in_axes=(0, 0, 0, None, None)), donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
                                       batch_sharding=NamedSharding(self.mesh, P(AXIS)))
@@ -260,8 +291,17 @@ class Trainer:
         return jax.jit(sharded, donate_argnums=(0, 1))
 
     def jit_eval(self) -> Callable:
-        """Correct count and summed loss over a chunked set, compiled."""
-        return jax.jit(functools.partial(count_correct, model=self.model))
+        """Correct count and summed loss over a chunked set, compiled (per member, with several)."""
+        evaluate = functools.partial(count_correct, model=self.model)
+        if self.config.members > 1:
+            evaluate = jax.vmap(evaluate, in_axes=(0, None, None))
+        return jax.jit(evaluate)
+
+    def jit_ensemble_eval(self) -> Callable:
+        """Correct count and summed loss of the members' averaged probabilities, compiled."""
+        from jaxintro.ensemble import ensemble_model
+
+        return jax.jit(functools.partial(count_correct, model=ensemble_model(self.model)))
 
 
 class EpochMetrics(NamedTuple):
@@ -275,12 +315,34 @@ class EpochMetrics(NamedTuple):
     learning_rate: float
     seconds: float
     max_grad_norm: float
+    # Several members: the fields above are means over the members that have not diverged, these are per member.
+    members: dict[str, list[float]] | None = None
+    ensemble_test_accuracy: float | None = None
 
     def line(self, total_epochs: int) -> str:
-        """The lesson's per-epoch line, plus the epoch's seconds."""
+        """The lesson's per-epoch line, plus the epoch's seconds (several members: mean +- std, and the ensemble)."""
         width = len(str(total_epochs))
-        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
-                f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
+        if self.members is None:
+            return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
+                    f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
+        from jaxintro.ensemble import mean_std
+
+        def spread(name: str) -> str:
+            return "{:.4f} ± {:.4f}".format(*mean_std(self.members[name]))
+
+        lrs = self.members["learning_rate"]
+        lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
+        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {spread('loss')} | Train Acc: {spread('train_accuracy')} | "
+                f"Test Acc: {spread('test_accuracy')} | Ensemble: {self.ensemble_test_accuracy:.4f} | lr {lr} | "
+                f"{self.seconds:.2f}s")
+
+    def as_row(self) -> dict[str, Any]:
+        """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
+        row = {name: value for name, value in self._asdict().items() if value is not None}
+        if self.members is not None:
+            row["members"] = {name: [v if math.isfinite(v) else None for v in values]
+                              for name, values in self.members.items()}
+        return row
 
 
 @dataclasses.dataclass
@@ -293,12 +355,26 @@ class FitResult:
     param_count: int
     train_seconds: float
     compile_seconds: float
-    samples_per_second: float
+    samples_per_second: float  # all members together, with several
     compile_cache: str = "off"  # the training program came from the persistent cache ("hit"), or not
     stopped_early: bool = False
 
 
 EpochHook = Callable[[TrainState, EpochMetrics], None]
+
+
+def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int,
+                         diverged: set[int]) -> None:
+    """Several members: warn once about each member whose loss became NaN/Inf; raise when all have."""
+    losses = metrics["loss"]
+    bad = [int(m) for m in np.flatnonzero(~np.all(np.isfinite(losses), axis=1))]
+    if len(bad) == len(losses):
+        check_finite({"loss": losses[bad[0]]}, epoch, steps_per_epoch)
+    for m in sorted(set(bad) - diverged):
+        step = int(np.flatnonzero(~np.isfinite(losses[m]))[0]) + 1
+        warnings.warn(f"member {m} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out of "
+                      "the means and the ensemble", RuntimeWarning, stacklevel=2)
+        diverged.add(m)
 
 
 def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int) -> None:
@@ -349,6 +425,9 @@ def fit(
         x_test, y_test = jax.device_put(dataset.x_test), jax.device_put(dataset.y_test)
     evals = {"train": (x_train, y_train), "test": (x_test, y_test)}
     eval_fn = trainer.jit_eval()
+    members = config.members
+    ensemble_eval_fn = trainer.jit_ensemble_eval() if members > 1 else None
+    diverged: set[int] = set()
 
     cache_before = compile_cache_counts()
     compile_start = time.perf_counter()
@@ -384,21 +463,20 @@ def fit(
         seconds = time.perf_counter() - start
         train_seconds += seconds
         state = TrainState(params, opt_state, key, epoch)
-        check_finite(metrics, epoch, trainer.steps_per_epoch)
+        if members > 1:
+            check_members_finite(metrics, epoch, trainer.steps_per_epoch, diverged)
+        else:
+            check_finite(metrics, epoch, trainer.steps_per_epoch)
 
         train_correct, _ = to_host(eval_fn(state.params, *evals["train"]))
         test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
+        ensemble_correct = to_host(ensemble_eval_fn(state.params, *evals["test"]))[0] if members > 1 else None
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation programs were compiled just now
-        row = EpochMetrics(
-            epoch=epoch,
-            loss=float(np.mean(metrics["loss"])),
-            train_accuracy=int(train_correct) / len(dataset.x_train),
-            test_accuracy=int(test_correct) / len(dataset.x_test),
-            test_loss=float(test_loss) / len(dataset.x_test),
-            learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)),
-            seconds=seconds,
-            max_grad_norm=float(np.max(metrics["grad_norm"])),
+        row = epoch_row(
+            epoch, metrics, train_correct, test_correct, test_loss, ensemble_correct,
+            learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)), seconds=seconds,
+            sizes=(len(dataset.x_train), len(dataset.x_test)), config=config, diverged=diverged,
         )
         history.append(row)
         step_metrics.append(metrics)
@@ -411,18 +489,60 @@ def fit(
             break
     bar.close()
 
-    samples = len(history) * trainer.steps_per_epoch * config.batch_size
+    samples = len(history) * trainer.steps_per_epoch * config.batch_size * members
     return FitResult(
         state=state,
         history=history,
         step_metrics=step_metrics,
-        param_count=param_count(state.params),
+        param_count=param_count(state.params) // members,
         train_seconds=train_seconds,
         compile_seconds=compile_seconds,
         samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
         compile_cache=compile_cache,
         stopped_early=stopped,
     )
+
+
+def epoch_row(
+    epoch: int,
+    metrics: dict[str, np.ndarray],
+    train_correct: np.ndarray,
+    test_correct: np.ndarray,
+    test_loss: np.ndarray,
+    ensemble_correct: np.ndarray | None,
+    *,
+    learning_rate: float,
+    seconds: float,
+    sizes: tuple[int, int],
+    config: TrainConfig,
+    diverged: set[int] = frozenset(),  # type: ignore[assignment]
+) -> EpochMetrics:
+    """One epoch's summary from its per-step metrics and evaluation counts (per member, with several)."""
+    n_train, n_test = sizes
+    if config.members == 1:
+        return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_train,
+                            int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
+                            float(np.max(metrics["grad_norm"])))
+    from jaxintro.ensemble import member_grid
+
+    # A schedule is linear in its peak: member k's rate is the schedule's at `lr`, scaled to its own.
+    lrs = [learning_rate * m.lr / config.lr for m in member_grid(config)]
+    per_member = {
+        "loss": np.mean(metrics["loss"], axis=1),
+        "train_accuracy": np.asarray(train_correct) / n_train,
+        "test_accuracy": np.asarray(test_correct) / n_test,
+        "test_loss": np.asarray(test_loss) / n_test,
+        "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
+    }
+    for name, values in per_member.items():  # a diverged member's numbers are NaN, not a misleading accuracy
+        values = values.astype(np.float64)
+        values[list(diverged)] = np.nan
+        per_member[name] = values
+    means = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in per_member.items()}
+    return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means["test_accuracy"], means["test_loss"],
+                        max(lrs), seconds, means["max_grad_norm"],
+                        members={**{k: [float(x) for x in v] for k, v in per_member.items()}, "learning_rate": lrs},
+                        ensemble_test_accuracy=int(ensemble_correct) / n_test)
 
 
 def python_epoch(

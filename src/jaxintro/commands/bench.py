@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     matmul_gflops = max(gflops_before, bench.measure_matmul_gflops())
     done = {r.name: r for r in results if not (r.skipped or r.error)}
     for r in done.values():
-        r.fraction_of_peak = flops / (r.ms_per_step / 1e3) / (matmul_gflops * 1e9)
+        r.fraction_of_peak = r.models * flops / (r.ms_per_step / 1e3) / (matmul_gflops * 1e9)
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "batch_size": plan.batch,
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         # A row that did not run has no numbers: null in the JSON, not NaN (which JSON does not have).
         "rows": [{k: bench.finite_or_none(getattr(r, k)) for k in ("name", "compile_seconds", "ms_per_step",
                                                                "samples_per_second", "fraction_of_peak",
-                                                               "peak_rss_mb", "skipped", "error")}
+                                                               "peak_rss_mb", "models", "skipped", "error")}
                  for r in results],
     }
     print(f"\nfloat32 matmul rate (jitted 2048x2048): {matmul_gflops:.1f} GFLOP/s; "
@@ -86,6 +86,14 @@ def run(args: argparse.Namespace) -> int:
             ratios = ", ".join(f"{lo:.2f}-{hi:.2f}x over {other}" for other, (lo, hi) in spread["speedup"].items())
             print(f"  {name:<14} {spread['ms_per_step'][0]:.3f}-{spread['ms_per_step'][1]:.3f} ms/step"
                   + (f"; scan-epoch {ratios}" if ratios else ""))
+    several = [r for r in done.values() if r.models > 1]
+    for r in several:
+        single = done.get("scan-epoch")
+        # 1.00x: batching the models gains nothing over training them one after the other in one process.
+        versus = (f"; {r.samples_per_second / single.samples_per_second:.2f}x the throughput of scan-epoch's one "
+                  "model" if single else "")
+        print(f"{r.name}: {r.samples_per_second:,.0f} samples/s for all {r.models} models, "
+              f"{r.samples_per_second / r.models:,.0f} per model{versus}")
     if "nojit" in done and "jit-step" in done:
         print(f"jit-step over nojit: {done['nojit'].ms_per_step / done['jit-step'].ms_per_step:.1f}x "
               "(the lesson's 'JIT speedups of 100x' claim, measured here)")
@@ -99,6 +107,16 @@ def run(args: argparse.Namespace) -> int:
         for row in report["end_to_end"]:
             print(f"  {row['loop']:<11} cache={row['cache']:<5} {row['wall_seconds']:7.1f}s wall  "
                   f"peak RSS {row['peak_rss_mb']:6.0f} MB  test acc {100 * row['test_accuracy']:.2f}%")
+    if args.e2e_seeds:
+        data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        print(f"\nEnd to end: one `train --seeds {args.e2e_seeds}` process against {args.e2e_seeds} sequential "
+              "`train --seed k` processes, 10 epochs each", flush=True)
+        pair = report["members_end_to_end"] = bench.members_end_to_end(data_args, args.e2e_seeds)
+        for label, side in (("one process", pair["one_process"]), ("sequential", pair["sequential"])):
+            print(f"  {label:<12} {side['wall_seconds']:7.1f}s wall  peak RSS {side['peak_rss_mb']:6.0f} MB  "
+                  f"mean test acc {100 * side['test_accuracy']:.2f}%")
+        print(f"  one process / sequential: {pair['wall_ratio']:.2f}x the wall time, "
+              f"{pair['peak_rss_ratio']:.2f}x the peak RSS (of the largest single process)")
     names = list(done)
     if names:
         plot_bars(names, [done[n].samples_per_second for n in names], out_dir / "bench.png",

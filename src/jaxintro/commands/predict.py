@@ -19,6 +19,8 @@ def run(args: argparse.Namespace) -> int:
     images = np.stack([load_image(Path(p), shape) for p in args.images])
     probs = predict_proba(loaded, images)
     classes = loaded.dataset["classes"]
+    if loaded.members > 1:
+        print(f"{args.run_dir} holds {loaded.members} models: these are their ensemble's averaged probabilities")
     results = []
     for path, p in zip(args.images, probs):
         top = np.argsort(p)[::-1][:3]

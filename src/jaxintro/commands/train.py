@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -155,7 +156,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     state = None
     if resuming:
         trainer = Trainer.create(config, dataset)
-        state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx))
+        state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx, config.members))
         rows = list(meta["metrics"])
         if state.epoch >= config.epochs:
             raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")
@@ -169,14 +170,15 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         checkpointer.discard_after(state.epoch)
 
     def on_epoch(state, row) -> None:
-        rows.append(row._asdict())
+        rows.append(row.as_row())
         # First the state, then the metrics that describe it.
         checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
                                                 "classes": list(dataset.classes), "features": dataset.num_features})
         if primary:
             runs.write_metrics(run_dir, rows)
 
-    print(f"Training {config.model} MLP {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
+    what = f"{config.model} MLP" if config.members == 1 else f"{config.members} {config.model} MLPs ({describe_members(config)})"
+    print(f"Training {what} {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
           f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
           f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
     try:
@@ -201,7 +203,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     if primary:
         from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
 
-        plot_curves(rows, run_dir / "curves.png", title=f"{config.model} MLP on {dataset.name}")
+        title = f"{config.model} MLP on {dataset.name}"
+        if config.members > 1:
+            title = f"{config.members} x {title} (each faint, mean bold)"
+        plot_curves(rows, run_dir / "curves.png", title=title)
 
     last = rows[-1]
     summary = {
@@ -224,17 +229,126 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         "run_dir": str(run_dir),
         "finished": not result.stopped_early,
     }
+    if config.members > 1:
+        summary.update(members_summary(config, last, result.samples_per_second))
+        if primary and config.sweep:
+            from jaxintro.plots import plot_sweep
+
+            summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png",
+                                                  title=f"{config.model} MLP on {dataset.name}, {last['epoch']} epochs"))
     if primary:
         runs.write_json(run_dir / runs.RESULT_FILE, summary)
+    if config.members > 1:
+        print_members(config, last, summary)
     if result.stopped_early:
         print(f"Stopped after epoch {last['epoch']}; continue with: jaxintro train --resume {run_dir}")
         if args.json:
             print(json.dumps(summary))
         return stop.exit_code()
-    print(f"Done: test accuracy {100 * last['test_accuracy']:.2f}% after {last['epoch']} epochs, "
+    accuracy = f"{100 * last['test_accuracy']:.2f}%"
+    if config.sweep:
+        best = summary["best"]
+        accuracy = (f"{100 * best['test_accuracy']:.2f} ± {100 * best['test_accuracy_std']:.2f}% at the best setting "
+                    f"(lr {best['lr']:g}; ensemble of all {config.members} members {100 * summary['ensemble_test_accuracy']:.2f}%)")
+    elif config.members > 1:
+        accuracy = (f"{100 * summary['test_accuracy']:.2f} ± {100 * summary['test_accuracy_std']:.2f}% "
+                    f"(mean ± std of {config.members} members; their ensemble {100 * summary['ensemble_test_accuracy']:.2f}%)")
+    print(f"Done: test accuracy {accuracy} after {last['epoch']} epochs, "
           f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
           f"compile {result.compile_seconds:.2f}s ({CACHE_WORDS[result.compile_cache]}). "
           f"Curves: {run_dir / 'curves.png'}")
     if args.json:
         print(json.dumps(summary))
     return 0
+
+
+def describe_members(config: TrainConfig) -> str:
+    """`seeds 0..7`, or a sweep's grid in words."""
+    seeds = f"seed {config.seed}" if config.seeds == 1 else f"seeds {config.seed}..{config.seed + config.seeds - 1}"
+    if not config.sweep:
+        return seeds
+    grid = [f"lr {', '.join(f'{v:g}' for v in config.lr_grid or (config.lr,))}"]
+    if config.weight_decay_grid:
+        grid.append(f"weight decay {', '.join(f'{v:g}' for v in config.weight_decay_grid)}")
+    return f"{' x '.join(grid)}; {seeds} each"
+
+
+def sweep_settings(config: TrainConfig, last: dict[str, Any]) -> list:
+    """The sweep's settings, each summarised over its seeds, from the last epoch's row."""
+    from jaxintro.ensemble import member_grid, summarize_settings
+
+    accuracies = [math.nan if a is None else a for a in last["members"]["test_accuracy"]]
+    return summarize_settings(member_grid(config), accuracies)
+
+
+def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_second: float) -> dict[str, Any]:
+    """The JSON fields of a multi-member run: mean +- std, each member, the ensemble (and a sweep's settings)."""
+    from jaxintro.ensemble import best_setting, member_grid, mean_std
+
+    per = last["members"]
+    mean, std = mean_std(per["test_accuracy"])
+    members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay, "test_accuracy": per["test_accuracy"][k],
+                "train_accuracy": per["train_accuracy"][k], "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
+               for k, m in enumerate(member_grid(config))]
+    summary: dict[str, Any] = {
+        "test_accuracy": mean, "test_accuracy_std": std, "members": members,
+        "ensemble_test_accuracy": last["ensemble_test_accuracy"], "member_count": config.members,
+        "samples_per_second_per_model": samples_per_second / config.members,
+        "train_accuracy": mean_std(per["train_accuracy"])[0], "final_loss": mean_std(per["loss"])[0],
+    }
+    if config.sweep:
+        settings = sweep_settings(config, last)
+        summary["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay, "test_accuracy": s.mean,
+                                "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
+        best = best_setting(settings)
+        summary["best"] = {"lr": best.lr, "weight_decay": best.weight_decay, "test_accuracy": best.mean,
+                           "test_accuracy_std": best.std}
+    return summary
+
+
+def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, Any]) -> None:
+    """The final table: every member, then (a sweep) every setting and the best one."""
+    def pct(value: float | None) -> str:
+        return "diverged" if value is None or not math.isfinite(value) else f"{100 * value:6.2f}%"
+
+    def decay(value: float) -> str:  # only adamw decays the weights
+        return f"{value:.2g}" if config.optimizer == "adamw" else "-"
+
+    print(f"{'member':>6} {'seed':>6} {'lr':>8} {'wd':>8} {'test acc':>9} {'train acc':>9} {'loss':>8}")
+    for k, m in enumerate(summary["members"]):
+        loss = "-" if m["final_loss"] is None else f"{m['final_loss']:.4f}"
+        print(f"{k:>6} {m['seed']:>6} {m['lr']:>8.2g} {decay(m['weight_decay']):>8} {pct(m['test_accuracy']):>9} "
+              f"{pct(m['train_accuracy']):>9} {loss:>8}")
+    print(f"Ensemble (averaged probabilities of the members): {pct(summary['ensemble_test_accuracy']).strip()} test accuracy")
+    if not config.sweep:
+        return
+    print(f"{'lr':>8} {'wd':>8} {'test acc (mean ± std over ' + str(config.seeds) + ' seeds)':>40}")
+    for s in summary["settings"]:
+        cell = "diverged" if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
+            f"{100 * s['test_accuracy']:.2f} ± {100 * s['test_accuracy_std']:.2f}%")
+        note = f"  ({s['diverged']} diverged)" if s["diverged"] else ""
+        print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>40}{note}")
+    best = summary["best"]
+    print(f"Best: lr {best['lr']:g}, weight decay {best['weight_decay']:g}: {100 * best['test_accuracy']:.2f} ± "
+          f"{100 * best['test_accuracy_std']:.2f}%. Plot: {summary['sweep_png']}")
+    verdict = compare_with_lesson(summary["settings"], best)
+    if verdict:
+        print(verdict)
+
+
+def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
+    """Whether the best setting beats the lesson's learning rate by more than the seeds' spread (None if not swept)."""
+    lesson_lr = TrainConfig().lr
+    lesson = [s for s in settings if s["lr"] == lesson_lr and s["weight_decay"] == best["weight_decay"]]
+    if not lesson or lesson[0]["test_accuracy"] is None or not math.isfinite(lesson[0]["test_accuracy"]):
+        return None
+    base = lesson[0]
+    gap = 100 * (best["test_accuracy"] - base["test_accuracy"])
+    noise = 100 * math.hypot(best["test_accuracy_std"], base["test_accuracy_std"])
+    if best["lr"] == lesson_lr:
+        return f"The lesson's lr {lesson_lr:g} is the best of this grid."
+    if gap > noise:
+        return (f"lr {best['lr']:g} beats the lesson's {lesson_lr:g} by {gap:.2f} points, more than the seeds' "
+                f"spread ({noise:.2f}).")
+    return (f"No setting beats the lesson's lr {lesson_lr:g} by more than the seeds' spread: the best is {gap:.2f} "
+            f"points higher, within {noise:.2f}.")

@@ -1,0 +1,151 @@
+"""Many models in one program: members stacked on a leading axis, trained by `jax.vmap` over whole epochs.
+
+The lesson's idea one level up: write the training of one model, and `vmap` gives you N of them.
+A member is a seed (and, in a sweep, a learning rate and a weight decay). Member k draws its init,
+shuffles and dropout from its own seed exactly as the single run `--seed k` does, so it *is* that
+run, computed side by side with the others; the uint8 data is shared, never copied per member.
+Here live the pure parts: the grid of members, the ensemble as a model, the memory estimate, and
+the summaries (mean +- std per setting).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxintro.config import EVAL_CHUNK, TrainConfig
+from jaxintro.errors import ConfigError
+from jaxintro.models import Model
+
+# Of the memory JAX can use, how much a run may plan to fill: the rest is the interpreter, the
+# libraries, the data and XLA's own buffers.
+MEMORY_SHARE = 0.6
+BYTES = 4  # float32
+
+
+class Member(NamedTuple):
+    """One model of a multi-member run: its seed and its hyper-parameters."""
+
+    seed: int
+    lr: float
+    weight_decay: float
+
+
+def member_grid(config: TrainConfig) -> list[Member]:
+    """Every member, setting by setting (learning rate, then weight decay), `config.seeds` seeds each."""
+    lrs = config.lr_grid or (config.lr,)
+    decays = config.weight_decay_grid or (config.weight_decay,)
+    return [Member(config.seed + k, lr, wd) for lr in lrs for wd in decays for k in range(config.seeds)]
+
+
+def ensemble_model(model: Model) -> Model:
+    """The members as one model: its log-probabilities are the log of their averaged softmax probabilities.
+
+    `apply(stacked_params, x, key)` runs every member on the same images (vmapped over the parameters
+    only). A member whose training diverged (non-finite probabilities) is left out of the average, so
+    one bad learning rate in a sweep does not erase the others' ensemble.
+    """
+
+    def apply(params, x, key=None):
+        probs = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, x, None)))(params)
+        finite = jnp.all(jnp.isfinite(probs), axis=(1, 2))
+        mean = jnp.sum(jnp.where(finite[:, None, None], probs, 0.0), 0) / jnp.maximum(jnp.sum(finite), 1)
+        return jnp.log(mean)
+
+    def init(key):
+        raise TypeError("an ensemble is built from trained members, not initialised")
+
+    return Model(f"ensemble of {model.name}", model.sizes, init, apply)
+
+
+def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: int) -> int:
+    """What training `config.members` models needs, from shapes alone (before anything compiles).
+
+    Per member: parameters, gradients, the optimizer's two moments and the update (five copies),
+    twice over because the epoch's inputs are donated while its outputs are written; the step's
+    activations and their gradients; an evaluation chunk's activations. Once: the data, as uint8.
+    """
+    params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    activations = sum(sizes)
+    per_member = BYTES * (10 * params + 3 * config.batch_size * activations + 2 * EVAL_CHUNK * activations)
+    per_member += BYTES * num_train  # the permutation of every epoch
+    return config.members * per_member + num_train * sizes[0]
+
+
+def available_memory_bytes() -> int:
+    """Memory this process could still take: MemAvailable from /proc/meminfo, else physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, available: int | None = None) -> int:
+    """Refuse, with the estimate, a run whose members would not fit in memory; return the estimate."""
+    need = estimate_memory_bytes(config, sizes, num_train)
+    available = available_memory_bytes() if available is None else available
+    if need > MEMORY_SHARE * available:
+        fit = max(int(config.members * MEMORY_SHARE * available / need), 0)
+        raise ConfigError(
+            f"{config.members} members need about {need / 2**30:.1f} GiB ({need / config.members / 2**20:.0f} MiB "
+            f"each, estimated from the model's shapes), more than {MEMORY_SHARE:.0%} of the "
+            f"{available / 2**30:.1f} GiB available; train at most about {fit} at once (fewer --seeds or "
+            "a smaller --lr/--weight-decay grid)"
+        )
+    return need
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for one value) over the finite values (NaN if none)."""
+    finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
+    if finite.size == 0:
+        return math.nan, math.nan
+    return float(finite.mean()), float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+
+
+class Setting(NamedTuple):
+    """One point of a sweep's grid, summarised over its seeds."""
+
+    lr: float
+    weight_decay: float
+    accuracies: list[float]  # per seed; NaN for a member that diverged
+    mean: float
+    std: float
+
+    @property
+    def diverged(self) -> int:
+        """How many of its members diverged."""
+        return sum(not math.isfinite(a) for a in self.accuracies)
+
+
+def summarize_settings(members: Sequence[Member], accuracies: Sequence[float]) -> list[Setting]:
+    """Group the members' final test accuracies by (learning rate, weight decay), in grid order."""
+    groups: dict[tuple[float, float], list[float]] = {}
+    for member, acc in zip(members, accuracies):
+        groups.setdefault((member.lr, member.weight_decay), []).append(float(acc))
+    return [Setting(lr, wd, accs, *mean_std(accs)) for (lr, wd), accs in groups.items()]
+
+
+def best_setting(settings: Sequence[Setting]) -> Setting:
+    """The setting with the highest mean test accuracy (diverged settings last)."""
+    return max(settings, key=lambda s: s.mean if math.isfinite(s.mean) else -math.inf)
+
+
+def stack(trees: Sequence[Any]) -> Any:
+    """Pytrees of the same structure stacked leaf by leaf on a new leading (member) axis."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def unstack(tree: Any, index: int) -> Any:
+    """Member `index` of a stacked pytree."""
+    return jax.tree.map(lambda leaf: leaf[index], tree)
+

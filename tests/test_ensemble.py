@@ -1,0 +1,231 @@
+"""Many models in one program: members are the single runs, a sweep compiles once, the ensemble averages."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import synthetic_dataset
+from jaxintro.cli import main
+from jaxintro.config import TrainConfig
+from jaxintro.ensemble import check_memory, ensemble_model, estimate_memory_bytes, member_grid
+from jaxintro.errors import ConfigError
+from jaxintro.models import build_model
+from jaxintro.train import Trainer, fit
+
+SMALL = dict(dataset="digits", batch_size=64, hidden=(32, 16), epochs=1)
+# A member's epoch is the single run's, batched: XLA may sum the 64-long dot products in another
+# order. float32 reassociation over one epoch of 32 steps moves parameters by a few ulps of their
+# ~1e-1 size (measured: 1.2e-7), far below any real difference between runs (seeds differ by ~1e-1).
+ATOL = 1e-5
+
+
+def quiet(line: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_dataset(2048, 256)
+
+
+def assert_trees_close(a, b, atol: float = ATOL) -> None:
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+def member(tree, k: int):
+    return jax.tree.map(lambda leaf: leaf[k], tree)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_member_k_is_the_run_with_seed_k(data, dropout):
+    result = fit(TrainConfig(**SMALL, seed=5, seeds=2, dropout=dropout), data, log=quiet)
+    for k in range(2):
+        single = fit(TrainConfig(**SMALL, seed=5 + k, dropout=dropout), data, log=quiet)
+        assert_trees_close(member(result.state.params, k), single.state.params)
+        assert_trees_close(member(result.state.opt_state, k), single.state.opt_state)
+        assert result.history[-1].members["loss"][k] == pytest.approx(single.history[-1].loss, rel=1e-5)
+    # Different seeds really are different models (so the check above could fail).
+    first, second = member(result.state.params, 0), member(result.state.params, 1)
+    assert max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(first), jax.tree.leaves(second))) > 0.05
+
+
+def test_a_sweep_member_is_the_run_with_its_learning_rate(data):
+    result = fit(TrainConfig(**SMALL, lr_grid=(1e-3, 3e-3), seeds=1, optimizer="adamw",
+                             weight_decay_grid=(1e-4, 1e-1)), data, log=quiet)
+    grid = member_grid(result_config := TrainConfig(**SMALL, lr_grid=(1e-3, 3e-3), optimizer="adamw",
+                                                    weight_decay_grid=(1e-4, 1e-1)))
+    assert [(m.lr, m.weight_decay) for m in grid] == [(1e-3, 1e-4), (1e-3, 1e-1), (3e-3, 1e-4), (3e-3, 1e-1)]
+    assert result_config.members == 4
+    for k, m in enumerate(grid):
+        single = fit(TrainConfig(**SMALL, lr=m.lr, weight_decay=m.weight_decay, optimizer="adamw"), data, log=quiet)
+        assert_trees_close(member(result.state.params, k), single.state.params)
+
+
+def test_a_sweep_with_a_schedule_scales_each_members_peak(data):
+    config = TrainConfig(**SMALL, lr_grid=(1e-3, 3e-3), schedule="warmup-cosine", warmup_steps=5)
+    result = fit(config, data, log=quiet)
+    single = fit(TrainConfig(**SMALL, lr=3e-3, schedule="warmup-cosine", warmup_steps=5), data, log=quiet)
+    assert_trees_close(member(result.state.params, 1), single.state.params)
+    assert result.history[-1].members["learning_rate"][1] == pytest.approx(single.history[-1].learning_rate)
+
+
+def test_a_sweep_compiles_its_epoch_once(data):
+    compiled: list[str] = []
+
+    def listen(event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(str(kwargs.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        result = fit(TrainConfig(**{**SMALL, "epochs": 2}, lr_grid=(1e-4, 3e-4, 1e-3, 3e-3), seeds=2), data, log=quiet)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(result.history) == 2
+    assert sum("train_epoch" in name for name in compiled) == 1, compiled
+    # The learning rates are inputs of the program, not constants baked into it: another grid of the same
+    # size lowers to the very same program, while two plain runs with different rates do not.
+    def epoch_text(config: TrainConfig) -> str:
+        trainer = Trainer.create(config, data)
+        state = trainer.init_state()
+        return trainer.jit_epoch().lower(state.params, state.opt_state, state.key, data.x_train, data.y_train).as_text()
+
+    assert epoch_text(TrainConfig(**SMALL, lr_grid=(1e-4, 1e-3))) == epoch_text(TrainConfig(**SMALL, lr_grid=(0.5, 0.7)))
+    assert epoch_text(TrainConfig(**SMALL, lr=1e-4)) != epoch_text(TrainConfig(**SMALL, lr=1e-3))
+
+
+def test_the_ensemble_averages_the_members_probabilities():
+    model = build_model("jax", 12, (8,), 5)
+    params = jax.vmap(model.init)(jax.random.split(jax.random.key(1), 3))
+    x = jax.random.uniform(jax.random.key(2), (6, 12))
+    probs = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, x, None)))(params)
+    ensemble = ensemble_model(model)
+    np.testing.assert_allclose(np.exp(ensemble.apply(params, x)), np.mean(probs, 0), rtol=1e-5)
+    # A diverged member (NaN parameters) is left out of the average rather than poisoning it.
+    broken = jax.tree.map(lambda leaf: leaf.at[2].set(jnp.nan), params)
+    np.testing.assert_allclose(np.exp(ensemble.apply(broken, x)), np.mean(probs[:2], 0), rtol=1e-5)
+
+
+def test_a_diverged_member_is_reported_and_left_out(data):
+    config = TrainConfig(**SMALL, optimizer="sgd", lr_grid=(0.1, 1e30), seeds=1)
+    with pytest.warns(RuntimeWarning, match="member 1 diverged"):
+        result = fit(config, data, log=quiet)
+    last = result.history[-1]
+    assert math.isfinite(last.members["test_accuracy"][0]) and math.isnan(last.members["test_accuracy"][1])
+    assert last.test_accuracy == last.members["test_accuracy"][0]
+    assert last.as_row()["members"]["test_accuracy"][1] is None  # JSON null, not NaN
+    assert last.ensemble_test_accuracy == pytest.approx(last.members["test_accuracy"][0], abs=1e-9)
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, capsys):
+    run = tmp_path / "seeds"
+    summary = run_json(capsys, "train", "--dataset", "digits", "--epochs", "2", "--seeds", "3", "--seed", "4",
+                       "--run-dir", str(run), "--json", "--no-compile-cache")
+    members = summary["members"]
+    assert [m["seed"] for m in members] == [4, 5, 6] and summary["member_count"] == 3
+    accuracies = [m["test_accuracy"] for m in members]
+    assert summary["test_accuracy"] == pytest.approx(np.mean(accuracies))
+    assert summary["test_accuracy_std"] == pytest.approx(np.std(accuracies, ddof=1))
+    assert summary["param_count"] == 64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # one model's
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and len(rows[-1]["members"]["test_accuracy"]) == 3
+    assert (run / "curves.png").stat().st_size > 0
+
+    evaluated = run_json(capsys, "evaluate", str(run), "--json")
+    assert evaluated["member_test_accuracy"] == pytest.approx(accuracies)
+    assert evaluated["test_accuracy"] == pytest.approx(summary["ensemble_test_accuracy"])
+
+    assert main(["train", "--resume", str(run), "--epochs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Resuming" in out and "mean ± std of 3 members" in out
+    straight = tmp_path / "straight"
+    run_json(capsys, "train", "--dataset", "digits", "--epochs", "3", "--seeds", "3", "--seed", "4",
+             "--run-dir", str(straight), "--json", "--no-compile-cache")
+    from jaxintro.evaluate import load_run
+
+    assert_trees_close(load_run(run).params, load_run(straight).params)
+
+
+def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
+    from PIL import Image
+
+    run = tmp_path / "seeds"
+    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json",
+             "--no-compile-cache")
+    image = tmp_path / "digit.png"
+    pixels = np.zeros((8, 8), np.uint8)
+    pixels[1:7, 3:5] = 255
+    Image.fromarray(pixels).save(image)
+    assert main(["predict", str(run), str(image)]) == 0
+    out = capsys.readouterr().out
+    assert "holds 2 models" in out and "averaged probabilities" in out
+
+
+@pytest.mark.parametrize("style", ["linen", "nnx", "equinox"])
+def test_sweep_works_for_every_model_style_with_dropout(tmp_path, capsys, style):
+    summary = run_json(capsys, "sweep", "--dataset", "digits", "--epochs", "1", "--model", style, "--dropout", "0.1",
+                       "--lr", "1e-3,3e-3", "--seeds", "2", "--run-dir", str(tmp_path / "sweep"), "--json",
+                       "--no-compile-cache")
+    settings = summary["settings"]
+    assert [s["lr"] for s in settings] == [1e-3, 3e-3] and summary["member_count"] == 4
+    assert summary["best"]["test_accuracy"] == max(s["test_accuracy"] for s in settings)
+    assert all(0.0 < s["test_accuracy"] <= 1.0 for s in settings)
+    assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 0
+
+
+def test_sweep_table_names_the_best_setting(tmp_path, capsys):
+    assert main(["sweep", "--dataset", "digits", "--epochs", "2", "--lr", "1e-4,1e-2", "--seeds", "2",
+                 "--run-dir", str(tmp_path / "sweep")]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "sweep" / "result.json").read_text())
+    best = result["best"]
+    assert f"Best: lr {best['lr']:g}" in out
+    # 1e-2 learns far more than 1e-4 in two epochs on the digits.
+    assert best["lr"] == 1e-2 and result["settings"][1]["test_accuracy"] > result["settings"][0]["test_accuracy"]
+
+
+def test_memory_estimate_refuses_what_would_not_fit():
+    config = TrainConfig(seeds=8)
+    sizes = (784, 256, 128, 10)
+    need = estimate_memory_bytes(config, sizes, 60_000)
+    # Parameters, moments, gradients: 235,146 floats per member, ten copies; the data once.
+    assert need > 8 * 10 * 4 * 235_146 + 60_000 * 784
+    assert check_memory(config, sizes, 60_000, available=64 * 2**30) == need
+    with pytest.raises(ConfigError, match=r"8 members need about .* GiB.*at most about 4 at once"):
+        check_memory(config, sizes, 60_000, available=int(need / 0.6 / 2 + 1))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--seeds", "0"], "--seeds: expected an integer >= 1"),
+    (["train", "--seeds", "-3"], "--seeds: expected an integer >= 1"),
+    (["train", "--seeds", "100000"], "members need about"),
+    (["train", "--seeds", "2", "--loop", "python"], "need --loop scan"),
+    (["train", "--seeds", "2", "--devices", "2"], "run on one device"),
+    (["sweep", "--lr", ""], "--lr needs at least one value"),
+    (["sweep", "--lr", "1e-3,fast"], "'fast' is not one"),
+    (["sweep", "--lr", "1e-3,3e-3,1e-3"], "lists 0.001 twice"),
+    (["sweep", "--lr=-1e-3"], "--lr must be a finite number"),
+    (["sweep", "--weight-decay", "0,0.1"], "only acts with --optimizer adamw"),
+])
+def test_bad_member_flags_are_one_line_errors_and_write_nothing(tmp_path, capsys, argv, message):
+    run = tmp_path / "run"
+    try:  # argparse's own checks exit; the config's return the code
+        code = main([*argv, "--dataset", "digits", "--run-dir", str(run)])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not run.exists()
