@@ -1,0 +1,645 @@
+"""`jaxintro profile`: trace warm training steps with `jax.profiler`, then read the trace back.
+
+Pure functions first: read a Perfetto trace's XLA op events, parse the compiled HLO text (for each
+op's kind, source line and, for dots, FLOPs), split the traced wall time between the ops, and the
+roofline arithmetic. Then the one function with side effects, `profile_training`: it compiles the
+same program `jaxintro train` runs (`Trainer`, `train_epoch`, `python_epoch`), warms it, times it,
+traces it and measures this machine's matmul rate and memory bandwidth in the same process.
+
+On the CPU backend every executed HLO instruction is one trace event on the thread that ran it,
+named after the instruction and carrying `hlo_op`, `hlo_module` and `run_id` arguments; the names
+are those of `compiled.as_text()`. Independent ops may run at the same time on different threads,
+and a `while` (the scan) or `call` event encloses the ops it runs, so the op table splits each
+moment of wall time between the ops running then (see `attribute_wall_time`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import os
+import re
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Collection, NamedTuple, Sequence
+
+import numpy as np
+
+from jaxintro.config import TrainConfig
+from jaxintro.data import Dataset
+from jaxintro.errors import JaxintroError
+
+# Ops that run other ops: their events enclose their children's, so they own only the time when
+# none of those runs (a loop's own bookkeeping).
+CONTAINER_OPCODES = frozenset({"while", "call", "conditional"})
+PERFETTO_FILE = "perfetto_trace.json.gz"
+
+
+# ---------------------------------------------------------------- the trace
+
+
+class TraceOp(NamedTuple):
+    """One execution of one XLA op, as the profiler recorded it."""
+
+    name: str  # the HLO instruction's name, as in `compiled.as_text()`
+    program: str  # the HLO module, e.g. `jit_train_epoch`
+    start_us: float
+    dur_us: float
+    tid: int  # the thread that ran it
+
+    @property
+    def end_us(self) -> float:
+        """When it finished."""
+        return self.start_us + self.dur_us
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """The events of a gzipped Chrome/Perfetto trace JSON; a JaxintroError naming the file if it is not one."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            trace = json.load(f)
+    except (OSError, EOFError, ValueError) as exc:
+        raise JaxintroError(f"{path} is not a gzipped trace JSON ({exc}); run `jaxintro profile` again") from None
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        raise JaxintroError(f"{path} holds no `traceEvents` list; run `jaxintro profile` again")
+    return events
+
+
+def trace_ops(events: Sequence[dict[str, Any]]) -> list[TraceOp]:
+    """The XLA op executions among trace events: complete events ("X") with an `hlo_op` argument."""
+    ops = []
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("ph") == "X" and "hlo_op" in args:
+            ops.append(TraceOp(str(args["hlo_op"]), str(args.get("hlo_module", "?")), float(event["ts"]),
+                               float(event.get("dur", 0.0)), int(event.get("tid", 0))))
+    return ops
+
+
+def attribute_wall_time(
+    ops: Sequence[TraceOp], containers: Collection[tuple[str, str]] = ()
+) -> tuple[dict[tuple[str, str], float], float, float]:
+    """Split the window from the first op's start to the last op's end between the ops.
+
+    Each moment goes to the ops running then, in equal parts (two ops on two threads get half
+    each), except that a container (`(program, name)` in `containers`: a loop, a call) only gets
+    the moments when none of the ops inside it runs. Moments when no op runs are gaps.
+
+    Returns:
+        (wall microseconds per `(program, name)`, gap microseconds, window microseconds); the
+        walls and the gaps add up to the window.
+    """
+    if not ops:
+        return {}, 0.0, 0.0
+    bounds = sorted({t for op in ops for t in (op.start_us, op.end_us)})
+    order = sorted(range(len(ops)), key=lambda i: ops[i].start_us)
+    wall: dict[tuple[str, str], float] = defaultdict(float)
+    gaps = 0.0
+    active: list[int] = []
+    next_op = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        while next_op < len(order) and ops[order[next_op]].start_us <= lo:
+            active.append(order[next_op])
+            next_op += 1
+        # An op that ends after `lo` runs through the whole interval: no boundary lies inside it.
+        active = [i for i in active if ops[i].end_us > lo]
+        if not active:
+            gaps += hi - lo
+            continue
+        leaves = [i for i in active if (ops[i].program, ops[i].name) not in containers]
+        if leaves:
+            for i in leaves:
+                wall[ops[i].program, ops[i].name] += (hi - lo) / len(leaves)
+        else:  # only loops are running: their own bookkeeping, charged to the innermost one
+            inner = max(active, key=lambda i: ops[i].start_us)
+            wall[ops[inner].program, ops[inner].name] += hi - lo
+    return dict(wall), gaps, bounds[-1] - bounds[0]
+
+
+# ---------------------------------------------------------------- the compiled HLO
+
+
+class HloOp(NamedTuple):
+    """One instruction of a compiled HLO module: what the op table needs from it."""
+
+    name: str
+    opcode: str
+    shape: str  # e.g. "f32[128,256]{1,0}"
+    operands: tuple[str, ...]  # operand names (inline shapes, where the text has them, in `operand_shapes`)
+    operand_shapes: tuple[str, ...]
+    called: tuple[str, ...]  # computations it runs: a fusion's body, a loop's body and condition...
+    attrs: str  # the rest of the line: dims, metadata, backend config
+
+
+class HloModule(NamedTuple):
+    """A compiled module's instructions (names are unique module-wide) and its source locations."""
+
+    name: str
+    ops: dict[str, HloOp]
+    computations: dict[str, list[str]]  # computation name -> its instructions' names
+    frames: dict[int, str]  # stack_frame_id -> "file.py:line function"
+    entry: str  # the computation the program starts in
+
+
+_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*->.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|true_computation|false_computation|"
+                     r"branch_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+_DIMS = re.compile(r"^[a-z][a-z0-9]*\[([0-9,]*)\]")
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the bracket group that opens at `text[start]` ("(" or "{")."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    depth = []
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch in pairs:
+            depth.append(pairs[ch])
+        elif depth and ch == depth[-1]:
+            depth.pop()
+            if not depth:
+                return i + 1
+    return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def _parse_instruction(name: str, rest: str) -> HloOp | None:
+    """`SHAPE opcode(operands), attrs` after `name = `; None if the line is not an instruction."""
+    if rest.startswith("("):  # a tuple shape, which holds spaces
+        end = _balanced(rest, 0)
+    else:
+        end = rest.find(" ")
+    if end <= 0:
+        return None
+    shape, tail = rest[:end], rest[end:].lstrip()
+    match = re.match(r"([\w\-]+)\(", tail)
+    if not match:
+        return None
+    close = _balanced(tail, match.end() - 1)
+    operand_text, attrs = tail[match.end():close - 1], tail[close:]
+    operands, shapes = [], []
+    for part in _split_top(operand_text):
+        tokens = part.split()
+        operands.append(tokens[-1].lstrip("%") if tokens else "")
+        shapes.append(" ".join(tokens[:-1]))  # "f32[128,784]{1,0}" where the text prints operand shapes
+    called = []
+    for found in _CALLED.findall(attrs):
+        called += [c.strip().lstrip("%") for c in found.strip("{}").split(",") if c.strip()]
+    return HloOp(name, match.group(1), shape, tuple(operands), tuple(shapes), tuple(called), attrs)
+
+
+def _tables(lines: list[str]) -> dict[str, dict[int, str]]:
+    """The module's FileNames / FunctionNames / FileLocations / StackFrames tables, as id -> raw text."""
+    tables: dict[str, dict[int, str]] = {}
+    current: dict[int, str] | None = None
+    for line in lines:
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(line, {})
+        elif not line.strip():
+            current = None
+        elif current is not None:
+            key, _, value = line.partition(" ")
+            if key.isdigit():
+                current[int(key)] = value.strip()
+    return tables
+
+
+def _frames(tables: dict[str, dict[int, str]]) -> dict[int, str]:
+    """stack_frame_id -> "file.py:line function" (the innermost frame: where the op was written)."""
+
+    def field(text: str, name: str) -> int:
+        found = re.search(rf"\b{name}=(\d+)", text)
+        return int(found.group(1)) if found else -1
+
+    files = {k: Path(v.strip('"')).name for k, v in tables.get("FileNames", {}).items()}
+    functions = {k: short_function(v.strip('"')) for k, v in tables.get("FunctionNames", {}).items()}
+    locations = {k: f"{files.get(field(v, 'file_name_id'), '?')}:{field(v, 'line')} "
+                    f"{functions.get(field(v, 'function_name_id'), '?')}"
+                 for k, v in tables.get("FileLocations", {}).items()}
+    return {k: locations.get(field(v, "file_location_id"), "") for k, v in tables.get("StackFrames", {}).items()}
+
+
+def short_function(name: str) -> str:
+    """`scale_by_adam.<locals>.update_fn` -> `scale_by_adam`: the function a reader can search for."""
+    return name.split(".<locals>.")[0]
+
+
+def parse_hlo(text: str) -> HloModule:
+    """Parse `compiled.as_text()`: every instruction, the computations, and the source table."""
+    lines = text.splitlines()
+    module = re.match(r"HloModule\s+([\w.\-]+)", lines[0]) if lines else None
+    ops: dict[str, HloOp] = {}
+    computations: dict[str, list[str]] = {}
+    current = entry = ""
+    for line in lines:
+        header = _HEADER.match(line)
+        if header and not line.startswith(" "):
+            current = header.group(1)
+            computations[current] = []
+            entry = current if line.startswith("ENTRY") else entry
+            continue
+        found = _INSTRUCTION.match(line)
+        if found and current:
+            op = _parse_instruction(found.group(1), found.group(2))
+            if op is not None:
+                ops[op.name] = op
+                computations[current].append(op.name)
+    return HloModule(module.group(1) if module else "?", ops, computations, _frames(_tables(lines)), entry)
+
+
+def shape_dims(shape: str) -> tuple[int, ...]:
+    """`f32[128,256]{1,0}` -> (128, 256); a scalar -> ()."""
+    found = _DIMS.match(shape)
+    if not found:
+        return ()
+    return tuple(int(d) for d in found.group(1).split(",") if d)
+
+
+def op_flops(module: HloModule, name: str) -> int:
+    """Matmul FLOPs of one execution of an op: 2*M*N*K per dot, summed over the dots a fusion holds."""
+    op = module.ops.get(name)
+    if op is None:
+        return 0
+    if op.opcode == "dot":
+        lhs_shape = op.operand_shapes[0] if op.operand_shapes and op.operand_shapes[0] else \
+            module.ops[op.operands[0]].shape
+        lhs = shape_dims(lhs_shape)
+        found = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", op.attrs)
+        contracted = math.prod(lhs[int(d)] for d in found.group(1).split(",") if d) if found else 1
+        # Every output element is a K-long dot product: K multiplies and K adds.
+        return 2 * math.prod(shape_dims(op.shape)) * contracted
+    if op.opcode == "fusion":
+        return sum(op_flops(module, inner) for comp in op.called for inner in module.computations.get(comp, []))
+    return 0
+
+
+def op_kind(module: HloModule, name: str) -> str:
+    """The op's opcode, with `(dot)` for a fusion that holds a matmul; `?` if the module lacks it."""
+    op = module.ops.get(name)
+    if op is None:
+        return "?"
+    if op.opcode == "fusion" and op_flops(module, name):
+        return "fusion (dot)"
+    return op.opcode
+
+
+def op_source(module: HloModule, name: str) -> str:
+    """Where the op comes from: `file.py:line function` of its stack frame, else its JAX op name; `-` if none.
+
+    `(backward)` marks an op of the gradient: JAX names those `transpose(jvp(...))`, and their
+    stack frame is the forward line they differentiate. Ops XLA inserted itself (layout copies)
+    carry no metadata.
+    """
+    op = module.ops.get(name)
+    if op is None:
+        return "-"
+    op_name = re.search(r'op_name="([^"]*)"', op.attrs)
+    backward = " (backward)" if op_name and "transpose(" in op_name.group(1) else ""
+    frame = re.search(r"stack_frame_id=(\d+)", op.attrs)
+    if frame and module.frames.get(int(frame.group(1))):
+        return module.frames[int(frame.group(1))] + backward
+    file, line = re.search(r'source_file="([^"]*)"', op.attrs), re.search(r"source_line=(\d+)", op.attrs)
+    if file and line:
+        return f"{Path(file.group(1)).name}:{line.group(1)}{backward}"
+    return op_name.group(1).rsplit("/", 1)[-1] + backward if op_name else "-"
+
+
+def containers_of(ops: Sequence[TraceOp], modules: dict[str, HloModule]) -> set[tuple[str, str]]:
+    """The traced ops that run other ops (loops, calls), by their opcode (by name where the HLO is missing)."""
+    found = set()
+    for op in ops:
+        module = modules.get(op.program)
+        hlo = module.ops.get(op.name) if module else None
+        opcode = hlo.opcode if hlo else re.sub(r"[.\d]+$", "", op.name)
+        if opcode in CONTAINER_OPCODES:
+            found.add((op.program, op.name))
+    return found
+
+
+# ---------------------------------------------------------------- the op table
+
+
+class OpRow(NamedTuple):
+    """One op of the table, per training step."""
+
+    name: str  # the HLO instruction, as in the program's `compiled.as_text()`
+    program: str
+    kind: str
+    calls_per_step: float  # 1 inside the step; 1/steps for the shuffle, run once per traced window
+    us_per_step: float  # the op's own time (its trace events' durations; a loop's: the time none of its ops run)
+    wall_us_per_step: float  # its part of the wall clock (shared with ops running at the same time)
+    share: float  # wall_us_per_step over the traced step time
+    flops_per_call: int  # matmul FLOPs (dots only)
+    gflops: float | None  # achieved matmul rate over the op's own time (dots only)
+    source: str
+
+
+class OpTable(NamedTuple):
+    """The ops of one traced window, per step, and the time the ops do not cover."""
+
+    rows: list[OpRow]  # largest wall time first
+    gaps_us_per_step: float  # inside the window, no op running (scheduling, dispatch between steps)
+    window_us_per_step: float  # first op's start to last op's end
+    step_us: float  # the traced window's wall clock (perf_counter), per step
+
+    @property
+    def ops_us_per_step(self) -> float:
+        """The ops' wall time, per step."""
+        return sum(r.wall_us_per_step for r in self.rows)
+
+    @property
+    def outside_us_per_step(self) -> float:
+        """Wall clock the trace's ops do not span: the dispatch before the first op, the sync after the last."""
+        return self.step_us - self.window_us_per_step
+
+
+def op_table(ops: Sequence[TraceOp], modules: dict[str, HloModule], steps: int, step_us: float) -> OpTable:
+    """The table of a trace of `steps` steps whose wall clock was `step_us` per step."""
+    containers = containers_of(ops, modules)
+    walls, gaps, window = attribute_wall_time(ops, containers)
+    own: dict[tuple[str, str], float] = defaultdict(float)
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    for op in ops:
+        own[op.program, op.name] += op.dur_us
+        calls[op.program, op.name] += 1
+    for key in containers:  # a loop's event spans all its ops: its own time is only its bookkeeping
+        own[key] = walls.get(key, 0.0)
+    empty = HloModule("?", {}, {}, {}, "")
+    rows = []
+    for key in calls:
+        program, name = key
+        module = modules.get(program, empty)
+        flops = op_flops(module, name)
+        rows.append(OpRow(
+            name=name, program=program, kind=op_kind(module, name), calls_per_step=calls[key] / steps,
+            us_per_step=own[key] / steps, wall_us_per_step=walls.get(key, 0.0) / steps,
+            share=walls.get(key, 0.0) / steps / step_us if step_us > 0 else math.nan,
+            flops_per_call=flops,
+            gflops=flops * calls[key] / (own[key] * 1e3) if flops and own[key] > 0 else None,
+            source=op_source(module, name)))
+    rows.sort(key=lambda r: (-r.wall_us_per_step, r.name))
+    return OpTable(rows, gaps / steps, window / steps, step_us)
+
+
+# ---------------------------------------------------------------- the roofline
+
+
+class Roofline(NamedTuple):
+    """What the machine's matmul rate and memory bandwidth allow one step, against its measured time."""
+
+    peak_gflops: float  # measured matmul rate (the higher of two measurements)
+    bandwidth_gbs: float  # measured memory bandwidth (the higher of two measurements)
+    flops: float  # per step, from XLA's cost analysis
+    bytes_accessed: float  # per step, from XLA's cost analysis
+    intensity: float  # flops per byte
+    ridge: float  # the intensity at which the machine turns from memory- to compute-bound
+    bound_gflops: float  # min(peak, intensity * bandwidth)
+    bound_s: float  # the step's time at that rate
+    measured_s: float
+    limited_by: str  # "compute" or "memory"
+
+    @property
+    def fraction(self) -> float:
+        """How close the step comes to its bound (1.0: at the roofline)."""
+        return self.bound_s / self.measured_s if self.measured_s > 0 else math.nan
+
+
+def roofline(flops: float, bytes_accessed: float, peak_gflops: float, bandwidth_gbs: float,
+             measured_s: float) -> Roofline:
+    """The roofline bound of a step that does `flops` and moves `bytes_accessed`, on this machine."""
+    if min(flops, bytes_accessed, peak_gflops, bandwidth_gbs) <= 0:
+        raise JaxintroError(f"roofline needs positive numbers, got flops={flops}, bytes={bytes_accessed}, "
+                            f"peak={peak_gflops} GFLOP/s, bandwidth={bandwidth_gbs} GB/s; a bug, please report")
+    intensity = flops / bytes_accessed
+    memory_gflops = intensity * bandwidth_gbs
+    bound = min(peak_gflops, memory_gflops)
+    return Roofline(peak_gflops, bandwidth_gbs, flops, bytes_accessed, intensity, peak_gflops / bandwidth_gbs,
+                    bound, flops / (bound * 1e9), measured_s, "compute" if peak_gflops <= memory_gflops else "memory")
+
+
+def cost_numbers(cost: Any) -> dict[str, float]:
+    """`flops`, `bytes accessed` and `transcendentals` of `compiled.cost_analysis()` (a dict, or a list of one)."""
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    return {key: float(cost.get(key, math.nan)) for key in ("flops", "bytes accessed", "transcendentals")}
+
+
+def measure_bandwidth_gbs(mib: int = 64, repeats: int = 10) -> float:
+    """This machine's memory bandwidth: a jitted in-place `a + 1` over `mib` MiB of float32, median of `repeats`.
+
+    Each call reads and writes the array once. The input is donated, so the output reuses its
+    buffer: a fresh 64 MiB allocation would be page-faulted in every call and measure the kernel,
+    not the memory. 64 MiB is twice this machine's 32 MiB L3, so the data comes from DRAM.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    n = mib * 2**20 // 4
+    add_one = jax.jit(lambda a: a + 1.0, donate_argnums=0)
+    a = add_one(jnp.zeros(n, jnp.float32)).block_until_ready()  # compiled, and every page touched once
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a = add_one(a)
+        a.block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2 * n * 4 / statistics.median(times) / 1e9
+
+
+# ---------------------------------------------------------------- the traced run (side effects)
+
+
+@dataclasses.dataclass
+class ProfileReport:
+    """Everything `jaxintro profile` prints, and writes as profile.json."""
+
+    dataset: str
+    model: str
+    layers: tuple[int, ...]
+    loop: str
+    batch_size: int
+    steps: int
+    images: int  # training images in the traced window's batches
+    images_repeated: bool  # the dataset has fewer than steps * batch images: they repeat
+    out_dir: Path
+    trace_file: Path  # perfetto_trace.json.gz
+    xplane_file: Path | None  # TensorBoard's raw profile
+    hlo_files: dict[str, Path]  # program -> its compiled HLO text, where the op names are
+    repeats: int  # untraced windows timed
+    untraced_step_s: float  # median over windows of `steps` steps, no profiler
+    traced_step_s: float  # the traced window's wall clock, per step
+    table: OpTable
+    cost: dict[str, float]  # XLA's cost analysis of one compiled step
+    analytic_flops: int  # `bench.train_flops_per_step`: the matmuls only
+    roofline: Roofline
+    matmul_n: int  # the measured matmul's size
+    bandwidth_mib: int  # the array the bandwidth was measured on
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON values (NaN as null)."""
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            return str(value) if isinstance(value, Path) else value
+
+        table = self.table
+        return {
+            "dataset": self.dataset, "model": self.model, "layers": list(self.layers), "loop": self.loop,
+            "batch_size": self.batch_size, "steps": self.steps, "images": self.images,
+            "images_repeated": self.images_repeated, "out_dir": str(self.out_dir),
+            "trace_file": str(self.trace_file), "xplane_file": clean(self.xplane_file),
+            "hlo_files": {k: str(v) for k, v in self.hlo_files.items()},
+            "repeats": self.repeats, "untraced_step_ms": self.untraced_step_s * 1e3,
+            "traced_step_ms": self.traced_step_s * 1e3,
+            "ops": [{k: clean(v) for k, v in row._asdict().items()} for row in table.rows],
+            "ops_us_per_step": table.ops_us_per_step, "gaps_us_per_step": table.gaps_us_per_step,
+            "window_us_per_step": table.window_us_per_step, "outside_us_per_step": table.outside_us_per_step,
+            "cost_analysis": {k: clean(v) for k, v in self.cost.items()},
+            "analytic_matmul_flops": self.analytic_flops,
+            "roofline": {**{k: clean(v) for k, v in self.roofline._asdict().items()},
+                         "fraction": clean(self.roofline.fraction), "matmul_n": self.matmul_n,
+                         "bandwidth_mib": self.bandwidth_mib},
+        }
+
+
+def window_images(x: np.ndarray, y: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The first `count` training images; when there are fewer, the set repeats (and the flag says so)."""
+    if count <= len(x):
+        return x[:count], y[:count], False
+    index = np.arange(count) % len(x)
+    return x[index], y[index], True
+
+
+def newest_trace(out_dir: Path, since: float) -> tuple[Path, Path | None]:
+    """The Perfetto file (and TensorBoard's xplane.pb) of the trace written into `out_dir` after `since`."""
+    sessions = sorted((out_dir / "plugins" / "profile").glob("*/" + PERFETTO_FILE), key=os.path.getmtime)
+    if not sessions or os.path.getmtime(sessions[-1]) < since - 1.0:
+        raise JaxintroError(f"jax.profiler wrote no {PERFETTO_FILE} under {out_dir / 'plugins' / 'profile'}; "
+                            "check that --out is on a local, writable disk")
+    session = sessions[-1].parent
+    return sessions[-1], next(iter(sorted(session.glob("*.xplane.pb"))), None)
+
+
+def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_dir: Path, repeats: int = 3,
+                     matmul_n: int = 2048, bandwidth_mib: int = 64) -> ProfileReport:
+    """Compile `config`'s training program for `steps` batches, warm it, time it, trace it; measure the machine.
+
+    `--loop scan` runs the program `jaxintro train` runs (`Trainer.jit_epoch`, a `lax.scan` of
+    `train_step` with the shuffle in front), given exactly `steps` batches of images, so one call is
+    one traced window; `--loop python` runs `python_epoch`, the lesson's loop of jitted steps, on
+    the same images. Either way "per step" below is the window's time over `steps`.
+    """
+    import jax
+
+    from jaxintro import bench
+    from jaxintro.train import Trainer, TrainState, plan_epoch, python_epoch, step_key
+
+    trainer = Trainer.create(config, dataset)
+    batch = config.batch_size
+    x, y, repeated = window_images(dataset.x_train, dataset.y_train, steps * batch)
+    state = trainer.init_state()
+    one_batch = (x[:batch], y[:batch])
+    step_program = trainer.jit_step().lower(state.params, state.opt_state, one_batch,
+                                            step_key(state.key, 0, trainer.use_dropout)).compile()
+    run_window: Callable[[TrainState], TrainState]
+    if config.loop == "scan":
+        x_dev, y_dev = jax.device_put(x), jax.device_put(y)
+        epoch_program = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_dev, y_dev).compile()
+        programs = [epoch_program]
+
+        def run_window(state: TrainState) -> TrainState:
+            params, opt_state, key, metrics = epoch_program(state.params, state.opt_state, state.key, x_dev, y_dev)
+            jax.block_until_ready((params, opt_state, metrics))
+            return TrainState(params, opt_state, key, state.epoch + 1)
+    else:
+        window = dataset._replace(x_train=x, y_train=y)
+        plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
+        # The same program as `plan_fn`'s own compile, lowered again only for its HLO text (op names).
+        programs = [step_program, plan_fn.lower(state.key, len(x), batch).compile()]
+
+        def run_window(state: TrainState) -> TrainState:
+            params, opt_state, key, metrics = python_epoch(state, trainer, step_program, plan_fn, window)
+            jax.block_until_ready((params, opt_state))  # python_epoch fetched the metrics: the last step ran
+            return TrainState(params, opt_state, key, state.epoch + 1)
+
+    # The machine's rates are measured before the windows and again after the trace; the higher of each
+    # is kept, as `jaxintro bench` does: on a shared machine a busy moment can only lower a rate.
+    peaks, bandwidths = [bench.measure_matmul_gflops(matmul_n)], [measure_bandwidth_gbs(bandwidth_mib)]
+    state = run_window(state)  # warm: every program compiled and run once before anything is timed
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        state = run_window(state)
+        times.append(time.perf_counter() - start)
+
+    # Without the Python tracer: it records every Python call, which would slow the lesson's loop's
+    # dispatch several-fold and put that slowdown into the profile.
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    trace_started = time.time()
+    try:
+        jax.profiler.start_trace(str(out_dir), create_perfetto_trace=True, profiler_options=options)
+    except RuntimeError as exc:  # another trace already runs in this process (jaxintro used as a library)
+        raise JaxintroError(f"jax.profiler could not start a trace: {exc}; stop the other trace first") from None
+    try:
+        start = time.perf_counter()
+        state = run_window(state)
+        traced_s = time.perf_counter() - start
+    finally:
+        try:
+            jax.profiler.stop_trace()  # writes the trace files
+        except (RuntimeError, OSError) as exc:
+            raise JaxintroError(f"jax.profiler could not write the trace into {out_dir}: {exc}; "
+                                "choose another --out") from None
+    trace_file, xplane = newest_trace(out_dir, trace_started)
+
+    modules = {}
+    hlo_files = {}
+    for program in programs:
+        text = program.as_text()
+        module = parse_hlo(text)
+        modules[module.name] = module
+        hlo_files[module.name] = out_dir / f"{module.name}.hlo.txt"
+        hlo_files[module.name].write_text(text, encoding="utf-8")
+    ops = trace_ops(read_trace(trace_file))
+    if not ops:
+        raise JaxintroError(f"{trace_file} holds no XLA op events (no `hlo_op` argument): this JAX's profiler "
+                            "writes another format; open the trace in Perfetto instead")
+    table = op_table(ops, modules, steps, traced_s / steps * 1e6)
+
+    cost = cost_numbers(step_program.cost_analysis())
+    layers = (dataset.num_features, *config.hidden, dataset.num_classes)
+    untraced_s = statistics.median(times) / steps
+    peaks.append(bench.measure_matmul_gflops(matmul_n))
+    bandwidths.append(measure_bandwidth_gbs(bandwidth_mib))
+    return ProfileReport(
+        dataset=dataset.name, model=config.model, layers=layers, loop=config.loop, batch_size=batch, steps=steps,
+        images=len(x), images_repeated=repeated, out_dir=out_dir, trace_file=trace_file, xplane_file=xplane,
+        hlo_files=hlo_files, repeats=repeats, untraced_step_s=untraced_s, traced_step_s=traced_s / steps,
+        table=table, cost=cost,
+        analytic_flops=bench.train_flops_per_step(layers, batch),
+        roofline=roofline(cost["flops"], cost["bytes accessed"], max(peaks), max(bandwidths), untraced_s),
+        matmul_n=matmul_n, bandwidth_mib=bandwidth_mib,
+    )

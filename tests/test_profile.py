@@ -1,0 +1,177 @@
+"""`jaxintro profile`: the trace is read into a table that adds up, the FLOPs are right, bad input is one line.
+
+No test asserts a time: the checks compare the trace with the wall clock of the same window, and
+FLOP counts with the analytic count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from conftest import synthetic_dataset
+from jaxintro import bench
+from jaxintro.cli import main
+from jaxintro.config import TrainConfig
+from jaxintro.errors import JaxintroError
+from jaxintro.profile import (
+    TraceOp,
+    attribute_wall_time,
+    op_flops,
+    op_table,
+    parse_hlo,
+    profile_training,
+    read_trace,
+    roofline,
+    window_images,
+)
+
+STEPS = 12
+BATCH = 128
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def test_wall_time_is_split_between_overlapping_ops_and_loops_keep_only_their_own_time():
+    # A loop [0, 100] runs A [10, 30] and, on another thread, B [20, 50]; nothing runs in [50, 60];
+    # C [60, 90]. Outside the loop, D [120, 130] after a gap [100, 120].
+    ops = [TraceOp("while.1", "m", 0, 100, 1), TraceOp("a", "m", 10, 20, 1), TraceOp("b", "m", 20, 30, 2),
+           TraceOp("c", "m", 60, 30, 1), TraceOp("d", "m", 120, 10, 1)]
+    walls, gaps, window = attribute_wall_time(ops, containers={("m", "while.1")})
+    assert walls == pytest.approx({("m", "a"): 10 + 5, ("m", "b"): 5 + 20, ("m", "c"): 30, ("m", "d"): 10,
+                                   ("m", "while.1"): 10 + 10 + 10})
+    assert gaps == pytest.approx(20)
+    assert window == pytest.approx(130)
+    assert sum(walls.values()) + gaps == pytest.approx(window)
+
+
+def test_op_table_is_per_step_and_counts_dot_flops_from_the_hlo():
+    a, b = jnp.ones((32, 64)), jnp.ones((64, 16))
+    module = parse_hlo(jax.jit(lambda a, b: jnp.tanh(a @ b)).lower(a, b).compile().as_text())
+    # What the program runs: the entry computation's ops (a fusion's dot is counted through the fusion).
+    dots = [name for name in module.computations[module.entry] if op_flops(module, name)]
+    assert dots, module.ops.keys()
+    assert sum(op_flops(module, name) for name in dots) == 2 * 32 * 16 * 64  # 2*M*N*K
+    # Two steps of this one dot, 10 us each, in a 25 us window, measured at 30 us of wall clock in all.
+    ops = [TraceOp(dots[0], module.name, 0, 10, 1), TraceOp(dots[0], module.name, 15, 10, 1)]
+    table = op_table(ops, {module.name: module}, steps=2, step_us=15.0)
+    (row,) = table.rows
+    assert (row.calls_per_step, row.us_per_step, row.wall_us_per_step) == (1.0, 10.0, 10.0)
+    assert row.gflops == pytest.approx(2 * 32 * 16 * 64 / 10e3)
+    assert (table.gaps_us_per_step, table.window_us_per_step, table.outside_us_per_step) == (2.5, 12.5, 2.5)
+
+
+def test_roofline_takes_the_lower_of_compute_and_memory():
+    # 100 GFLOP/s and 10 GB/s: the ridge is at 10 FLOP/byte.
+    low = roofline(flops=1e9, bytes_accessed=1e9, peak_gflops=100, bandwidth_gbs=10, measured_s=0.2)
+    assert (low.intensity, low.bound_gflops, low.limited_by) == (1.0, 10.0, "memory")
+    assert low.bound_s == pytest.approx(0.1) and low.fraction == pytest.approx(0.5)
+    high = roofline(flops=1e9, bytes_accessed=1e6, peak_gflops=100, bandwidth_gbs=10, measured_s=0.01)
+    assert (high.bound_gflops, high.limited_by, high.ridge) == (100.0, "compute", 10.0)
+
+
+def test_a_short_dataset_repeats_to_fill_the_window():
+    ds = synthetic_dataset(n_train=100)
+    x, y, repeated = window_images(ds.x_train, ds.y_train, 250)
+    assert repeated and x.shape == (250, ds.num_features) and (x[100:200] == ds.x_train).all()
+    assert not window_images(ds.x_train, ds.y_train, 100)[2]
+
+
+def test_a_file_that_is_not_a_gzipped_trace_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "perfetto_trace.json.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(JaxintroError, match="not a gzipped trace JSON"):
+        read_trace(bad)
+
+
+# ---------------------------------------------------------------- a real traced run, both loops
+
+
+@pytest.fixture(scope="module", params=["scan", "python"])
+def report(request, tmp_path_factory):
+    """A profile of 12 steps of the lesson's 784-256-128-10 MLP on MNIST-shaped synthetic images."""
+    ds = synthetic_dataset(n_train=STEPS * BATCH, side=28)
+    config = TrainConfig(dataset="synthetic", loop=request.param, batch_size=BATCH)
+    out = tmp_path_factory.mktemp(f"profile-{request.param}")
+    # A small matmul and array: the roofline's inputs are measured, not checked, here.
+    return profile_training(config, ds, steps=STEPS, out_dir=out, repeats=1, matmul_n=256, bandwidth_mib=8)
+
+
+def test_the_table_adds_up_to_the_traced_window(report):
+    table = report.table
+    # By construction, ops and gaps partition the trace's window (first op's start to last op's end).
+    assert table.ops_us_per_step + table.gaps_us_per_step == pytest.approx(table.window_us_per_step, rel=1e-9)
+    # Against the wall clock (perf_counter) of the same window: the trace cannot span more than it
+    # (5% for the two clocks' rounding), and it misses only the dispatch before the first op and the
+    # wake-up after the last, ~0.1-0.3 ms of a ~15 ms window; 25% leaves room for the scheduler of
+    # this shared 2-core machine to delay that wake-up by a slice.
+    assert 0.75 * table.step_us <= table.window_us_per_step <= 1.05 * table.step_us
+    assert report.traced_step_s * 1e6 == pytest.approx(table.step_us)
+
+
+def test_the_dots_are_the_analytic_matmuls_and_xla_counts_a_little_more(report):
+    analytic = bench.train_flops_per_step((784, 256, 128, 10), BATCH)
+    assert report.analytic_flops == analytic
+    dots = [r for r in report.table.rows if r.flops_per_call]
+    # Eight matmuls a step (3 forward, 3 weight gradients, 2 input gradients), each once per step.
+    assert sum(r.flops_per_call * r.calls_per_step for r in dots) == pytest.approx(analytic, rel=1e-12)
+    assert all(r.calls_per_step == 1.0 and r.gflops > 0 for r in dots)
+    # XLA also counts element-wise work: Adam's update (~10 flops for each of 235,146 parameters,
+    # 1.8% of the 129 MFLOP), ReLU, log-softmax, x/255: a few percent more, never less.
+    assert analytic <= report.cost["flops"] <= 1.10 * analytic
+    assert report.cost["bytes accessed"] > 0
+    assert report.roofline.flops == report.cost["flops"] and report.roofline.measured_s == report.untraced_step_s
+
+
+def test_every_op_in_the_table_is_an_instruction_of_the_saved_hlo(report):
+    texts = {name: path.read_text() for name, path in report.hlo_files.items()}
+    for row in report.table.rows:
+        assert re.search(rf"^\s*(ROOT )?%?{re.escape(row.name)} = ", texts[row.program], re.M), row
+
+
+def test_the_trace_is_gzip_json_with_events_and_a_tensorboard_copy(report):
+    with gzip.open(report.trace_file, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert any(e.get("args", {}).get("hlo_op") for e in events)
+    assert report.trace_file.name == "perfetto_trace.json.gz" and report.trace_file.is_relative_to(report.out_dir)
+    assert report.xplane_file is not None and report.xplane_file.stat().st_size > 0
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_the_command_prints_the_report_and_writes_profile_json(tmp_path, capsys):
+    out = tmp_path / "prof"
+    assert main(["profile", "--dataset", "digits", "--steps", "4", "--loop", "python", "--out", str(out),
+                 "--json"]) == 0
+    stdout = capsys.readouterr().out
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary == json.loads((out / "profile.json").read_text())
+    assert summary["steps"] == 4 and summary["loop"] == "python" and summary["ops"]
+    assert "ui.perfetto.dev" in stdout and summary["trace_file"] in stdout
+    top = summary["ops"][0]["name"]
+    assert re.search(rf"^{re.escape(top)} ", stdout, re.M)  # the table names the op as the HLO does
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "--steps: expected an integer >= 1, got 0"),
+    (["--dataset", "digits", "--devices", "2"], "profile traces one device; drop --devices"),
+    (["--dataset", "digits", "--batch-size", "5000"], "--batch-size 5000 is larger than the 1437"),
+    (["--dataset", "digits", "--out", "FILE"], "is not writable"),
+])
+def test_bad_input_is_a_one_line_error(argv, message, tmp_path, capsys):
+    (tmp_path / "FILE").write_text("a file, not a folder")
+    argv = [str(tmp_path / a) if a == "FILE" else a for a in argv]
+    try:
+        code = main(["profile", "--out", str(tmp_path / "out"), *argv])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err, err
