@@ -229,3 +229,22 @@ def test_bad_member_flags_are_one_line_errors_and_write_nothing(tmp_path, capsys
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not run.exists()
+
+
+def test_serve_predicts_with_the_ensemble_and_says_so(tmp_path, capsys):
+    from jaxintro import serve
+    from jaxintro.evaluate import load_run, predict_proba
+
+    run = tmp_path / "seeds"
+    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json",
+             "--no-compile-cache")
+    app = serve.load_app(run)
+    info = app.run_info()
+    assert info["members"] == 2 and info["model"].startswith("ensemble of 2 x jax MLP")
+    x = np.linspace(0, 1, 64, dtype=np.float32)
+    answer = app.predict("input", x)
+    loaded = load_run(run)
+    members = np.stack([np.asarray(jax.nn.softmax(loaded.member_model.apply(member(loaded.params, k), x[None], None)))[0]
+                        for k in range(2)])
+    np.testing.assert_allclose(answer["probabilities"], members.mean(0), atol=1e-6)
+    np.testing.assert_allclose(predict_proba(loaded, (x[None] * 255).astype(np.uint8))[0].sum(), 1.0, rtol=1e-5)

@@ -293,9 +293,14 @@ class App:
         """The answer to `GET /api/run`: what the run is, and how far it got (as `jaxintro runs` sees it)."""
         config = self.run.config
         info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
+        model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
+        if self.run.members > 1:  # the page predicts with the members' averaged probabilities, and says so
+            model = _("ensemble of {count} x {model} (their averaged probabilities)").format(
+                count=self.run.members, model=model)
         return {
             "run_dir": str(self.run_dir),
-            "model": f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}",
+            "model": model,
+            "members": self.run.members,
             "dataset": self.run.dataset["name"],
             "classes": self.classes,
             "image_shape": list(self.image_shape),
