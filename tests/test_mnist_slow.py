@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -58,9 +59,14 @@ def test_members_of_a_seeds_run_are_the_single_runs(mnist_dir, tmp_path, lesson_
     summary = _train(mnist_dir, tmp_path / "seeds", "--seed", "0", "--seeds", "2")
     member = summary["members"][0]
     assert member["seed"] == 0 and summary["param_count"] == 235_146
-    # The same run computed side by side with another: float32 reassociation may flip a handful of the
-    # 10,000 test images over 10 epochs, not more (0.2 points is 20 images).
-    assert abs(member["test_accuracy"] - lesson_run["test_accuracy"]) <= 0.002, (member, lesson_run)
+    first = {name: json.loads((Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()[0])
+             for name, run in (("single", lesson_run), ("members", summary))}
+    # The same function batched over members: after one epoch equal up to float32 reassociation ...
+    assert first["members"]["members"]["loss"][0] == pytest.approx(first["single"]["loss"], rel=1e-5)
+    # ... which 4,680 steps of Adam amplify like any perturbation: by epoch 10 the two trajectories are
+    # as far apart as two compilations of one function (the scan-vs-python bound below, 0.3 points;
+    # measured here: 0.22 points, seed 0).
+    assert abs(member["test_accuracy"] - lesson_run["test_accuracy"]) <= 0.003, (member, lesson_run)
     accuracies = [m["test_accuracy"] for m in summary["members"]]
     assert summary["test_accuracy"] == pytest.approx(sum(accuracies) / 2)
     assert summary["test_accuracy_std"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2 ** 0.5)
