@@ -60,7 +60,7 @@ messages: $(STAMP)
 	$(BIN)/pybabel extract --project=jaxintro --version="$$($(BIN)/python -c 'import jaxintro; print(jaxintro.__version__)')" \
 		--copyright-holder="the jaxintro authors" --add-location=file --add-comments=TRANSLATORS: \
 		-o $(LOCALE)/jaxintro.pot src/jaxintro
-	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous
+	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous --width=100
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

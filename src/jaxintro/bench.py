@@ -30,9 +30,22 @@ import numpy as np
 
 from jaxintro.config import BENCH_ROWS, EVAL_CHUNK
 from jaxintro.errors import JaxintroError
+from jaxintro.i18n import N_, _
 from jaxintro.runtime import peak_rss_mb
 
 SIZES = (784, 256, 128, 10)
+
+# Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
+# `skip_reason` translates it where the table is printed. The details after ": " are PyTorch's own words.
+TORCH_MISSING = N_("torch is not installed (pip install -e '.[torch]')")
+COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
+COMPILE_FAILED = N_("torch.compile failed")
+
+
+def skip_reason(reason: str) -> str:
+    """A row's skip reason in the chosen language: its English head (before ": ") translated, the details kept."""
+    head, sep, details = reason.partition(": ")
+    return _(head) + sep + details
 
 
 @dataclasses.dataclass
@@ -66,7 +79,7 @@ def measure_matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
     matmul = jax.jit(lambda m: m @ m)
     matmul(a).block_until_ready()
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         matmul(a).block_until_ready()
         times.append(time.perf_counter() - start)
@@ -115,7 +128,7 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
 
     init_key, key = jax.random.split(jax.random.key(seed))
     params = init_params(init_key, (x.shape[1], *SIZES[1:]))
-    _, perm, _ = plan_epoch(key, len(x), batch)
+    _next_key, perm, _dropout_key = plan_epoch(key, len(x), batch)
     flat = {f"{name}.{leaf}": np.asarray(v) for name, layer in params.items() for leaf, v in layer.items()}
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
@@ -137,13 +150,13 @@ def jax_trainer(plan: Plan, seeds: int = 1):
     init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
     if not all(np.array_equal(init[k], plan.params[k]) for k in plan.params):
         # The rows compare speeds of the same function: a different start would make them incomparable.
-        raise JaxintroError("bench: the plan's initial parameters differ from the trainer's; a bug, please report")
+        raise JaxintroError(_("bench: the plan's initial parameters differ from the trainer's; a bug, please report"))
     return trainer, state, dataset
 
 
 def _timed_windows(run_window: Callable[[], Any], repeats: int) -> list[float]:
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         run_window()
         times.append(time.perf_counter() - start)
@@ -154,7 +167,7 @@ def row_nojit(plan: Plan) -> RowResult:
     """The train step without jit: every jnp op dispatched on its own."""
     import jax
 
-    trainer, state, _ = jax_trainer(plan)
+    trainer, state, _dataset = jax_trainer(plan)
     step = trainer.step_fn()
     params, opt_state = state.params, state.opt_state
     result = RowResult("nojit")
@@ -267,7 +280,7 @@ def row_torch(plan: Plan, *, compile: bool) -> RowResult:
     try:
         import torch
     except ImportError:
-        return RowResult(name, skipped="torch is not installed (pip install -e '.[torch]')")
+        return RowResult(name, skipped=TORCH_MISSING)
     model = _torch_model(plan)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x_all, y_all = torch.from_numpy(plan.x), torch.from_numpy(plan.y.astype(np.int64))
@@ -286,14 +299,14 @@ def row_torch(plan: Plan, *, compile: bool) -> RowResult:
         try:
             forward = torch.compile(model)
         except Exception as exc:  # torch.compile needs a working C++ toolchain
-            return RowResult(name, skipped=f"torch.compile unavailable: {exc}")
+            return RowResult(name, skipped=f"{COMPILE_UNAVAILABLE}: {exc}")
     result = RowResult(name)
     perm = torch.from_numpy(plan.perm)
     start = time.perf_counter()
     try:
         losses = [float(step(perm[0]))]
     except Exception as exc:
-        return RowResult(name, skipped=f"torch.compile failed: {type(exc).__name__}: {exc}"[:300])
+        return RowResult(name, skipped=f"{COMPILE_FAILED}: {type(exc).__name__}: {exc}"[:300])
     result.compile_seconds = time.perf_counter() - start
     losses += [float(step(idx)) for idx in perm[1:3]]
     result.losses = losses
@@ -365,14 +378,15 @@ def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> R
         proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", name, str(plan_path), str(out)],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.exists():
-            return RowResult(name, error=f"exit {proc.returncode}: {last_line(proc.stderr or proc.stdout)}")
+            return RowResult(name, error=_("exit {code}: {line}").format(code=proc.returncode,
+                                                                        line=last_line(proc.stderr or proc.stdout)))
         return RowResult(**json.loads(out.read_text()))
 
 
 def last_line(text: str | None) -> str:
     """The last non-empty line of a child's output (where Python puts the exception), cut to 300 characters."""
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
+    return lines[-1][:300] if lines else _("no output")
 
 
 def finite_or_none(value: Any) -> Any:
@@ -419,8 +433,8 @@ def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]
                           capture_output=True, env=env, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise JaxintroError(f"the timed `jaxintro train {' '.join(args)}` failed (exit {proc.returncode}): "
-                            f"{last_line(proc.stderr)}")
+        raise JaxintroError(_("the timed `jaxintro train {args}` failed (exit {code}): {line}").format(
+            args=" ".join(args), code=proc.returncode, line=last_line(proc.stderr)))
     stdout = proc.stdout
     summary = json.loads(stdout.strip().splitlines()[-1])
     return {"wall_seconds": wall, "peak_rss_mb": summary["peak_rss_mb"],
@@ -436,7 +450,8 @@ def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10) -> list[
         proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "torch-job", str(plan_path), str(out),
                                str(epochs)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise JaxintroError(f"the timed PyTorch job failed (exit {proc.returncode}): {last_line(proc.stderr)}")
+            raise JaxintroError(_("the timed PyTorch job failed (exit {code}): {line}").format(
+                code=proc.returncode, line=last_line(proc.stderr)))
         rows.append({"loop": "torch-eager", "cache": "-", "wall_seconds": time.perf_counter() - start,
                      "compile_cache": "-", **json.loads(out.read_text())})
         for loop in ("scan", "python"):

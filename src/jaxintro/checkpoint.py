@@ -21,6 +21,7 @@ import orbax.checkpoint as ocp
 from jaxintro import __version__
 from jaxintro.config import TrainConfig
 from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.i18n import _, ngettext
 from jaxintro.runs import CHECKPOINT_DIR
 from jaxintro.train import TrainState
 
@@ -84,7 +85,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     """The JSON metadata of the newest intact checkpoint of `run_dir`."""
     manager = _open(run_dir)
     steps = _steps_newest_first(manager, run_dir)
-    return _newest_intact(run_dir, steps, lambda step: _restore_meta(manager, step))[1]
+    return _newest_intact(run_dir, steps, lambda step: _restore_meta(manager, run_dir, step))[1]
 
 
 def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, Any]]:
@@ -107,7 +108,7 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
     def restore_step(step: int) -> tuple[Any, dict[str, Any]]:
         restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                                  meta=ocp.args.JsonRestore()))
-        _check_version(restored.meta)
+        _check_version(restored.meta, run_dir, step)
         return restored.state, restored.meta
 
     step, (tree, meta) = _newest_intact(run_dir, steps, restore_step)
@@ -121,21 +122,22 @@ def config_from_meta(run_dir: Path, meta: dict[str, Any]) -> TrainConfig:
     try:
         return TrainConfig.from_json(meta["config"]).validate()
     except (ConfigError, TypeError, KeyError) as exc:
-        raise CheckpointError(f"{run_dir}: its saved config is not usable by jaxintro {__version__}: {exc}") from None
+        raise CheckpointError(_("{run_dir}: its saved config is not usable by jaxintro {version}: {error}").format(
+            run_dir=run_dir, version=__version__, error=exc)) from None
 
 
-def _restore_meta(manager: ocp.CheckpointManager, step: int) -> dict[str, Any]:
+def _restore_meta(manager: ocp.CheckpointManager, run_dir: Path, step: int) -> dict[str, Any]:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    _check_version(meta)
+    _check_version(meta, run_dir, step)
     return meta
 
 
-def _check_version(meta: dict[str, Any]) -> None:
+def _check_version(meta: dict[str, Any], run_dir: Path, step: int) -> None:
     if meta.get("jaxintro_version") != __version__:
-        raise CheckpointError(
-            f"written by jaxintro {meta.get('jaxintro_version')}, this is {__version__}; "
-            f"use jaxintro=={meta.get('jaxintro_version')} or retrain"
-        )
+        raise CheckpointError(_(
+            "{run_dir}: checkpoint {step} written by jaxintro {written}, this is {version}; "
+            "use jaxintro=={written} or retrain"
+        ).format(run_dir=run_dir, step=step, written=meta.get("jaxintro_version"), version=__version__))
 
 
 def _newest_intact(run_dir: Path, steps: list[int], restore_step: Callable[[int], Any]) -> tuple[int, Any]:
@@ -144,32 +146,37 @@ def _newest_intact(run_dir: Path, steps: list[int], restore_step: Callable[[int]
     for step in steps:
         try:
             value = restore_step(step)
-        except CheckpointError as exc:  # a version or config mismatch: older steps share it
-            raise CheckpointError(f"{run_dir}: checkpoint {step} {exc}") from None
+        except CheckpointError:  # a version mismatch, which names the checkpoint: older steps share it
+            raise
         except Exception as exc:  # Orbax and TensorStore raise assorted errors for damaged or foreign files
             failures.append((step, f"{type(exc).__name__}: {_first_line(exc)}"))
             continue
         if failures:
-            warnings.warn(
-                f"{run_dir}: checkpoint(s) {', '.join(str(s) for s, _ in failures)} could not be read "
-                f"({failures[0][1]}); using checkpoint {step}, the newest intact one. To get rid of the damaged "
-                f"one(s): rm -r " + " ".join(str(run_dir / CHECKPOINT_DIR / str(s)) for s, _ in failures),
+            warnings.warn(ngettext(
+                "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
+                "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
+                "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
+                "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
+                len(failures),
+            ).format(run_dir=run_dir, failed=", ".join(str(s) for s, _why in failures), reason=failures[0][1],
+                     step=step, paths=" ".join(str(run_dir / CHECKPOINT_DIR / str(s)) for s, _why in failures)),
                 RuntimeWarning, stacklevel=3)
         return step, value
-    raise CheckpointError(
-        f"{run_dir}: no checkpoint could be restored (tried {', '.join(str(s) for s, _ in failures)}; newest: "
-        f"{failures[0][1]}); it belongs to another architecture, or its files are damaged"
-    )
+    raise CheckpointError(_(
+        "{run_dir}: no checkpoint could be restored (tried {tried}; newest: {reason}); it belongs to another "
+        "architecture, or its files are damaged"
+    ).format(run_dir=run_dir, tried=", ".join(str(s) for s, _why in failures), reason=failures[0][1]))
 
 
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else "no message")[:200]
+    return (lines[0] if lines else _("no message"))[:200]
 
 
 def _open(run_dir: Path) -> ocp.CheckpointManager:
     if not (run_dir / CHECKPOINT_DIR).is_dir():
-        raise CheckpointError(f"{run_dir}: no {CHECKPOINT_DIR}/ folder; pass the folder of a `jaxintro train` run")
+        raise CheckpointError(_("{run_dir}: no {folder}/ folder; pass the folder of a `jaxintro train` run").format(
+            run_dir=run_dir, folder=CHECKPOINT_DIR))
     return _manager(run_dir, create=False)
 
 
@@ -177,16 +184,17 @@ def _steps_newest_first(manager: ocp.CheckpointManager, run_dir: Path) -> list[i
     """The finished steps, newest first (the order in which a restore tries them)."""
     steps = manager.all_steps()
     if not steps:
-        raise CheckpointError(
-            f"{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)"
-        )
+        raise CheckpointError(_(
+            "{run_dir}: holds no finished checkpoint (training stopped before the first epoch ended)"
+        ).format(run_dir=run_dir))
     return sorted(steps, reverse=True)
 
 
 def _check_shapes(run_dir: Path, expected, restored) -> None:
     for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(restored)):
         if tuple(want.shape) != tuple(got.shape):
-            raise CheckpointError(
-                f"{run_dir}: {jax.tree_util.keystr(path)} has shape {tuple(got.shape)} in the checkpoint, "
-                f"{tuple(want.shape)} in this model; it belongs to another architecture"
-            )
+            raise CheckpointError(_(
+                "{run_dir}: {leaf} has shape {saved} in the checkpoint, {expected} in this model; it belongs to "
+                "another architecture"
+            ).format(run_dir=run_dir, leaf=jax.tree_util.keystr(path), saved=tuple(got.shape),
+                     expected=tuple(want.shape)))

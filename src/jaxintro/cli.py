@@ -2,7 +2,8 @@
 
 Each command's work lives in `jaxintro.commands.<name>`, imported only when that command runs, so
 `jaxintro --help` never starts JAX. Every user-facing failure is a `JaxintroError`: one line on
-stderr, exit code 2 (1 for a diverged run); nothing else is caught here.
+stderr, exit code 2 (1 for a diverged run); nothing else is caught here. The language is chosen
+before the parser is built, so `--help` reads in it too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Sequence
 from jaxintro import __version__
 from jaxintro.config import BENCH_ROWS, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES, TrainConfig
 from jaxintro.errors import JaxintroError, TrainingDivergedError
-from jaxintro.i18n import LANGUAGES, set_language
+from jaxintro.i18n import LANGUAGES, _, set_language
 
 # Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`).
 EXIT_ERROR = 2
@@ -31,7 +32,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
             return text
-        return text + " (default: %(default)s)"
+        return text + " " + _("(default: %(default)s)")
+
+    def add_usage(self, usage, actions, groups, prefix=None) -> None:
+        super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -39,10 +43,19 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
+        # argparse's own words come from its own catalog (English only in most Pythons): ours name them.
+        add_help = kwargs.pop("add_help", True)
+        super().__init__(*args, add_help=False, **kwargs)
+        self.add_help = add_help
+        self._positionals.title = _("positional arguments")
+        self._optionals.title = _("options")
+        if add_help:
+            self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS,
+                              help=_("show this help message and exit"))
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_ERROR, _("{prog}: error: {message} (see {prog} --help)").format(prog=self.prog, message=message)
+                  + "\n")
 
 
 def positive_int(text: str) -> int:
@@ -59,9 +72,9 @@ def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected an integer, got {value}").format(value=repr(text))) from None
     if value < low:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        raise argparse.ArgumentTypeError(_("expected an integer >= {low}, got {value}").format(low=low, value=value))
     return value
 
 
@@ -70,148 +83,151 @@ def number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a number, got {value}").format(value=repr(text))) from None
 
 
 def add_data_flags(p: argparse.ArgumentParser) -> None:
     """`--dataset --data-dir`, shared by every command that loads data."""
-    p.add_argument("--dataset", default="auto", choices=DATASETS, help="which dataset")
+    p.add_argument("--dataset", default="auto", choices=DATASETS, help=_("which dataset"))
     p.add_argument("--data-dir", default=None,
-                   help="folder with the four IDX files (or set JAXINTRO_DATA_DIR); an error if it holds none")
+                   help=_("folder with the four IDX files (or set JAXINTRO_DATA_DIR); an error if it holds none"))
 
 
 def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: bool = True) -> None:
     """Every `TrainConfig` field as a flag, 1:1 (`grid`: `--lr` and `--weight-decay` take lists, for `sweep`)."""
     d = TrainConfig()
     add_data_flags(p)
-    p.add_argument("--model", default=d.model, choices=MODELS, help="model style")
-    p.add_argument("--hidden", default=",".join(map(str, d.hidden)), help="hidden widths, comma-separated")
-    p.add_argument("--dropout", type=number, default=d.dropout, help="dropout rate in [0, 1)")
+    p.add_argument("--model", default=d.model, choices=MODELS, help=_("model style"))
+    p.add_argument("--hidden", default=",".join(map(str, d.hidden)), help=_("hidden widths, comma-separated"))
+    p.add_argument("--dropout", type=number, default=d.dropout, help=_("dropout rate in [0, 1)"))
     p.add_argument("--epochs", type=positive_int, default=None,
-                   help=f"epochs in total (default: {d.epochs}; with --resume: the run's own)")
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="global batch size")
-    p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS, help="optimizer")
+                   help=_("epochs in total (default: {epochs}; with --resume: the run's own)").format(epochs=d.epochs))
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help=_("global batch size"))
+    p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS, help=_("optimizer"))
     if grid:  # parsed and checked by `jaxintro.config.parse_grid`, which names the flag in its errors
         p.add_argument("--lr", dest="lr_grid", default="1e-4,3e-4,1e-3,3e-3",
-                       help="learning rates to compare, comma-separated (peak values, with a schedule)")
+                       help=_("learning rates to compare, comma-separated (peak values, with a schedule)"))
         p.add_argument("--weight-decay", dest="weight_decay_grid", default=None,
-                       help=f"weight decays to compare, comma-separated, for adamw (default: {d.weight_decay})")
+                       help=_("weight decays to compare, comma-separated, for adamw (default: {weight_decay})").format(
+                           weight_decay=d.weight_decay))
     else:
-        p.add_argument("--lr", type=number, default=d.lr, help="learning rate (peak, with a schedule)")
-        p.add_argument("--weight-decay", type=number, default=d.weight_decay, help="weight decay, for adamw")
-    p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES, help="learning-rate schedule")
-    p.add_argument("--warmup-steps", type=natural_int, default=d.warmup_steps, help="warm-up steps of warmup-cosine")
-    p.add_argument("--clip-norm", type=number, default=None, help="clip_by_global_norm before the optimizer (off)")
-    p.add_argument("--seed", type=natural_int, default=d.seed, help="seed of the init, shuffles and dropout")
+        p.add_argument("--lr", type=number, default=d.lr, help=_("learning rate (peak, with a schedule)"))
+        p.add_argument("--weight-decay", type=number, default=d.weight_decay, help=_("weight decay, for adamw"))
+    p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES, help=_("learning-rate schedule"))
+    p.add_argument("--warmup-steps", type=natural_int, default=d.warmup_steps, help=_("warm-up steps of warmup-cosine"))
+    p.add_argument("--clip-norm", type=number, default=None, help=_("clip_by_global_norm before the optimizer (off)"))
+    p.add_argument("--seed", type=natural_int, default=d.seed, help=_("seed of the init, shuffles and dropout"))
     if members:
         p.add_argument("--seeds", type=positive_int, default=d.seeds,
-                       help="train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program")
+                       help=_("train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program"))
     p.add_argument("--loop", default=d.loop, choices=LOOPS,
-                   help="scan: one compiled program per epoch; python: the lesson's per-batch loop")
-    p.add_argument("--devices", type=positive_int, default=d.devices, help="data-parallel devices")
-    p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help="how the batch is split over devices")
+                   help=_("scan: one compiled program per epoch; python: the lesson's per-batch loop"))
+    p.add_argument("--devices", type=positive_int, default=d.devices, help=_("data-parallel devices"))
+    p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
 
 
 def build_parser() -> ArgumentParser:
     """All subcommands and their flags."""
-    parser = ArgumentParser(prog="jaxintro", description="The lesson 'Introduction to JAX', runnable.")
-    parser.add_argument("--version", action="version", version=f"jaxintro {__version__}")
+    parser = ArgumentParser(prog="jaxintro", description=_("The lesson 'Introduction to JAX', runnable."))
+    parser.add_argument("--version", action="version", version=f"jaxintro {__version__}",
+                        help=_("show program's version number and exit"))
     parser.add_argument("--lang", choices=LANGUAGES, default=None,
-                        help="language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)")
+                        help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
 
-    p = sub.add_parser("train", help="train the lesson's MLP (default: pure JAX + Optax on MNIST)")
+    p = sub.add_parser("train", help=_("train the lesson's MLP (default: pure JAX + Optax on MNIST)"))
     add_train_flags(p)
-    p.add_argument("--run-dir", default=None, help="where to write this run (default: runs/<timestamp>)")
+    p.add_argument("--run-dir", default=None, help=_("where to write this run (default: runs/<timestamp>)"))
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT|auto",
-                   help="multi-process training: address of process 0, or `auto` to take it from SLURM, "
-                        "Open MPI or a Kubernetes indexed Job (jax.distributed)")
-    p.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator HOST:PORT (1)")
-    p.add_argument("--process-id", type=natural_int, default=None, help="with --coordinator HOST:PORT (0)")
+                   help=_("multi-process training: address of process 0, or `auto` to take it from SLURM, "
+                          "Open MPI or a Kubernetes indexed Job (jax.distributed)"))
+    p.add_argument("--num-processes", type=positive_int, default=None, help=_("with --coordinator HOST:PORT (1)"))
+    p.add_argument("--process-id", type=natural_int, default=None, help=_("with --coordinator HOST:PORT (0)"))
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue that run from its last intact checkpoint, to --epochs in total")
-    p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
-    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+                   help=_("continue that run from its last intact checkpoint, to --epochs in total"))
+    p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
+    p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
-    p = sub.add_parser("sweep", help="a grid of learning rates (and weight decays) x seeds, trained as one vmapped "
-                                     "program; mean +- std test accuracy per setting")
+    p = sub.add_parser("sweep", help=_("a grid of learning rates (and weight decays) x seeds, trained as one vmapped "
+                                       "program; mean +- std test accuracy per setting"))
     add_train_flags(p, grid=True)
     p.set_defaults(seeds=2)
-    p.add_argument("--run-dir", default=None, help="where to write the sweep (default: runs/<timestamp>)")
-    p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
-    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+    p.add_argument("--run-dir", default=None, help=_("where to write the sweep (default: runs/<timestamp>)"))
+    p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
+    p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
-    p = sub.add_parser("profile", help="trace warm training steps with jax.profiler: op table, roofline, Perfetto trace")
+    p = sub.add_parser("profile",
+                       help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
     add_train_flags(p, members=False)
-    p.add_argument("--steps", type=positive_int, default=20, help="warm training steps to trace")
-    p.add_argument("--out", default="runs/profile", help="folder for the trace and profile.json")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace"))
+    p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
-    p = sub.add_parser("runs", help="list run folders (dataset, model, epochs, accuracy, finished or not)")
-    p.add_argument("--root", default="runs", help="folder holding the runs")
+    p = sub.add_parser("runs", help=_("list run folders (dataset, model, epochs, accuracy, finished or not)"))
+    p.add_argument("--root", default="runs", help=_("folder holding the runs"))
     p.add_argument("--remove-unfinished", action="store_true",
-                   help="delete run folders that hold no finished run (asks first unless --yes)")
-    p.add_argument("--yes", action="store_true", help="with --remove-unfinished: do not ask")
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+                   help=_("delete run folders that hold no finished run (asks first unless --yes)"))
+    p.add_argument("--yes", action="store_true", help=_("with --remove-unfinished: do not ask"))
+    p.add_argument("--json", action="store_true", help=_("print the list as JSON"))
 
-    p = sub.add_parser("bench", help="exercise 4: nojit vs jit-step vs scan-epoch vs PyTorch, side by side")
+    p = sub.add_parser("bench", help=_("exercise 4: nojit vs jit-step vs scan-epoch vs PyTorch, side by side"))
     add_data_flags(p)
-    p.add_argument("--rows", default=",".join(BENCH_ROWS), help="comma-separated rows to run")
-    p.add_argument("--repeats", type=positive_int, default=3, help="timed epochs per row (median)")
+    p.add_argument("--rows", default=",".join(BENCH_ROWS), help=_("comma-separated rows to run"))
+    p.add_argument("--repeats", type=positive_int, default=3, help=_("timed epochs per row (median)"))
     p.add_argument("--rounds", type=positive_int, default=1,
-                   help="run every row this many times, interleaved, and report the spread (min-max)")
-    p.add_argument("--nojit-steps", type=positive_int, default=100, help="steps timed in the nojit row")
-    p.add_argument("--seed", type=natural_int, default=0, help="seed of the shared batches")
-    p.add_argument("--e2e", action="store_true", help="also time whole 10-epoch train processes")
+                   help=_("run every row this many times, interleaved, and report the spread (min-max)"))
+    p.add_argument("--nojit-steps", type=positive_int, default=100, help=_("steps timed in the nojit row"))
+    p.add_argument("--seed", type=natural_int, default=0, help=_("seed of the shared batches"))
+    p.add_argument("--e2e", action="store_true", help=_("also time whole 10-epoch train processes"))
     p.add_argument("--e2e-seeds", type=natural_int, default=0, metavar="N",
-                   help="also time one 10-epoch `train --seeds N` process against N sequential ones (0: off)")
-    p.add_argument("--out", default="runs/bench", help="folder for bench.png and bench.json")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+                   help=_("also time one 10-epoch `train --seeds N` process against N sequential ones (0: off)"))
+    p.add_argument("--out", default="runs/bench", help=_("folder for bench.png and bench.json"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
-    p = sub.add_parser("evaluate", help="test accuracy, per-class accuracy and a confusion matrix of a run")
+    p = sub.add_parser("evaluate", help=_("test accuracy, per-class accuracy and a confusion matrix of a run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--data-dir", default=None, help="folder with the run's dataset (default: where it trained)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset (default: where it trained)"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
-    p = sub.add_parser("predict", help="classify PNG/JPEG images with a trained run")
+    p = sub.add_parser("predict", help=_("classify PNG/JPEG images with a trained run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("images", nargs="+", metavar="IMAGE")
-    p.add_argument("--json", action="store_true", help="one JSON object per image")
+    p.add_argument("--json", action="store_true", help=_("one JSON object per image"))
 
-    p = sub.add_parser("grads", help="exercise 2: per-example gradients and their norms")
+    p = sub.add_parser("grads", help=_("exercise 2: per-example gradients and their norms"))
     add_data_flags(p)
-    p.add_argument("--run", default=None, metavar="RUN_DIR", help="a trained pure-JAX run (default: train briefly)")
-    p.add_argument("--n", type=positive_int, default=32, help="how many test images")
-    p.add_argument("--seed", type=natural_int, default=0, help="seed of the brief training")
-    p.add_argument("--out", default="runs/grads", help="folder for the plots")
-    p.add_argument("--bench", action="store_true", help="time loop vs vmap vs fast norms (and torch.func)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--run", default=None, metavar="RUN_DIR", help=_("a trained pure-JAX run (default: train briefly)"))
+    p.add_argument("--n", type=positive_int, default=32, help=_("how many test images"))
+    p.add_argument("--seed", type=natural_int, default=0, help=_("seed of the brief training"))
+    p.add_argument("--out", default="runs/grads", help=_("folder for the plots"))
+    p.add_argument("--bench", action="store_true", help=_("time loop vs vmap vs fast norms (and torch.func)"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
-    p = sub.add_parser("experiment", help="the lesson's experiments: dropout, models, clipping")
+    p = sub.add_parser("experiment", help=_("the lesson's experiments: dropout, models, clipping"))
     p.add_argument("name", choices=["dropout", "models", "clipping"])
     add_train_flags(p, members=False)
-    p.add_argument("--rate", type=number, default=0.2, help="dropout rate for `dropout`")
-    p.add_argument("--clip", type=number, default=1.0, help="global-norm threshold for `clipping`")
-    p.add_argument("--out", default=None, help="folder for plots (default: runs/experiment-<name>)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--no-compile-cache", action="store_true", help="do not use JAX's persistent compile cache")
+    p.add_argument("--rate", type=number, default=0.2, help=_("dropout rate for `dropout`"))
+    p.add_argument("--clip", type=number, default=1.0, help=_("global-norm threshold for `clipping`"))
+    p.add_argument("--out", default=None, help=_("folder for plots (default: runs/experiment-<name>)"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
+    p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
-    p = sub.add_parser("tour", help="every concept of the lesson, run and printed with real values")
-    p.add_argument("--section", default=None, help="run one section (see --list)")
-    p.add_argument("--list", action="store_true", help="list the sections")
-    p.add_argument("--devices", type=positive_int, default=4, help="CPU devices for the sharding section")
+    p = sub.add_parser("tour", help=_("every concept of the lesson, run and printed with real values"))
+    p.add_argument("--section", default=None, help=_("run one section (see --list)"))
+    p.add_argument("--list", action="store_true", help=_("list the sections"))
+    p.add_argument("--devices", type=positive_int, default=4, help=_("CPU devices for the sharding section"))
 
-    p = sub.add_parser("data", help="list datasets, where each would load from, and whether it verifies")
-    p.add_argument("--data-dir", default=None, help="a folder to look in first (or set JAXINTRO_DATA_DIR)")
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p = sub.add_parser("data", help=_("list datasets, where each would load from, and whether it verifies"))
+    p.add_argument("--data-dir", default=None, help=_("a folder to look in first (or set JAXINTRO_DATA_DIR)"))
+    p.add_argument("--json", action="store_true", help=_("print the list as JSON"))
 
-    p = sub.add_parser("serve", help="a local web page: draw a digit, see the prediction, saliency and mistakes")
+    p = sub.add_parser("serve", help=_("a local web page: draw a digit, see the prediction, saliency and mistakes"))
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None,
-                   help="the run to serve (default: the newest finished run under runs/)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens it to the network")
-    p.add_argument("--port", type=natural_int, default=8000, help="port (0: any free one)")
-    p.add_argument("--open", action="store_true", help="open the page in the default browser")
-    p.add_argument("--data-dir", default=None, help="folder with the run's dataset, for the mistakes panel")
+                   help=_("the run to serve (default: the newest finished run under runs/)"))
+    p.add_argument("--host", default="127.0.0.1", help=_("address to listen on; 0.0.0.0 opens it to the network"))
+    p.add_argument("--port", type=natural_int, default=8000, help=_("port (0: any free one)"))
+    p.add_argument("--open", action="store_true", help=_("open the page in the default browser"))
+    p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset, for the mistakes panel"))
     return parser
 
 
@@ -230,26 +246,47 @@ def given_flags(argv: Sequence[str] | None) -> frozenset[str]:
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return f"\nWARNING: {message}\n\n"
+    return "\n" + _("WARNING: {message}").format(message=message) + "\n\n"
+
+
+def language_flag(argv: Sequence[str] | None) -> str | None:
+    """The `--lang` of `argv` when it is a known language, else None (the locale decides).
+
+    Read before the real parser exists, since that parser's help texts are translated as it is built;
+    a bad or missing value is left for the real parser to refuse, in the locale's language.
+    """
+
+    class Quiet(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise ValueError(message)
+
+    pre = Quiet(add_help=False)
+    pre.add_argument("--lang")
+    try:
+        known, _rest = pre.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    except ValueError:
+        return None
+    return known.lang if known.lang in LANGUAGES else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jaxintro` console script."""
     warnings.formatwarning = _format_warning
+    set_language(language_flag(argv))  # first: the parser's help and errors are in this language
     args = build_parser().parse_args(argv)
     args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
-    set_language(args.lang)
     command = importlib.import_module(f"jaxintro.commands.{args.command}")
     try:
         return command.run(args)
     except TrainingDivergedError as exc:
-        print(f"jaxintro {args.command}: training diverged: {exc}", file=sys.stderr)
+        print(_("jaxintro {command}: training diverged: {error}").format(command=args.command, error=exc),
+              file=sys.stderr)
         return EXIT_DIVERGED
     except JaxintroError as exc:
-        print(f"jaxintro {args.command}: error: {exc}", file=sys.stderr)
+        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print(f"jaxintro {args.command}: interrupted", file=sys.stderr)
+        print(_("jaxintro {command}: interrupted").format(command=args.command), file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader left (`jaxintro evaluate RUN | head`): not an error of ours. Python would complain

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
 
 DATASETS = ("auto", "mnist", "fashion-mnist", "digits")
 MODELS = ("jax", "linen", "nnx", "equinox")
@@ -59,17 +60,19 @@ class TrainConfig:
         _int_range("seed", self.seed, 0, 2**32 - 1)
         _int_range("seeds", self.seeds, 1, 100_000)
         if self.seed + self.seeds - 1 > 2**32 - 1:
-            raise ConfigError(f"--seed {self.seed} --seeds {self.seeds} goes past the largest seed, {2**32 - 1}")
+            raise ConfigError(_("--seed {seed} --seeds {seeds} goes past the largest seed, {largest}").format(
+                seed=self.seed, seeds=self.seeds, largest=2**32 - 1))
         for value in self.lr_grid:
             _float_range("lr", value, 0.0, 1e12, low_open=True)
         for value in self.weight_decay_grid:
             _float_range("weight-decay", value, 0.0, 1e6)
         if len(self.weight_decay_grid) > 1 and self.optimizer != "adamw":
-            raise ConfigError(f"--weight-decay only acts with --optimizer adamw, not {self.optimizer}; "
-                              "add --optimizer adamw or compare a single weight decay")
+            raise ConfigError(_("--weight-decay only acts with --optimizer adamw, not {optimizer}; "
+                                "add --optimizer adamw or compare a single weight decay").format(
+                optimizer=self.optimizer))
         _int_range("devices", self.devices, 1, 4096)
         if not self.hidden:
-            raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
+            raise ConfigError(_("--hidden needs at least one width, e.g. --hidden 256,128"))
         for width in self.hidden:
             _int_range("hidden", width, 1, 1 << 16)
         _float_range("lr", self.lr, 0.0, 1e12, low_open=True)
@@ -79,15 +82,15 @@ class TrainConfig:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
         check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:
-            raise ConfigError("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)")
+            raise ConfigError(_("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)"))
         if self.members > 1 and self.loop != "scan":
-            raise ConfigError("several members (--seeds > 1, or a sweep) need --loop scan: they are one vmapped "
-                              "program per epoch")
+            raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one vmapped "
+                                "program per epoch"))
         if self.members > 1 and self.devices > 1:
             # One CPU gains nothing from splitting members over virtual devices, and a member's batch split
             # over devices would no longer be the run `--seed k`; refused rather than half-supported.
-            raise ConfigError("several members (--seeds > 1, or a sweep) run on one device; drop --devices, "
-                              "or train the members one by one with --seed")
+            raise ConfigError(_("several members (--seeds > 1, or a sweep) run on one device; drop --devices, "
+                                "or train the members one by one with --seed"))
         return self
 
     @property
@@ -111,10 +114,10 @@ class TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(obj) - names)
         if unknown:
-            raise ConfigError(
-                f"config has unknown fields {unknown}: it was written by another jaxintro version; "
+            raise ConfigError(_(
+                "config has unknown fields {fields}: it was written by another jaxintro version; "
                 "retrain with this version"
-            )
+            ).format(fields=unknown))
         obj = dict(obj)
         for name in ("hidden", "lr_grid", "weight_decay_grid"):
             if name in obj:
@@ -142,15 +145,17 @@ def parse_grid(text: str, flag: str) -> tuple[float, ...]:
     """Parse a sweep's `--lr 1e-4,3e-4,1e-3`: numbers, at least one, no value twice."""
     parts = [part.strip() for part in text.split(",")]
     if not any(parts):
-        raise ConfigError(f"--{flag} needs at least one value, e.g. --{flag} 1e-4,3e-4,1e-3")
+        raise ConfigError(_("--{flag} needs at least one value, e.g. --{flag} 1e-4,3e-4,1e-3").format(flag=flag))
     try:
         values = tuple(float(part) for part in parts)
     except ValueError:
         bad = next(part for part in parts if not _is_number(part))
-        raise ConfigError(f"--{flag} must be comma-separated numbers like 1e-4,3e-4,1e-3; {bad!r} is not one") from None
+        raise ConfigError(_("--{flag} must be comma-separated numbers like 1e-4,3e-4,1e-3; {value} is not one").format(
+            flag=flag, value=repr(bad))) from None
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:
-        raise ConfigError(f"--{flag} lists {', '.join(f'{v:g}' for v in repeated)} twice; give each value once")
+        raise ConfigError(_("--{flag} lists {values} twice; give each value once").format(
+            flag=flag, values=", ".join(f"{v:g}" for v in repeated)))
     return values
 
 
@@ -165,7 +170,8 @@ def _is_number(text: str) -> bool:
 def check_batch_split(batch_size: int, devices: int) -> None:
     """The global batch must split evenly over the devices (checked from flags, and again on the real mesh)."""
     if batch_size % devices:
-        raise ConfigError(f"--batch-size {batch_size} does not split over {devices} devices; use a multiple of {devices}")
+        raise ConfigError(_("--batch-size {batch_size} does not split over {devices} devices; "
+                            "use a multiple of {devices}").format(batch_size=batch_size, devices=devices))
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -173,20 +179,23 @@ def parse_hidden(text: str) -> tuple[int, ...]:
     try:
         widths = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ConfigError(f"--hidden must be comma-separated integers like 256,128, got {text!r}") from None
+        raise ConfigError(_("--hidden must be comma-separated integers like 256,128, got {value}").format(
+            value=repr(text))) from None
     if not widths:
-        raise ConfigError("--hidden needs at least one width, e.g. --hidden 256,128")
+        raise ConfigError(_("--hidden needs at least one width, e.g. --hidden 256,128"))
     return widths
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"--{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise ConfigError(_("--{name} must be one of {choices}; got {value}").format(
+            name=name, choices=", ".join(allowed), value=repr(value)))
 
 
 def _int_range(name: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"--{name} must be an integer from {low} to {high}; got {value!r}")
+        raise ConfigError(_("--{name} must be an integer from {low} to {high}; got {value}").format(
+            name=name, low=low, high=high, value=repr(value)))
 
 
 def _float_range(
@@ -197,4 +206,5 @@ def _float_range(
     if not ok:
         lo = "(" if low_open else "["
         hi = ")" if high_open else "]"
-        raise ConfigError(f"--{name} must be a finite number in {lo}{low:g}, {high:g}{hi}; got {value!r}")
+        raise ConfigError(_("--{name} must be a finite number in {interval}; got {value}").format(
+            name=name, interval=f"{lo}{low:g}, {high:g}{hi}", value=repr(value)))

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
 from jaxintro.models import Model
 
 # Of the memory JAX can use, how much a run may plan to fill: the rest is the interpreter, the
@@ -95,12 +96,12 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, avai
     available = available_memory_bytes() if available is None else available
     if need > MEMORY_SHARE * available:
         fit = max(int(config.members * MEMORY_SHARE * available / need), 0)
-        raise ConfigError(
-            f"{config.members} members need about {need / 2**30:.1f} GiB ({need / config.members / 2**20:.0f} MiB "
-            f"each, estimated from the model's shapes), more than {MEMORY_SHARE:.0%} of the "
-            f"{available / 2**30:.1f} GiB available; train at most about {fit} at once (fewer --seeds or "
-            "a smaller --lr/--weight-decay grid)"
-        )
+        raise ConfigError(_(
+            "{members} members need about {need:.1f} GiB ({each:.0f} MiB each, estimated from the model's shapes), "
+            "more than {share:.0%} of the {available:.1f} GiB available; train at most about {fit} at once "
+            "(fewer --seeds or a smaller --lr/--weight-decay grid)"
+        ).format(members=config.members, need=need / 2**30, each=need / config.members / 2**20, share=MEMORY_SHARE,
+                 available=available / 2**30, fit=fit))
     return need
 
 

@@ -14,6 +14,7 @@ from jaxintro.checkpoint import abstract_state, config_from_meta, read_meta, res
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import CheckpointError
+from jaxintro.i18n import _
 from jaxintro.models import Model, build_model
 from jaxintro.train import scale_images
 
@@ -43,10 +44,11 @@ def load_run(run_dir: Path) -> LoadedRun:
     config = config_from_meta(run_dir, meta)
     info = meta.get("dataset") or {}
     if "features" not in info:
-        raise CheckpointError(f"{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
+        raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
+                              .format(run_dir=run_dir))
     model = build_model(config.model, int(info["features"]), config.hidden, len(info["classes"]),
                         dropout=config.dropout)
-    state, _ = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
+    state, _meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
     if config.members > 1:
         return LoadedRun(config, ensemble_model(model), state.params, state.epoch, info, member_model=model)
     return LoadedRun(config, model, state.params, state.epoch, info)
@@ -71,10 +73,10 @@ def predict_all(run: LoadedRun, x_u8: np.ndarray, chunk: int = EVAL_CHUNK) -> np
 def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
     """Test accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted)."""
     if dataset.num_features != int(run.dataset["features"]):
-        raise CheckpointError(
-            f"the run was trained on {run.dataset['name']} ({run.dataset['features']} pixels), "
-            f"not {dataset.name} ({dataset.num_features}); pass --dataset {run.dataset['name']}"
-        )
+        raise CheckpointError(_(
+            "the run was trained on {trained} ({pixels} pixels), not {dataset} ({features}); pass --dataset {trained}"
+        ).format(trained=run.dataset["name"], pixels=run.dataset["features"], dataset=dataset.name,
+                 features=dataset.num_features))
     predictions = predict_all(run, dataset.x_test).argmax(1)
     k = dataset.num_classes
     confusion = np.zeros((k, k), np.int64)
@@ -93,5 +95,5 @@ def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
     from jaxintro.train import count_correct
 
     correct = jax.jit(jax.vmap(functools.partial(count_correct, model=run.member_model), in_axes=(0, None, None)))
-    counts, _ = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
+    counts, _losses = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
     return [int(c) / len(dataset.x_test) for c in np.asarray(counts)]

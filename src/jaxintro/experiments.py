@@ -29,13 +29,13 @@ def _run(config: TrainConfig, dataset: Dataset, label: str, log: Log) -> FitResu
 
 def dropout_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, rate: float, log: Log) -> dict[str, Any]:
     """Train without and with dropout `rate`; compare test accuracy and the train-test gap."""
-    runs = {
-        "no dropout": _run(dataclasses.replace(base, dropout=0.0), dataset, _("without dropout"), log),
-        f"dropout {rate:g}": _run(dataclasses.replace(base, dropout=rate), dataset,
-                                  _("with dropout {rate:g}").format(rate=rate), log),
+    runs = {  # keyed by the plot's legend
+        _("no dropout"): _run(dataclasses.replace(base, dropout=0.0), dataset, _("without dropout"), log),
+        _("dropout {rate:g}").format(rate=rate): _run(dataclasses.replace(base, dropout=rate), dataset,
+                                                      _("with dropout {rate:g}").format(rate=rate), log),
     }
     plot_curves_compare({k: [r._asdict() for r in v.history] for k, v in runs.items()}, out / "dropout.png",
-                        title=f"Dropout on {dataset.name}")
+                        title=_("Dropout on {dataset}").format(dataset=dataset.name))
     (plain, dropped) = runs.values()
     return {
         "rate": rate,
@@ -67,21 +67,20 @@ def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip:
     unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, _("without clipping"), log)
     clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset,
                    _("with clip_by_global_norm({clip:g})").format(clip=clip), log)
-    norms = {
-        "without clipping": np.concatenate([m["grad_norm"] for m in unclipped.step_metrics]),
-        f"with clipping at {clip:g}": np.concatenate([m["grad_norm"] for m in clipped.step_metrics]),
-    }
-    plot_series(norms, out / "grad_norms.png", xlabel="training step", ylabel="global gradient norm (before clipping)",
-                title=f"Gradient norms on {dataset.name}", hline=clip, logy=True)
-    clipped_norms = norms[f"with clipping at {clip:g}"]
+    unclipped_norms = np.concatenate([m["grad_norm"] for m in unclipped.step_metrics])
+    clipped_norms = np.concatenate([m["grad_norm"] for m in clipped.step_metrics])
+    plot_series({_("without clipping"): unclipped_norms,
+                 _("with clipping at {clip:g}").format(clip=clip): clipped_norms},
+                out / "grad_norms.png", xlabel=_("training step"), ylabel=_("global gradient norm (before clipping)"),
+                title=_("Gradient norms on {dataset}").format(dataset=dataset.name), hline=clip, logy=True)
     return {
         "clip_norm": clip,
         "accuracy_clipped": clipped.history[-1].test_accuracy,
         "accuracy_unclipped": unclipped.history[-1].test_accuracy,
         "clipped_fraction": float(np.mean(clipped_norms > clip)),
         "clipped_fraction_first_epoch": float(np.mean(clipped.step_metrics[0]["grad_norm"] > clip)),
-        "median_norm_unclipped": float(np.median(norms["without clipping"])),
-        "max_norm_unclipped": float(np.max(norms["without clipping"])),
+        "median_norm_unclipped": float(np.median(unclipped_norms)),
+        "max_norm_unclipped": float(np.max(unclipped_norms)),
         "plot": str(out / "grad_norms.png"),
     }
 
@@ -150,7 +149,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
                 f"conf {conf[i]:.2f} |g| {norms[i]:.3g}" for i in order]
     png = plot_image_grid(x_u8[order].reshape(-1, *dataset.image_shape), captions, out / "grads.png",
                           marked=list(wrong[order]),
-                          title=f"{n} test images sorted by per-example gradient norm (largest first)")
+                          title=_("{n} test images sorted by per-example gradient norm (largest first)").format(n=n))
     rank_corr = float(np.corrcoef(np.argsort(np.argsort(norms)), np.argsort(np.argsort(1 - conf)))[0, 1])
     lines.append(_("Per-example gradient norms of {n} test images: jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))")
                  .format(n=n))

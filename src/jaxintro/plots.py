@@ -1,4 +1,7 @@
-"""Plots written as PNG files (matplotlib's Agg backend: no display needed)."""
+"""Plots written as PNG files (matplotlib's Agg backend: no display needed).
+
+Their words (axes, legends, titles) are translated as each plot is drawn, in the chosen language.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from jaxintro.i18n import _  # noqa: E402
 
 MISTAKE = "tab:red"  # the colour that marks a misclassified image
 
@@ -31,15 +36,15 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     if "members" in rows[0]:
         _plot_members(ax_loss, ax_acc, rows)
-    ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label="train loss (epoch mean)")
-    ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label="test loss")
-    ax_loss.set_xlabel("epoch")
-    ax_loss.set_ylabel("cross-entropy")
+    ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label=_("train loss (epoch mean)"))
+    ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label=_("test loss"))
+    ax_loss.set_xlabel(_("epoch"))
+    ax_loss.set_ylabel(_("cross-entropy"))
     ax_loss.legend()
-    ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label="train")
-    ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label="test")
-    ax_acc.set_xlabel("epoch")
-    ax_acc.set_ylabel("accuracy (%)")
+    ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label=_("train"))
+    ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label=_("test"))
+    ax_acc.set_xlabel(_("epoch"))
+    ax_acc.set_ylabel(_("accuracy (%)"))
     ax_acc.legend()
     _epoch_ticks(ax_loss, ax_acc)
     fig.suptitle(title)
@@ -63,7 +68,7 @@ def _plot_members(ax_loss, ax_acc, rows: Sequence[dict]) -> None:
         ax_acc.plot(epochs, series("train_accuracy", k, 100), "-", color="tab:blue", **faint)
         ax_acc.plot(epochs, series("test_accuracy", k, 100), "--", color="tab:orange", **faint)
     ax_acc.plot(epochs, [100 * r["ensemble_test_accuracy"] for r in rows], "^-", color="tab:green",
-                label=f"test, ensemble of {count}")
+                label=_("test, ensemble of {count}").format(count=count))
 
 
 def plot_sweep(settings: Sequence[Any], path: Path, *, title: str = "") -> Path:
@@ -72,12 +77,12 @@ def plot_sweep(settings: Sequence[Any], path: Path, *, title: str = "") -> Path:
     decays = sorted({s.weight_decay for s in settings})
     for wd in decays:
         points = sorted((s for s in settings if s.weight_decay == wd), key=lambda s: s.lr)
-        label = f"weight decay {wd:g}" if len(decays) > 1 else None
+        label = _("weight decay {value:g}").format(value=wd) if len(decays) > 1 else None
         ax.errorbar([s.lr for s in points], [100 * s.mean for s in points], yerr=[100 * s.std for s in points],
                     fmt="o-", capsize=4, label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("test accuracy (%), mean ± std over seeds")
+    ax.set_xlabel(_("learning rate"))
+    ax.set_ylabel(_("test accuracy (%), mean ± std over seeds"))
     if len(decays) > 1:
         ax.legend()
     ax.set_title(title)
@@ -97,10 +102,10 @@ def plot_curves_compare(runs: dict[str, Sequence[dict]], path: Path, title: str 
         epochs = [r["epoch"] for r in rows]
         ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "o-", label=label)
         ax_gap.plot(epochs, [100 * (r["train_accuracy"] - r["test_accuracy"]) for r in rows], "o-", label=label)
-    ax_acc.set_xlabel("epoch")
-    ax_acc.set_ylabel("test accuracy (%)")
-    ax_gap.set_xlabel("epoch")
-    ax_gap.set_ylabel("train - test accuracy (points)")
+    ax_acc.set_xlabel(_("epoch"))
+    ax_acc.set_ylabel(_("test accuracy (%)"))
+    ax_gap.set_xlabel(_("epoch"))
+    ax_gap.set_ylabel(_("train - test accuracy (points)"))
     ax_acc.legend()
     ax_gap.legend()
     _epoch_ticks(ax_acc, ax_gap)
@@ -129,9 +134,10 @@ def plot_series(series: dict[str, np.ndarray], path: Path, *, xlabel: str, ylabe
         # Per-step values are noisy: a running mean over ~1% of the run shows the trend.
         window = max(1, len(values) // 100)
         smooth = np.convolve(values, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, lw=1.6, color=raw.get_color(), zorder=3, label=f"{label} (running mean)")
+        ax.plot(steps[window - 1:], smooth, lw=1.6, color=raw.get_color(), zorder=3,
+                label=_("{label} (running mean)").format(label=label))
     if hline is not None:
-        ax.axhline(hline, color="k", ls=":", lw=1, label=f"clip threshold {hline:g}")
+        ax.axhline(hline, color="k", ls=":", lw=1, label=_("clip threshold {value:g}").format(value=hline))
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
@@ -155,7 +161,7 @@ def plot_image_grid(images: np.ndarray, captions: Sequence[str], path: Path, *, 
         if mark:
             ax.add_patch(plt.Rectangle((-0.5, -0.5), image.shape[1], image.shape[0], fill=False, lw=3,
                                        edgecolor=MISTAKE))
-    fig.suptitle(title + ("  (red: misclassified)" if any(marked) else ""))
+    fig.suptitle(_("{title}  (red: misclassified)").format(title=title) if any(marked) else title)
     return _save(fig, path)
 
 
@@ -165,11 +171,11 @@ def plot_confusion(matrix: np.ndarray, classes: Sequence[str], path: Path, *, ti
     im = ax.imshow(matrix, cmap="Blues")
     ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
     ax.set_yticks(range(len(classes)), classes)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
+    ax.set_xlabel(_("predicted"))
+    ax.set_ylabel(_("true"))
     for (i, j), count in np.ndenumerate(matrix):
         ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
                 color="white" if count > matrix.max() / 2 else "black")
-    fig.colorbar(im, ax=ax, label="test images")
+    fig.colorbar(im, ax=ax, label=_("test images"))
     ax.set_title(title)
     return _save(fig, path)

@@ -32,6 +32,7 @@ import numpy as np
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import JaxintroError
+from jaxintro.i18n import _
 
 # Ops that run other ops: their events enclose their children's, so they own only the time when
 # none of those runs (a loop's own bookkeeping).
@@ -63,10 +64,11 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             trace = json.load(f)
     except (OSError, EOFError, ValueError) as exc:
-        raise JaxintroError(f"{path} is not a gzipped trace JSON ({exc}); run `jaxintro profile` again") from None
+        raise JaxintroError(_("{path} is not a gzipped trace JSON ({error}); run `jaxintro profile` again").format(
+            path=path, error=exc)) from None
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):
-        raise JaxintroError(f"{path} holds no `traceEvents` list; run `jaxintro profile` again")
+        raise JaxintroError(_("{path} holds no `traceEvents` list; run `jaxintro profile` again").format(path=path))
     return events
 
 
@@ -219,7 +221,7 @@ def _tables(lines: list[str]) -> dict[str, dict[int, str]]:
         elif not line.strip():
             current = None
         elif current is not None:
-            key, _, value = line.partition(" ")
+            key, _space, value = line.partition(" ")
             if key.isdigit():
                 current[int(key)] = value.strip()
     return tables
@@ -429,8 +431,9 @@ def roofline(flops: float, bytes_accessed: float, peak_gflops: float, bandwidth_
              measured_s: float) -> Roofline:
     """The roofline bound of a step that does `flops` and moves `bytes_accessed`, on this machine."""
     if min(flops, bytes_accessed, peak_gflops, bandwidth_gbs) <= 0:
-        raise JaxintroError(f"roofline needs positive numbers, got flops={flops}, bytes={bytes_accessed}, "
-                            f"peak={peak_gflops} GFLOP/s, bandwidth={bandwidth_gbs} GB/s; a bug, please report")
+        raise JaxintroError(_("roofline needs positive numbers, got flops={flops}, bytes={bytes}, peak={peak} GFLOP/s, "
+                              "bandwidth={bandwidth} GB/s; a bug, please report").format(
+            flops=flops, bytes=bytes_accessed, peak=peak_gflops, bandwidth=bandwidth_gbs))
     intensity = flops / bytes_accessed
     memory_gflops = intensity * bandwidth_gbs
     bound = min(peak_gflops, memory_gflops)
@@ -460,7 +463,7 @@ def measure_bandwidth_gbs(mib: int = 64, repeats: int = 10) -> float:
     add_one = jax.jit(lambda a: a + 1.0, donate_argnums=0)
     a = add_one(jnp.zeros(n, jnp.float32)).block_until_ready()  # compiled, and every page touched once
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         a = add_one(a)
         a.block_until_ready()
@@ -536,8 +539,8 @@ def newest_trace(out_dir: Path, since: float) -> tuple[Path, Path | None]:
     """The Perfetto file (and TensorBoard's xplane.pb) of the trace written into `out_dir` after `since`."""
     sessions = sorted((out_dir / "plugins" / "profile").glob("*/" + PERFETTO_FILE), key=os.path.getmtime)
     if not sessions or os.path.getmtime(sessions[-1]) < since - 1.0:
-        raise JaxintroError(f"jax.profiler wrote no {PERFETTO_FILE} under {out_dir / 'plugins' / 'profile'}; "
-                            "check that --out is on a local, writable disk")
+        raise JaxintroError(_("jax.profiler wrote no {file} under {folder}; check that --out is on a local, "
+                              "writable disk").format(file=PERFETTO_FILE, folder=out_dir / "plugins" / "profile"))
     session = sessions[-1].parent
     return sessions[-1], next(iter(sorted(session.glob("*.xplane.pb"))), None)
 
@@ -589,7 +592,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     peaks, bandwidths = [bench.measure_matmul_gflops(matmul_n)], [measure_bandwidth_gbs(bandwidth_mib)]
     state = run_window(state)  # warm: every program compiled and run once before anything is timed
     times = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         state = run_window(state)
         times.append(time.perf_counter() - start)
@@ -602,7 +605,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     try:
         jax.profiler.start_trace(str(out_dir), create_perfetto_trace=True, profiler_options=options)
     except RuntimeError as exc:  # another trace already runs in this process (jaxintro used as a library)
-        raise JaxintroError(f"jax.profiler could not start a trace: {exc}; stop the other trace first") from None
+        raise JaxintroError(_("jax.profiler could not start a trace: {error}; stop the other trace first").format(
+            error=exc)) from None
     try:
         start = time.perf_counter()
         state = run_window(state)
@@ -611,8 +615,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         try:
             jax.profiler.stop_trace()  # writes the trace files
         except (RuntimeError, OSError) as exc:
-            raise JaxintroError(f"jax.profiler could not write the trace into {out_dir}: {exc}; "
-                                "choose another --out") from None
+            raise JaxintroError(_("jax.profiler could not write the trace into {folder}: {error}; choose another "
+                                  "--out").format(folder=out_dir, error=exc)) from None
     trace_file, xplane = newest_trace(out_dir, trace_started)
 
     modules = {}
@@ -625,8 +629,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         hlo_files[module.name].write_text(text, encoding="utf-8")
     ops = trace_ops(read_trace(trace_file))
     if not ops:
-        raise JaxintroError(f"{trace_file} holds no XLA op events (no `hlo_op` argument): this JAX's profiler "
-                            "writes another format; open the trace in Perfetto instead")
+        raise JaxintroError(_("{path} holds no XLA op events (no `hlo_op` argument): this JAX's profiler writes "
+                              "another format; open the trace in Perfetto instead").format(path=trace_file))
     table = op_table(ops, modules, steps, traced_s / steps * 1e6)
 
     cost = cost_numbers(step_program.cost_analysis())

@@ -29,6 +29,7 @@ from jaxtyping import Array, Float, Int
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
+from jaxintro.i18n import _
 from jaxintro.models import Model, Params, build_model, param_count
 from jaxintro.optim import build_optimizer, build_schedule
 
@@ -206,10 +207,10 @@ class Trainer:
         from jaxintro.errors import ConfigError
 
         if config.batch_size > len(dataset.x_train):
-            raise ConfigError(
-                f"--batch-size {config.batch_size} is larger than the {len(dataset.x_train)} training "
-                f"images of {dataset.name}; use at most {len(dataset.x_train)}"
-            )
+            raise ConfigError(_(
+                "--batch-size {batch_size} is larger than the {count} training images of {dataset}; "
+                "use at most {count}"
+            ).format(batch_size=config.batch_size, count=len(dataset.x_train), dataset=dataset.name))
         from jaxintro.config import check_batch_split
         from jaxintro.parallel import AXIS, make_mesh
 
@@ -372,8 +373,9 @@ def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_e
         check_finite({"loss": losses[bad[0]]}, epoch, steps_per_epoch)
     for m in sorted(set(bad) - diverged):
         step = int(np.flatnonzero(~np.isfinite(losses[m]))[0]) + 1
-        warnings.warn(f"member {m} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out of "
-                      "the means and the ensemble", RuntimeWarning, stacklevel=2)
+        warnings.warn(_("member {member} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out "
+                        "of the means and the ensemble").format(member=m, epoch=epoch, step=step),
+                      RuntimeWarning, stacklevel=2)
         diverged.add(m)
 
 
@@ -383,15 +385,15 @@ def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: in
     bad = np.flatnonzero(~np.isfinite(losses))
     if bad.size:
         step = int(bad[0]) + 1
-        raise TrainingDivergedError(
-            f"loss became {losses[bad[0]]} at epoch {epoch}, step {step} of {steps_per_epoch}; "
+        raise TrainingDivergedError(_(
+            "loss became {value} at epoch {epoch}, step {step} of {steps}; "
             "lower --lr, add --clip-norm 1.0, or use --optimizer adam"
-        )
+        ).format(value=losses[bad[0]], epoch=epoch, step=step, steps=steps_per_epoch))
     peak = float(np.max(losses, initial=0.0))
     if peak > EXPLODED_LOSS:
         warnings.warn(
-            f"epoch {epoch}: the loss reached {peak:.3g} (finite, but exploded); the learning rate is "
-            "most likely too high: lower --lr or add --clip-norm 1.0",
+            _("epoch {epoch}: the loss reached {peak:.3g} (finite, but exploded); the learning rate is "
+              "most likely too high: lower --lr or add --clip-norm 1.0").format(epoch=epoch, peak=peak),
             RuntimeWarning,
             stacklevel=2,
         )
@@ -451,7 +453,7 @@ def fit(
     stopped = False
     epochs = range(state.epoch + 1, config.epochs + 1)
     bar = tqdm(total=len(epochs) * (1 if config.loop == "scan" else trainer.steps_per_epoch),
-               disable=not progress, leave=False, unit="epoch" if config.loop == "scan" else "step")
+               disable=not progress, leave=False, unit=_("epoch") if config.loop == "scan" else _("step"))
     for epoch in epochs:
         start = time.perf_counter()
         if config.loop == "scan":
@@ -468,7 +470,7 @@ def fit(
         else:
             check_finite(metrics, epoch, trainer.steps_per_epoch)
 
-        train_correct, _ = to_host(eval_fn(state.params, *evals["train"]))
+        train_correct, _train_loss = to_host(eval_fn(state.params, *evals["train"]))
         test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
         ensemble_correct = to_host(ensemble_eval_fn(state.params, *evals["test"]))[0] if members > 1 else None
         if epoch == epochs[0]:

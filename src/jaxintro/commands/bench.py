@@ -10,14 +10,18 @@ from typing import Any
 
 from jaxintro.config import BENCH_ROWS
 from jaxintro.errors import ConfigError, JaxintroError
+from jaxintro.i18n import _, ngettext
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the rows, print the table and ratios, write bench.json and bench.png; a crashed row is an error."""
     rows = [r for r in args.rows.split(",") if r]
     unknown = sorted(set(rows) - set(BENCH_ROWS))
-    if unknown or not rows:
-        raise ConfigError(f"--rows: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_ROWS)}")
+    if not unknown and not rows:
+        raise ConfigError(_("--rows: unknown (none given); choose from {choices}").format(choices=", ".join(BENCH_ROWS)))
+    if unknown:
+        raise ConfigError(_("--rows: unknown {rows}; choose from {choices}").format(
+            rows=", ".join(unknown), choices=", ".join(BENCH_ROWS)))
     from jaxintro.runs import writable_dir
 
     out_dir = writable_dir(args.out, "--out")
@@ -30,9 +34,21 @@ def run(args: argparse.Namespace) -> int:
     plan = bench.make_plan(dataset.x_train, dataset.y_train, seed=args.seed, repeats=args.repeats,
                            nojit_steps=args.nojit_steps)
     flops = bench.train_flops_per_step((dataset.num_features, 256, 128, dataset.num_classes), plan.batch)
-    print(f"Benchmark on {dataset.name} ({len(dataset.x_train)} images, {len(plan.perm)} steps of {plan.batch}); "
-          f"each row in its own process, median of {args.repeats} epochs after a warm-up"
-          + (f"; {args.rounds} rounds of every row, interleaved." if args.rounds > 1 else "."), flush=True)
+    facts = dict(dataset=dataset.name, images=len(dataset.x_train), steps=len(plan.perm), batch=plan.batch,
+                 repeats=args.repeats, rounds=args.rounds)
+    if args.rounds > 1:
+        print(ngettext("Benchmark on {dataset} ({images} images, {steps} steps of {batch}); each row in its own "
+                       "process, median of {repeats} epoch after a warm-up; {rounds} rounds of every row, interleaved.",
+                       "Benchmark on {dataset} ({images} images, {steps} steps of {batch}); each row in its own "
+                       "process, median of {repeats} epochs after a warm-up; {rounds} rounds of every row, "
+                       "interleaved.",
+                       args.repeats).format(**facts), flush=True)
+    else:
+        print(ngettext("Benchmark on {dataset} ({images} images, {steps} steps of {batch}); each row in its own "
+                       "process, median of {repeats} epoch after a warm-up.",
+                       "Benchmark on {dataset} ({images} images, {steps} steps of {batch}); each row in its own "
+                       "process, median of {repeats} epochs after a warm-up.",
+                       args.repeats).format(**facts), flush=True)
     gflops_before = bench.measure_matmul_gflops()
     rounds: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
         for round_index in range(args.rounds):
             rounds.append([])
             for name in rows:
-                label = f" (round {round_index + 1} of {args.rounds})" if args.rounds > 1 else ""
-                print(f"  running {name}{label} ...", flush=True)
+                if args.rounds > 1:
+                    print(_("  running {row} (round {round} of {rounds}) ...").format(
+                        row=name, round=round_index + 1, rounds=args.rounds), flush=True)
+                else:
+                    print(_("  running {row} ...").format(row=name), flush=True)
                 rounds[-1].append(bench.run_row_subprocess(name, plan_path))
     results = [bench.median_round([r[i] for r in rounds]) for i in range(len(rows))]
     # The machine's rate, measured before and after the rows; the higher one is the peak we compare with.
@@ -62,74 +81,90 @@ def run(args: argparse.Namespace) -> int:
                                                                "peak_rss_mb", "models", "skipped", "error")}
                  for r in results],
     }
-    print(f"\nfloat32 matmul rate (jitted 2048x2048): {matmul_gflops:.1f} GFLOP/s; "
-          f"training FLOPs per step (forward + backward matmuls): {flops / 1e6:.1f} M")
-    header = f"{'row':<14}{'compile s':>10}{'ms/step':>10}{'samples/s':>12}{'of peak':>9}{'peak RSS MB':>13}"
+    print("\n" + _("float32 matmul rate (jitted 2048x2048): {gflops:.1f} GFLOP/s; training FLOPs per step "
+                   "(forward + backward matmuls): {mflops:.1f} M").format(gflops=matmul_gflops, mflops=flops / 1e6))
+    # Column headings, each translated alone; a column widens to fit a longer translation. The row names stay.
+    heads = [_("row"), _("compile s"), _("ms/step"), _("samples/s"), _("of peak"), _("peak RSS MB")]
+    w = [14] + [max(width, len(head) + 1) for head, width in zip(heads[1:], (10, 10, 12, 9, 13))]
+    header = f"{heads[0]:<{w[0]}}" + "".join(f"{head:>{width}}" for head, width in zip(heads[1:], w[1:]))
     print(header + "\n" + "-" * len(header))
     for r in results:
         if r.error:
-            print(f"{r.name:<14}  FAILED: {r.error}")
+            print(f"{r.name:<{w[0]}}  " + _("FAILED: {error}").format(error=r.error))
         elif r.skipped:
-            print(f"{r.name:<14}  skipped: {r.skipped}")
+            print(f"{r.name:<{w[0]}}  " + _("skipped: {reason}").format(reason=bench.skip_reason(r.skipped)))
         else:
-            print(f"{r.name:<14}{r.compile_seconds:>10.2f}{r.ms_per_step:>10.3f}{r.samples_per_second:>12,.0f}"
-                  f"{100 * r.fraction_of_peak:>8.1f}%{r.peak_rss_mb:>13.0f}")
+            print(f"{r.name:<{w[0]}}{r.compile_seconds:>{w[1]}.2f}{r.ms_per_step:>{w[2]}.3f}"
+                  f"{r.samples_per_second:>{w[3]},.0f}{100 * r.fraction_of_peak:>{w[4] - 1}.1f}%"
+                  f"{r.peak_rss_mb:>{w[5]}.0f}")
     if "scan-epoch" in done:
         base = done["scan-epoch"].samples_per_second
         ratios = {name: base / r.samples_per_second for name, r in done.items() if name != "scan-epoch"}
         report["scan_speedup_over"] = ratios
-        print("scan-epoch speed-up: " + ", ".join(f"{v:.2f}x over {k}" for k, v in ratios.items()))
+        print(_("scan-epoch speed-up: {ratios}").format(
+            ratios=", ".join(_("{ratio:.2f}x over {row}").format(ratio=v, row=k) for k, v in ratios.items())))
     if args.rounds > 1:
         report["spread"] = bench.spread_over_rounds(rounds)
-        print(f"Spread over {args.rounds} rounds (min-max):")
+        print(_("Spread over {rounds} rounds (min-max):").format(rounds=args.rounds))
         for name, spread in report["spread"].items():
-            ratios = ", ".join(f"{lo:.2f}-{hi:.2f}x over {other}" for other, (lo, hi) in spread["speedup"].items())
-            print(f"  {name:<14} {spread['ms_per_step'][0]:.3f}-{spread['ms_per_step'][1]:.3f} ms/step"
-                  + (f"; scan-epoch {ratios}" if ratios else ""))
+            ratios = ", ".join(_("{low:.2f}-{high:.2f}x over {row}").format(low=lo, high=hi, row=other)
+                               for other, (lo, hi) in spread["speedup"].items())
+            facts = dict(row=name, low=spread["ms_per_step"][0], high=spread["ms_per_step"][1], ratios=ratios)
+            if ratios:
+                print(_("  {row:<14} {low:.3f}-{high:.3f} ms/step; scan-epoch {ratios}").format(**facts))
+            else:
+                print(_("  {row:<14} {low:.3f}-{high:.3f} ms/step").format(**facts))
     several = [r for r in done.values() if r.models > 1]
     for r in several:
         single = done.get("scan-epoch")
-        # 1.00x: batching the models gains nothing over training them one after the other in one process.
-        versus = (f"; {r.samples_per_second / single.samples_per_second:.2f}x the throughput of scan-epoch's one "
-                  "model" if single else "")
-        print(f"{r.name}: {r.samples_per_second:,.0f} samples/s for all {r.models} models, "
-              f"{r.samples_per_second / r.models:,.0f} per model{versus}")
+        facts = dict(row=r.name, rate=r.samples_per_second, models=r.models, per_model=r.samples_per_second / r.models)
+        if single:
+            # 1.00x: batching the models gains nothing over training them one after the other in one process.
+            print(_("{row}: {rate:,.0f} samples/s for all {models} models, {per_model:,.0f} per model; {ratio:.2f}x "
+                    "the throughput of scan-epoch's one model").format(
+                ratio=r.samples_per_second / single.samples_per_second, **facts))
+        else:
+            print(_("{row}: {rate:,.0f} samples/s for all {models} models, {per_model:,.0f} per model").format(**facts))
     if "nojit" in done and "jit-step" in done:
-        print(f"jit-step over nojit: {done['nojit'].ms_per_step / done['jit-step'].ms_per_step:.1f}x "
-              "(the lesson's 'JIT speedups of 100x' claim, measured here)")
+        print(_("jit-step over nojit: {ratio:.1f}x (the lesson's 'JIT speedups of 100x' claim, measured here)").format(
+            ratio=done["nojit"].ms_per_step / done["jit-step"].ms_per_step))
     if args.e2e:
         data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        print("\nEnd to end: whole 10-epoch training processes (start to final accuracy)", flush=True)
+        print("\n" + _("End to end: whole 10-epoch training processes (start to final accuracy)"), flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             plan_path = Path(tmp) / "plan.npz"
             plan.save(plan_path, x_test=dataset.x_test, y_test=dataset.y_test)
             report["end_to_end"] = bench.end_to_end(data_args, plan_path)
         for row in report["end_to_end"]:
-            print(f"  {row['loop']:<11} cache={row['cache']:<5} {row['wall_seconds']:7.1f}s wall  "
-                  f"peak RSS {row['peak_rss_mb']:6.0f} MB  test acc {100 * row['test_accuracy']:.2f}%")
+            print(_("  {loop:<11} cache={cache:<5} {wall:7.1f}s wall  peak RSS {rss:6.0f} MB  test acc {accuracy:.2f}%")
+                  .format(loop=row["loop"], cache=row["cache"], wall=row["wall_seconds"], rss=row["peak_rss_mb"],
+                          accuracy=100 * row["test_accuracy"]))
     if args.e2e_seeds:
         data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        print(f"\nEnd to end: one `train --seeds {args.e2e_seeds}` process against {args.e2e_seeds} sequential "
-              "`train --seed k` processes, 10 epochs each", flush=True)
+        print("\n" + _("End to end: one `train --seeds {n}` process against {n} sequential `train --seed k` processes, "
+                       "10 epochs each").format(n=args.e2e_seeds), flush=True)
         pair = report["members_end_to_end"] = bench.members_end_to_end(data_args, args.e2e_seeds)
-        for label, side in (("one process", pair["one_process"]), ("sequential", pair["sequential"])):
-            print(f"  {label:<12} {side['wall_seconds']:7.1f}s wall  peak RSS {side['peak_rss_mb']:6.0f} MB  "
-                  f"mean test acc {100 * side['test_accuracy']:.2f}%")
-        print(f"  one process / sequential: {pair['wall_ratio']:.2f}x the wall time, "
-              f"{pair['peak_rss_ratio']:.2f}x the peak RSS (of the largest single process)")
+        for label, side in ((_("one process"), pair["one_process"]), (_("sequential"), pair["sequential"])):
+            print(_("  {label:<12} {wall:7.1f}s wall  peak RSS {rss:6.0f} MB  mean test acc {accuracy:.2f}%").format(
+                label=label, wall=side["wall_seconds"], rss=side["peak_rss_mb"], accuracy=100 * side["test_accuracy"]))
+        print(_("  one process / sequential: {wall:.2f}x the wall time, {rss:.2f}x the peak RSS (of the largest single "
+                "process)").format(wall=pair["wall_ratio"], rss=pair["peak_rss_ratio"]))
     names = list(done)
     if names:
         plot_bars(names, [done[n].samples_per_second for n in names], out_dir / "bench.png",
-                  ylabel="samples / s (higher is better)",
-                  title=f"MLP training throughput, {dataset.name}, batch {plan.batch} (matmul peak "
-                        f"{matmul_gflops:.0f} GFLOP/s)")
+                  ylabel=_("samples / s (higher is better)"),
+                  title=_("MLP training throughput, {dataset}, batch {batch} (matmul peak {gflops:.0f} GFLOP/s)")
+                  .format(dataset=dataset.name, batch=plan.batch, gflops=matmul_gflops))
     write_json(out_dir / "bench.json", report)
-    print(f"Chart: {out_dir / 'bench.png'}; numbers: {out_dir / 'bench.json'}")
+    print(_("Chart: {png}; numbers: {json}").format(png=out_dir / "bench.png", json=out_dir / "bench.json"))
     if args.json:
         print(json.dumps(report))
     failed = [r for r in results if r.error]
     if failed:
-        raise JaxintroError(f"{len(failed)} row(s) crashed ({', '.join(r.name for r in failed)}); the first: "
-                            f"{failed[0].error}; the other rows are in {out_dir / 'bench.json'}")
+        raise JaxintroError(ngettext(
+            "{count} row(s) crashed ({rows}); the first: {error}; the other rows are in {path}",
+            "{count} row(s) crashed ({rows}); the first: {error}; the other rows are in {path}", len(failed),
+        ).format(count=len(failed), rows=", ".join(r.name for r in failed), error=failed[0].error,
+            path=out_dir / "bench.json"))
     return 0
 

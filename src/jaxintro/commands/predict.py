@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from jaxintro.i18n import _
+
 
 def run(args: argparse.Namespace) -> int:
     """Print the top-3 classes of every image (every file is checked before any output)."""
@@ -20,7 +22,9 @@ def run(args: argparse.Namespace) -> int:
     probs = predict_proba(loaded, images)
     classes = loaded.dataset["classes"]
     if loaded.members > 1:
-        print(f"{args.run_dir} holds {loaded.members} models: these are their ensemble's averaged probabilities")
+        # Always several models here (a single run takes the other branch), so no singular form is needed.
+        print(_("{run_dir} holds {count} models: these are their ensemble's averaged probabilities").format(
+            run_dir=args.run_dir, count=loaded.members))
     results = []
     for path, p in zip(args.images, probs):
         top = np.argsort(p)[::-1][:3]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from jaxintro.config import config_from_flags
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _, ngettext
 
 if TYPE_CHECKING:
     from jaxintro.profile import ProfileReport
@@ -26,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_flags(args)
     if config.devices > 1:
-        raise ConfigError("profile traces one device; drop --devices (each CPU device would show its own copy "
-                          "of every op)")
+        raise ConfigError(_("profile traces one device; drop --devices (each CPU device would show its own copy "
+                            "of every op)"))
     out_dir = writable_dir(args.out, "--out")
     from jaxintro.runtime import configure_jax
 
@@ -38,9 +39,13 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.runs import write_json
 
     dataset = load_dataset(config.dataset, config.data_dir)
-    print(f"Profiling {args.steps} warm training steps of the {config.model} MLP "
-          f"{'-'.join(map(str, (dataset.num_features, *config.hidden, dataset.num_classes)))} on {dataset.name} "
-          f"(batch {config.batch_size}, {config.optimizer}, --loop {config.loop}) ...", flush=True)
+    print(ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "
+                   "(batch {batch}, {optimizer}, --loop {loop}) ...",
+                   "Profiling {steps} warm training steps of the {model} MLP {layers} on {dataset} "
+                   "(batch {batch}, {optimizer}, --loop {loop}) ...", args.steps).format(
+        steps=args.steps, model=config.model, dataset=dataset.name, batch=config.batch_size,
+        optimizer=config.optimizer, loop=config.loop,
+        layers="-".join(map(str, (dataset.num_features, *config.hidden, dataset.num_classes)))), flush=True)
     report = profile_training(config, dataset, steps=args.steps, out_dir=out_dir)
     summary = report.to_json()
     write_json(out_dir / "profile.json", summary)
@@ -54,70 +59,88 @@ def run(args: argparse.Namespace) -> int:
 def report_lines(report: "ProfileReport") -> list[str]:
     """The printed report: what was traced, the op table, the cost analysis, the roofline, where the files are."""
     table, roof = report.table, report.roofline
-    what = ("the training program of `jaxintro train` (one lax.scan over the batches, shuffle included), "
-            "compiled for exactly these batches" if report.loop == "scan" else
-            "the lesson's loop (`python_epoch`: a shuffle, then one jitted step per batch from Python)")
-    images = (f"{report.images:,} images (the training set of {report.dataset}, repeated to fill {report.steps} "
-              "batches)"
-              if report.images_repeated else f"the first {report.images:,} training images of {report.dataset}")
+    # What was traced, on which images: two noun phrases that the first sentence names.
+    what = (_("the training program of `jaxintro train` (one lax.scan over the batches, shuffle included), "
+              "compiled for exactly these batches") if report.loop == "scan" else
+            _("the lesson's loop (`python_epoch`: a shuffle, then one jitted step per batch from Python)"))
+    if report.images_repeated:
+        images = _("{images:,} images (the training set of {dataset}, repeated to fill {steps} batches)").format(
+            images=report.images, dataset=report.dataset, steps=report.steps)
+    else:
+        images = _("the first {images:,} training images of {dataset}").format(images=report.images,
+                                                                              dataset=report.dataset)
     lines = [
-        f"Traced {report.steps} warm steps (compiled and run once before): {what}, on {images}.",
-        f"Per step = the window's time / {report.steps}; the shuffle runs once per window "
-        f"(x/step below 1).",
-        f"Step time: {report.untraced_step_s * 1e3:.3f} ms untraced (median of 3 windows of {report.steps} steps), "
-        f"{report.traced_step_s * 1e3:.3f} ms in the traced window.",
+        _("Traced {steps} warm steps (compiled and run once before): {what}, on {images}.").format(
+            steps=report.steps, what=what, images=images),
+        _("Per step = the window's time / {steps}; the shuffle runs once per window (x/step below 1).").format(
+            steps=report.steps),
+        _("Step time: {untraced:.3f} ms untraced (median of 3 windows of {steps} steps), {traced:.3f} ms in the "
+          "traced window.").format(untraced=report.untraced_step_s * 1e3, steps=report.steps,
+                                   traced=report.traced_step_s * 1e3),
         "",
-        "Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
-        "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)",
+        _("Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
+          "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)"),
     ]
     programs = {row.program for row in table.rows}
     width = max([len(r.name) for r in table.rows[:TABLE_ROWS]] + [40])
     program_col = max(len(p) for p in programs) + 2 if len(programs) > 1 else 0
-    header = (f"{'op':<{width}}" + (f"{'program':<{program_col}}" if program_col else "")
-              + f"{'kind':<14}{'x/step':>7}{'us/step':>10}{'wall us':>10}{'% step':>8}{'GFLOP/s':>9}  source")
+    # Column headings, each translated alone (the "% " of "% step" stays out of the catalog, where it would read as a
+    # %-placeholder); a column widens to fit a longer translation. Op names, programs, kinds and sources are XLA's.
+    heads = ["op", _("program"), _("kind"), _("x/step"), _("us/step"), _("wall us"), "% " + _("step"), "GFLOP/s",
+             _("source")]
+    program_col = max(program_col, len(heads[1]) + 1) if program_col else 0
+    kind_col = max(14, len(heads[2]) + 1)
+    w = [max(default, len(head) + 1) for head, default in zip(heads[3:8], (7, 10, 10, 8, 9))]
+    header = (f"{heads[0]:<{width}}" + (f"{heads[1]:<{program_col}}" if program_col else "") + f"{heads[2]:<{kind_col}}"
+              + "".join(f"{head:>{col}}" for head, col in zip(heads[3:8], w)) + f"  {heads[8]}")
     lines += [header, "-" * len(header)]
     for row in table.rows[:TABLE_ROWS]:
-        rate = f"{row.gflops:9.1f}" if row.gflops is not None else f"{'':9}"
+        rate = f"{row.gflops:{w[4]}.1f}" if row.gflops is not None else f"{'':{w[4]}}"
         lines.append(f"{row.name:<{width}}" + (f"{row.program:<{program_col}}" if program_col else "")
-                     + f"{row.kind:<14}{row.calls_per_step:>7.2f}{row.us_per_step:>10.1f}{row.wall_us_per_step:>10.1f}"
-                     f"{100 * row.share:>7.1f}%{rate}  {row.source}")
+                     + f"{row.kind:<{kind_col}}{row.calls_per_step:>{w[0]}.2f}{row.us_per_step:>{w[1]}.1f}"
+                     f"{row.wall_us_per_step:>{w[2]}.1f}{100 * row.share:>{w[3] - 1}.1f}%{rate}  {row.source}")
     rest = table.rows[TABLE_ROWS:]
-    pad = width + program_col + 14 + 7
+    pad = width + program_col + kind_col + w[0]
 
     def summary_row(label: str, wall_us: float, own_us: float | None = None) -> str:
-        own = f"{own_us:>10.1f}" if own_us is not None else f"{'':>10}"
-        return f"{label:<{pad}}{own}{wall_us:>10.1f}{100 * wall_us / table.step_us:>7.1f}%"
+        own = f"{own_us:>{w[1]}.1f}" if own_us is not None else f"{'':>{w[1]}}"
+        return f"{label:<{pad}}{own}{wall_us:>{w[2]}.1f}{100 * wall_us / table.step_us:>{w[3] - 1}.1f}%"
 
     if rest:
-        lines.append(summary_row(f"({len(rest)} more ops)", sum(r.wall_us_per_step for r in rest),
-                                 sum(r.us_per_step for r in rest)))
-    lines.append(summary_row("(no op running: gaps between ops)", table.gaps_us_per_step))
-    lines.append(summary_row("(outside the ops: dispatch, final sync)", table.outside_us_per_step))
+        lines.append(summary_row(ngettext("({n} more op)", "({n} more ops)", len(rest)).format(n=len(rest)),
+                                 sum(r.wall_us_per_step for r in rest), sum(r.us_per_step for r in rest)))
+    lines.append(summary_row(_("(no op running: gaps between ops)"), table.gaps_us_per_step))
+    lines.append(summary_row(_("(outside the ops: dispatch, final sync)"), table.outside_us_per_step))
     lines.append("-" * len(header))
-    lines.append(summary_row("total: the traced window's wall clock", table.step_us))
+    lines.append(summary_row(_("total: the traced window's wall clock"), table.step_us))
 
     dots = sum(r.flops_per_call * r.calls_per_step for r in table.rows)
     cost = report.cost
+    # `limited_by` is a JSON value ("compute" or "memory"): each has its own sentence here.
+    bound = dict(intensity=roof.intensity, ridge=roof.ridge, gflops=roof.bound_gflops, ms=roof.bound_s * 1e3)
     lines += [
         "",
-        f"XLA's cost analysis of the compiled step: {cost['flops'] / 1e6:.1f} MFLOP, "
-        f"{cost['bytes accessed'] / 1e6:.2f} MB accessed, {cost['transcendentals'] / 1e3:.1f} k transcendentals; "
-        f"matmuls alone: {report.analytic_flops / 1e6:.1f} MFLOP (bench.train_flops_per_step), "
-        f"{dots / 1e6:.1f} MFLOP in the dots above",
-        f"Roofline, measured in this run (the higher of a measurement before and after the steps): matmul "
-        f"{roof.peak_gflops:.1f} GFLOP/s (jitted {report.matmul_n}x{report.matmul_n}), memory "
-        f"{roof.bandwidth_gbs:.1f} GB/s (in-place add over {report.bandwidth_mib} MiB)",
-        f"  intensity {roof.intensity:.2f} FLOP/byte (ridge {roof.ridge:.2f}): {roof.limited_by}-bound, "
-        f"at most {roof.bound_gflops:.1f} GFLOP/s -> {roof.bound_s * 1e3:.3f} ms per step",
-        f"  measured {roof.measured_s * 1e3:.3f} ms per step (untraced): {100 * roof.fraction:.0f}% of the bound, "
-        f"{roof.flops / roof.measured_s / 1e9:.1f} GFLOP/s",
+        _("XLA's cost analysis of the compiled step: {mflop:.1f} MFLOP, {mb:.2f} MB accessed, {ktrans:.1f} k "
+          "transcendentals; matmuls alone: {analytic:.1f} MFLOP (bench.train_flops_per_step), {dots:.1f} MFLOP in the "
+          "dots above").format(mflop=cost["flops"] / 1e6, mb=cost["bytes accessed"] / 1e6,
+                               ktrans=cost["transcendentals"] / 1e3, analytic=report.analytic_flops / 1e6,
+                               dots=dots / 1e6),
+        _("Roofline, measured in this run (the higher of a measurement before and after the steps): matmul "
+          "{peak:.1f} GFLOP/s (jitted {n}x{n}), memory {bandwidth:.1f} GB/s (in-place add over {mib} MiB)").format(
+            peak=roof.peak_gflops, n=report.matmul_n, bandwidth=roof.bandwidth_gbs, mib=report.bandwidth_mib),
+        (_("  intensity {intensity:.2f} FLOP/byte (ridge {ridge:.2f}): compute-bound, at most {gflops:.1f} GFLOP/s "
+           "-> {ms:.3f} ms per step") if roof.limited_by == "compute" else
+         _("  intensity {intensity:.2f} FLOP/byte (ridge {ridge:.2f}): memory-bound, at most {gflops:.1f} GFLOP/s "
+           "-> {ms:.3f} ms per step")).format(**bound),
+        _("  measured {ms:.3f} ms per step (untraced): {fraction:.0%} of the bound, {gflops:.1f} GFLOP/s").format(
+            ms=roof.measured_s * 1e3, fraction=roof.fraction, gflops=roof.flops / roof.measured_s / 1e9),
         "",
-        f"Trace: {report.trace_file}",
-        f"  open it at https://ui.perfetto.dev (Open trace file), nothing to install; or "
-        f"`tensorboard --logdir {report.out_dir}` ({tensorboard_note()})",
-        "HLO of the traced programs (the op names above are instruction names there): "
-        + ", ".join(str(p) for p in report.hlo_files.values()),
-        f"Report: {Path(report.out_dir) / 'profile.json'}",
+        _("Trace: {path}").format(path=report.trace_file),
+        _("  open it at https://ui.perfetto.dev (Open trace file), nothing to install; or "
+          "`tensorboard --logdir {folder}` ({note})").format(folder=report.out_dir, note=tensorboard_note()),
+        _("HLO of the traced programs (the op names above are instruction names there): {files}").format(
+            files=", ".join(str(p) for p in report.hlo_files.values())),
+        _("Report: {path}").format(path=Path(report.out_dir) / "profile.json"),
     ]
     return lines
 
@@ -125,5 +148,5 @@ def report_lines(report: "ProfileReport") -> list[str]:
 def tensorboard_note() -> str:
     """Whether TensorBoard's profile plugin, which reads the trace's xplane.pb, is installed here."""
     installed = any(importlib.util.find_spec(name) for name in ("tensorboard_plugin_profile", "xprof"))
-    return ("tensorboard-plugin-profile is installed" if installed else
-            "needs `pip install tensorboard tensorboard-plugin-profile`, not installed here")
+    return (_("tensorboard-plugin-profile is installed") if installed else
+            _("needs `pip install tensorboard tensorboard-plugin-profile`, not installed here"))

@@ -17,12 +17,13 @@ from typing import Any
 
 from jaxintro.config import TrainConfig, config_from_flags
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
+from jaxintro.i18n import N_, _, ngettext
 
 
-# What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one).
-CACHE_WORDS = {"hit": "training program loaded from the persistent cache",
-               "miss": "training program compiled, then stored in the persistent cache",
-               "off": "persistent cache off"}
+# What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one); translated when printed.
+CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
+               "miss": N_("training program compiled, then stored in the persistent cache"),
+               "off": N_("persistent cache off")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,15 +39,15 @@ def resolve_cluster(args: argparse.Namespace) -> Cluster:
     """`--coordinator/--num-processes/--process-id` checked together, before anything starts."""
     if args.coordinator is None:
         if args.num_processes not in (None, 1) or args.process_id not in (None, 0):
-            raise ConfigError("--num-processes and --process-id need --coordinator HOST:PORT")
+            raise ConfigError(_("--num-processes and --process-id need --coordinator HOST:PORT"))
         return Cluster()
     from jaxintro.parallel import check_coordinator, detect_cluster, distributed_timeout
 
     distributed_timeout()  # a bad JAXINTRO_DISTRIBUTED_TIMEOUT is refused before anything starts
     if args.coordinator == "auto":
         if args.num_processes is not None or args.process_id is not None:
-            raise ConfigError("--coordinator auto takes the process count and id from the scheduler; "
-                              "drop --num-processes and --process-id")
+            raise ConfigError(_("--coordinator auto takes the process count and id from the scheduler; "
+                                "drop --num-processes and --process-id"))
         cluster = Cluster(*detect_cluster())
     else:
         cluster = Cluster(args.coordinator, args.num_processes or 1, args.process_id or 0)
@@ -80,9 +81,9 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     return dataclasses.replace(config, **changes).validate(), run_dir
 
 
-# What `--resume` can honour: how far to go, where the data and the peers are, and how to report.
+# What `--resume` can honour: how far to go, where the data and the peers are, and how to report (`--lang` too).
 RESUME_FLAGS = frozenset({"resume", "epochs", "data_dir", "json", "no_compile_cache", "coordinator",
-                          "num_processes", "process_id"})
+                          "num_processes", "process_id", "lang"})
 
 
 def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: Path) -> None:
@@ -90,18 +91,20 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
     refused = sorted(getattr(args, "given", frozenset()) - RESUME_FLAGS)
     if refused:
         flags = ", ".join("--" + name.replace("_", "-") for name in refused)
-        raise ConfigError(
-            f"--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop them, "
+        raise ConfigError(_(
+            "--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop them, "
             "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache)"
-        )
+        ).format(run_dir=run_dir, flags=flags))
     if args.epochs is not None and args.epochs != config.epochs and config.schedule != "constant":
         # The schedule's shape depends on the total: resumed with another total, the learning rate would jump
         # and the run would be neither the planned one nor the longer one.
-        raise ConfigError(
-            f"{run_dir} follows a {config.schedule} schedule planned for {config.epochs} epochs; --resume can "
-            f"finish it (--epochs {config.epochs}) but not change its length: start a new run with --epochs "
-            f"{args.epochs} instead"
-        )
+        raise ConfigError(ngettext(
+            "{run_dir} follows a {schedule} schedule planned for {epochs} epoch; --resume can finish it "
+            "(--epochs {epochs}) but not change its length: start a new run with --epochs {wanted} instead",
+            "{run_dir} follows a {schedule} schedule planned for {epochs} epochs; --resume can finish it "
+            "(--epochs {epochs}) but not change its length: start a new run with --epochs {wanted} instead",
+            config.epochs,
+        ).format(run_dir=run_dir, schedule=config.schedule, epochs=config.epochs, wanted=args.epochs))
 
 
 def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return train_run(args, config, run_dir, resuming=True)
     config = config_from_flags(args)
     if cluster.coordinator is not None and args.run_dir is None:
-        raise ConfigError("multi-process training needs --run-dir DIR, the same folder for every process")
+        raise ConfigError(_("multi-process training needs --run-dir DIR, the same folder for every process"))
     # The run folder is claimed before JAX starts or data loads (process 0 claims, before joining: a refusal
     # must not leave the others waiting); from here on, a failure frees it, so the same command works again.
     created = args.run_dir is None or not Path(args.run_dir).exists()
@@ -159,8 +162,11 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx, config.members))
         rows = list(meta["metrics"])
         if state.epoch >= config.epochs:
-            raise ConfigError(f"{run_dir} already has {state.epoch} epochs; pass --epochs N with N > {state.epoch}")
-        print(f"Resuming {run_dir} from epoch {state.epoch} to {config.epochs}", flush=True)
+            raise ConfigError(ngettext("{run_dir} already has {epochs} epoch; pass --epochs N with N > {epochs}",
+                                       "{run_dir} already has {epochs} epochs; pass --epochs N with N > {epochs}",
+                                       state.epoch).format(run_dir=run_dir, epochs=state.epoch))
+        print(_("Resuming {run_dir} from epoch {epoch} to {epochs}").format(
+            run_dir=run_dir, epoch=state.epoch, epochs=config.epochs), flush=True)
     # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
     primary = jax.process_index() == 0
     if primary:
@@ -177,35 +183,53 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         if primary:
             runs.write_metrics(run_dir, rows)
 
-    what = f"{config.model} MLP" if config.members == 1 else f"{config.members} {config.model} MLPs ({describe_members(config)})"
-    print(f"Training {what} {dataset.num_features}-{'-'.join(map(str, config.hidden))}-"
-          f"{dataset.num_classes} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test, "
-          f"from {dataset.source}); loop={config.loop}; run folder {run_dir}", flush=True)
+    facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
+                                                                dataset.num_classes))),
+                 dataset=dataset.name, train=len(dataset.x_train), test=len(dataset.x_test), source=dataset.source,
+                 loop=config.loop, run_dir=run_dir)
+    if config.members == 1:
+        print(_("Training {model} MLP {layers} on {dataset} ({train} train / {test} test, from {source}); "
+                "loop={loop}; run folder {run_dir}").format(**facts), flush=True)
+    else:
+        print(_("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
+                "from {source}); loop={loop}; run folder {run_dir}").format(
+            members=config.members, grid=describe_members(config), **facts), flush=True)
     try:
         with GracefulStop(distributed=jax.process_count() > 1) as stop:
             result = fit(config, dataset, state=state, on_epoch=on_epoch, progress=sys.stderr.isatty(),
                          should_stop=stop.should_stop)
     except TrainingDivergedError as exc:
-        kept = f"the last good checkpoint is epoch {rows[-1]['epoch']} in {run_dir}" if rows else "no epoch finished"
-        raise TrainingDivergedError(f"{exc}; {kept}") from None
+        if rows:
+            message = _("{error}; the last good checkpoint is epoch {epoch} in {run_dir}").format(
+                error=exc, epoch=rows[-1]["epoch"], run_dir=run_dir)
+        else:
+            message = _("{error}; no epoch finished").format(error=exc)
+        raise TrainingDivergedError(message) from None
     except Exception as exc:
         if jax.process_count() == 1 or isinstance(exc, JaxintroError):
             raise
         # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
         # means a peer died. Leave now: JAX's shutdown barrier would wait for it, then abort.
-        kept = f"resume from epoch {rows[-1]['epoch']} with --resume {run_dir}" if rows else "no epoch finished"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        print(f"jaxintro train: error: process {jax.process_index()} lost its peers ({type(exc).__name__}: "
-              f"{first}); {kept}", file=sys.stderr, flush=True)
+        facts = dict(process=jax.process_index(), error=f"{type(exc).__name__}: {first}")
+        if rows:
+            message = _("jaxintro train: error: process {process} lost its peers ({error}); resume from epoch {epoch} "
+                        "with --resume {run_dir}").format(epoch=rows[-1]["epoch"], run_dir=run_dir, **facts)
+        else:
+            message = _("jaxintro train: error: process {process} lost its peers ({error}); no epoch finished").format(
+                **facts)
+        print(message, file=sys.stderr, flush=True)
         os._exit(1)
     finally:
         checkpointer.close()
     if primary:
         from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
 
-        title = f"{config.model} MLP on {dataset.name}"
-        if config.members > 1:
-            title = f"{config.members} x {title} (each faint, mean bold)"
+        if config.members == 1:
+            title = _("{model} MLP on {dataset}").format(model=config.model, dataset=dataset.name)
+        else:
+            title = _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
+                members=config.members, model=config.model, dataset=dataset.name)
         plot_curves(rows, run_dir / "curves.png", title=title)
 
     last = rows[-1]
@@ -234,29 +258,40 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         if primary and config.sweep:
             from jaxintro.plots import plot_sweep
 
-            summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png",
-                                                  title=f"{config.model} MLP on {dataset.name}, {last['epoch']} epochs"))
+            title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
+                             last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
+            summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png", title=title))
     if primary:
         runs.write_json(run_dir / runs.RESULT_FILE, summary)
     if config.members > 1:
         print_members(config, last, summary)
     if result.stopped_early:
-        print(f"Stopped after epoch {last['epoch']}; continue with: jaxintro train --resume {run_dir}")
+        print(_("Stopped after epoch {epoch}; continue with: jaxintro train --resume {run_dir}").format(
+            epoch=last["epoch"], run_dir=run_dir))
         if args.json:
             print(json.dumps(summary))
         return stop.exit_code()
+    # The accuracy, then the sentence it goes into: one run's, the mean of several, or a sweep's best setting.
     accuracy = f"{100 * last['test_accuracy']:.2f}%"
     if config.sweep:
         best = summary["best"]
-        accuracy = (f"{100 * best['test_accuracy']:.2f} ± {100 * best['test_accuracy_std']:.2f}% at the best setting "
-                    f"(lr {best['lr']:g}; ensemble of all {config.members} members {100 * summary['ensemble_test_accuracy']:.2f}%)")
+        accuracy = _("{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g}; ensemble of all {members} members "
+                     "{ensemble:.2f}%)").format(mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"],
+                                                lr=best["lr"], members=config.members,
+                                                ensemble=100 * summary["ensemble_test_accuracy"])
     elif config.members > 1:
-        accuracy = (f"{100 * summary['test_accuracy']:.2f} ± {100 * summary['test_accuracy_std']:.2f}% "
-                    f"(mean ± std of {config.members} members; their ensemble {100 * summary['ensemble_test_accuracy']:.2f}%)")
-    print(f"Done: test accuracy {accuracy} after {last['epoch']} epochs, "
-          f"{result.train_seconds:.1f}s training ({result.samples_per_second:,.0f} samples/s), "
-          f"compile {result.compile_seconds:.2f}s ({CACHE_WORDS[result.compile_cache]}). "
-          f"Curves: {run_dir / 'curves.png'}")
+        accuracy = _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)")
+        accuracy = accuracy.format(
+            mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=config.members,
+            ensemble=100 * summary["ensemble_test_accuracy"])
+    print(ngettext(
+        "Done: test accuracy {accuracy} after {epochs} epoch, {seconds:.1f}s training ({rate:,.0f} samples/s), "
+        "compile {compile:.2f}s ({cache}). Curves: {curves}",
+        "Done: test accuracy {accuracy} after {epochs} epochs, {seconds:.1f}s training ({rate:,.0f} samples/s), "
+        "compile {compile:.2f}s ({cache}). Curves: {curves}",
+        last["epoch"],
+    ).format(accuracy=accuracy, epochs=last["epoch"], seconds=result.train_seconds, rate=result.samples_per_second,
+             compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]), curves=run_dir / "curves.png"))
     if args.json:
         print(json.dumps(summary))
     return 0
@@ -264,13 +299,17 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
 
 def describe_members(config: TrainConfig) -> str:
     """`seeds 0..7`, or a sweep's grid in words."""
-    seeds = f"seed {config.seed}" if config.seeds == 1 else f"seeds {config.seed}..{config.seed + config.seeds - 1}"
+    if config.seeds == 1:
+        seeds = _("seed {seed}").format(seed=config.seed)
+    else:
+        seeds = _("seeds {first}..{last}").format(first=config.seed, last=config.seed + config.seeds - 1)
     if not config.sweep:
         return seeds
-    grid = [f"lr {', '.join(f'{v:g}' for v in config.lr_grid or (config.lr,))}"]
-    if config.weight_decay_grid:
-        grid.append(f"weight decay {', '.join(f'{v:g}' for v in config.weight_decay_grid)}")
-    return f"{' x '.join(grid)}; {seeds} each"
+    lrs = ", ".join(f"{v:g}" for v in config.lr_grid or (config.lr,))
+    if not config.weight_decay_grid:
+        return _("lr {lrs}; {seeds} each").format(lrs=lrs, seeds=seeds)
+    return _("lr {lrs} x weight decay {decays}; {seeds} each").format(
+        lrs=lrs, decays=", ".join(f"{v:g}" for v in config.weight_decay_grid), seeds=seeds)
 
 
 def sweep_settings(config: TrainConfig, last: dict[str, Any]) -> list:
@@ -309,28 +348,38 @@ def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_secon
 def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, Any]) -> None:
     """The final table: every member, then (a sweep) every setting and the best one."""
     def pct(value: float | None) -> str:
-        return "diverged" if value is None or not math.isfinite(value) else f"{100 * value:6.2f}%"
+        return _("diverged") if value is None or not math.isfinite(value) else f"{100 * value:6.2f}%"
 
     def decay(value: float) -> str:  # only adamw decays the weights
         return f"{value:.2g}" if config.optimizer == "adamw" else "-"
 
-    print(f"{'member':>6} {'seed':>6} {'lr':>8} {'wd':>8} {'test acc':>9} {'train acc':>9} {'loss':>8}")
+    # Column headings, each translated alone; a column widens to fit a longer translation.
+    heads = [_("member"), _("seed"), "lr", "wd", _("test acc"), _("train acc"), _("loss")]
+    widths = [max(width, len(head)) for head, width in zip(heads, (6, 6, 8, 8, 9, 9, 8))]
+    print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
     for k, m in enumerate(summary["members"]):
         loss = "-" if m["final_loss"] is None else f"{m['final_loss']:.4f}"
-        print(f"{k:>6} {m['seed']:>6} {m['lr']:>8.2g} {decay(m['weight_decay']):>8} {pct(m['test_accuracy']):>9} "
-              f"{pct(m['train_accuracy']):>9} {loss:>8}")
-    print(f"Ensemble (averaged probabilities of the members): {pct(summary['ensemble_test_accuracy']).strip()} test accuracy")
+        cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
+                 pct(m["train_accuracy"]), loss]
+        print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
+    print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
+        accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
     if not config.sweep:
         return
-    print(f"{'lr':>8} {'wd':>8} {'test acc (mean ± std over ' + str(config.seeds) + ' seeds)':>40}")
+    spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
+                      config.seeds).format(n=config.seeds)
+    col = max(40, len(spread))  # a longer translation widens the column
+    print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
     for s in summary["settings"]:
-        cell = "diverged" if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
+        cell = _("diverged") if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
             f"{100 * s['test_accuracy']:.2f} ± {100 * s['test_accuracy_std']:.2f}%")
-        note = f"  ({s['diverged']} diverged)" if s["diverged"] else ""
-        print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>40}{note}")
+        note = "  " + ngettext("({n} diverged)", "({n} diverged)", s["diverged"]).format(n=s["diverged"]) \
+            if s["diverged"] else ""
+        print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>{col}}{note}")
     best = summary["best"]
-    print(f"Best: lr {best['lr']:g}, weight decay {best['weight_decay']:g}: {100 * best['test_accuracy']:.2f} ± "
-          f"{100 * best['test_accuracy_std']:.2f}%. Plot: {summary['sweep_png']}")
+    print(_("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}").format(
+        lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
+        std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
     verdict = compare_with_lesson(summary["settings"], best)
     if verdict:
         print(verdict)
@@ -346,9 +395,9 @@ def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) ->
     gap = 100 * (best["test_accuracy"] - base["test_accuracy"])
     noise = 100 * math.hypot(best["test_accuracy_std"], base["test_accuracy_std"])
     if best["lr"] == lesson_lr:
-        return f"The lesson's lr {lesson_lr:g} is the best of this grid."
+        return _("The lesson's lr {lr:g} is the best of this grid.").format(lr=lesson_lr)
     if gap > noise:
-        return (f"lr {best['lr']:g} beats the lesson's {lesson_lr:g} by {gap:.2f} points, more than the seeds' "
-                f"spread ({noise:.2f}).")
-    return (f"No setting beats the lesson's lr {lesson_lr:g} by more than the seeds' spread: the best is {gap:.2f} "
-            f"points higher, within {noise:.2f}.")
+        return _("lr {best:g} beats the lesson's {lr:g} by {gap:.2f} points, more than the seeds' spread "
+                 "({noise:.2f}).").format(best=best["lr"], lr=lesson_lr, gap=gap, noise=noise)
+    return _("No setting beats the lesson's lr {lr:g} by more than the seeds' spread: the best is {gap:.2f} points "
+             "higher, within {noise:.2f}.").format(lr=lesson_lr, gap=gap, noise=noise)
