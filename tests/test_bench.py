@@ -138,3 +138,12 @@ def test_vmap_row_counts_all_its_models_and_the_members_pair_is_reported(tmp_pat
     assert pair["peak_rss_ratio"] == pytest.approx(pair["one_process"]["peak_rss_mb"] / pair["sequential"]["peak_rss_mb"])
     # Both sides trained the same two models: seeds 0 and 1, the same mean accuracy.
     assert pair["one_process"]["test_accuracy"] == pytest.approx(pair["sequential"]["test_accuracy"], abs=0.005)
+
+
+def test_the_spread_compares_time_per_sample_when_a_row_trains_several_models():
+    row = bench.RowResult
+    rounds = [[row("scan-epoch", ms_per_step=1.0), row("vmap-seeds-8", ms_per_step=8.8, models=8)],
+              [row("scan-epoch", ms_per_step=1.0), row("vmap-seeds-8", ms_per_step=7.2, models=8)]]
+    spread = bench.spread_over_rounds(rounds)
+    assert spread["vmap-seeds-8"]["ms_per_step"] == (7.2, 8.8)
+    assert spread["scan-epoch"]["speedup"]["vmap-seeds-8"] == pytest.approx((0.9, 1.1))

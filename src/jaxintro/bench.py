@@ -403,7 +403,10 @@ def median_round(results: list[RowResult]) -> RowResult:
 
 
 def spread_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
-    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round."""
+    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round.
+
+    The speed-up compares time per sample, so a row that trains several models counts all of them.
+    """
     spread: dict[str, Any] = {}
     for i, first in enumerate(rounds[0]):
         runs = [r[i] for r in rounds if not (r[i].skipped or r[i].error)]
@@ -418,7 +421,8 @@ def spread_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
         for results in rounds:
             by_name = {r.name: r for r in results if not (r.skipped or r.error)}
             if name in by_name and "scan-epoch" in by_name:
-                ratios.append(by_name[name].ms_per_step / by_name["scan-epoch"].ms_per_step)
+                row, scan = by_name[name], by_name["scan-epoch"]
+                ratios.append((row.ms_per_step / row.models) / (scan.ms_per_step / scan.models))
         spread["scan-epoch"]["speedup"][name] = (min(ratios), max(ratios))
     return spread
 

@@ -377,9 +377,12 @@ def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, 
             if s["diverged"] else ""
         print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>{col}}{note}")
     best = summary["best"]
-    print(_("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}").format(
-        lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
-        std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
+    if config.optimizer == "adamw":
+        line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
+    else:  # only adamw decays the weights: naming a weight decay would mislead
+        line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
+    print(line.format(lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
+                      std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
     verdict = compare_with_lesson(summary["settings"], best)
     if verdict:
         print(verdict)
