@@ -141,6 +141,11 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     assert summary["param_count"] == 64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # one model's
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and len(rows[-1]["members"]["test_accuracy"]) == 3
+    # Where the process's time went: every phase measured, and the phases add up to the whole.
+    times = summary["time_breakdown"]
+    assert times["train"] == summary["train_seconds"] and times["compile"] == summary["compile_seconds"]
+    assert all(times[name] > 0 for name in ("setup", "data", "compile", "train", "eval", "checkpoint", "plot"))
+    assert sum(v for k, v in times.items() if k != "total") == pytest.approx(times["total"])
     assert (run / "curves.png").stat().st_size > 0
 
     evaluated = run_json(capsys, "evaluate", str(run), "--json")

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 import warnings
 from typing import Sequence
 
@@ -271,10 +272,12 @@ def language_flag(argv: Sequence[str] | None) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jaxintro` console script."""
+    started = time.perf_counter()
     warnings.formatwarning = _format_warning
     set_language(language_flag(argv))  # first: the parser's help and errors are in this language
     args = build_parser().parse_args(argv)
     args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
+    args.started = started  # `train --json` reports the time from here on, phase by phase
     command = importlib.import_module(f"jaxintro.commands.{args.command}")
     try:
         return command.run(args)

@@ -358,6 +358,7 @@ class FitResult:
     compile_seconds: float
     samples_per_second: float  # all members together, with several
     compile_cache: str = "off"  # the training program came from the persistent cache ("hit"), or not
+    eval_seconds: float = 0.0  # evaluating after every epoch (the first time includes compiling the evaluation)
     stopped_early: bool = False
 
 
@@ -450,6 +451,7 @@ def fit(
     history: list[EpochMetrics] = []
     step_metrics: list[dict[str, np.ndarray]] = []
     train_seconds = 0.0
+    eval_seconds = 0.0
     stopped = False
     epochs = range(state.epoch + 1, config.epochs + 1)
     bar = tqdm(total=len(epochs) * (1 if config.loop == "scan" else trainer.steps_per_epoch),
@@ -470,9 +472,11 @@ def fit(
         else:
             check_finite(metrics, epoch, trainer.steps_per_epoch)
 
+        eval_start = time.perf_counter()
         train_correct, _train_loss = to_host(eval_fn(state.params, *evals["train"]))
         test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
         ensemble_correct = to_host(ensemble_eval_fn(state.params, *evals["test"]))[0] if members > 1 else None
+        eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation programs were compiled just now
         row = epoch_row(
@@ -501,6 +505,7 @@ def fit(
         compile_seconds=compile_seconds,
         samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
         compile_cache=compile_cache,
+        eval_seconds=eval_seconds,
         stopped_early=stopped,
     )
 

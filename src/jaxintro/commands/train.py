@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from jaxintro.i18n import N_, _, ngettext
 CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
                "miss": N_("training program compiled, then stored in the persistent cache"),
                "off": N_("persistent cache off")}
+# The phases of `time_breakdown`, as the summary line names them.
+TIME_WORDS = {"setup": N_("set-up"), "data": N_("data"), "compile": N_("compile"), "train": N_("training"),
+              "eval": N_("evaluation"), "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +158,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     from jaxintro.signals import GracefulStop
     from jaxintro.train import Trainer, fit
 
+    clock = {"data": time.perf_counter()}
     dataset = load_dataset(config.dataset, config.data_dir)
+    clock["data_done"] = time.perf_counter()
+    checkpoint_seconds = 0.0
     rows: list[dict[str, Any]] = []
     state = None
     if resuming:
@@ -176,12 +183,15 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         checkpointer.discard_after(state.epoch)
 
     def on_epoch(state, row) -> None:
+        nonlocal checkpoint_seconds
+        start = time.perf_counter()
         rows.append(row.as_row())
         # First the state, then the metrics that describe it.
         checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
                                                 "classes": list(dataset.classes), "features": dataset.num_features})
         if primary:
             runs.write_metrics(run_dir, rows)
+        checkpoint_seconds += time.perf_counter() - start
 
     facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
                                                                 dataset.num_classes))),
@@ -222,6 +232,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         os._exit(1)
     finally:
         checkpointer.close()
+    clock["plot"] = time.perf_counter()
     if primary:
         from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
 
@@ -261,6 +272,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
             title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
                              last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
             summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png", title=title))
+    clock["plot_done"] = time.perf_counter()
+    summary["time_breakdown"] = time_breakdown(getattr(args, "started", clock["data"]), clock, result,
+                                               checkpoint_seconds)
     if primary:
         runs.write_json(run_dir / runs.RESULT_FILE, summary)
     if config.members > 1:
@@ -292,6 +306,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         last["epoch"],
     ).format(accuracy=accuracy, epochs=last["epoch"], seconds=result.train_seconds, rate=result.samples_per_second,
              compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]), curves=run_dir / "curves.png"))
+    times = summary["time_breakdown"]
+    print(_("Time: {parts}; {total:.1f}s in all").format(
+        parts=", ".join(f"{_(TIME_WORDS[name])} {times[name]:.1f}s" for name in TIME_WORDS), total=times["total"]))
     if args.json:
         print(json.dumps(summary))
     return 0
@@ -404,3 +421,17 @@ def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) ->
                  "({noise:.2f}).").format(best=best["lr"], lr=lesson_lr, gap=gap, noise=noise)
     return _("No setting beats the lesson's lr {lr:g} by more than the seeds' spread: the best is {gap:.2f} points "
              "higher, within {noise:.2f}.").format(lr=lesson_lr, gap=gap, noise=noise)
+
+
+def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpoint_seconds: float) -> dict[str, float]:
+    """Where the process's time went, in seconds, from the command line's start to the summary.
+
+    `setup` is imports, JAX's start and the run folder; `train` the epochs alone; `eval` the evaluation
+    after every epoch; `checkpoint` the saves and metrics files; `plot` the curves (and importing
+    matplotlib); `other` what is left (the first epoch's wait for the compiled program, the loop itself).
+    """
+    total = clock["plot_done"] - started
+    parts = {"setup": clock["data"] - started, "data": clock["data_done"] - clock["data"],
+             "compile": result.compile_seconds, "train": result.train_seconds, "eval": result.eval_seconds,
+             "checkpoint": checkpoint_seconds, "plot": clock["plot_done"] - clock["plot"]}
+    return {**parts, "other": max(total - sum(parts.values()), 0.0), "total": total}
