@@ -307,8 +307,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     ).format(accuracy=accuracy, epochs=last["epoch"], seconds=result.train_seconds, rate=result.samples_per_second,
              compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]), curves=run_dir / "curves.png"))
     times = summary["time_breakdown"]
+    labels = {name: _(word) for name, word in TIME_WORDS.items()}
     print(_("Time: {parts}; {total:.1f}s in all").format(
-        parts=", ".join(f"{_(TIME_WORDS[name])} {times[name]:.1f}s" for name in TIME_WORDS), total=times["total"]))
+        parts=", ".join(f"{labels[name]} {times[name]:.1f}s" for name in TIME_WORDS), total=times["total"]))
     if args.json:
         print(json.dumps(summary))
     return 0
