@@ -320,6 +320,60 @@ def row_torch(plan: Plan, *, compile: bool) -> RowResult:
     return result
 
 
+def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:
+    """The lesson's own training script, as it writes it: float32 host arrays sliced per batch in Python.
+
+    One jitted `train_step` per batch, a fresh permutation each epoch, and after each epoch the
+    accuracy on the first 5,000 training images and on the test set; the plan's initial parameters,
+    so it trains the same model as every other row.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    x_train = plan.x.astype(np.float32) / 255.0  # the lesson keeps the data as float32 NumPy arrays
+    y_train = plan.y
+    x_eval = x_test.astype(np.float32) / 255.0
+    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
+    params = [(jnp.asarray(plan.params[f"{n}.w"]), jnp.asarray(plan.params[f"{n}.b"])) for n in names]
+
+    def forward(params, x):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        return x @ w + b
+
+    def loss_fn(params, x, y):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(forward(params, x)), y[:, None], axis=1))
+
+    optimizer = optax.adam(1e-3)
+    opt_state = optimizer.init(params)
+
+    @jax.jit
+    def train_step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    @jax.jit
+    def accuracy(params, x, y):
+        return jnp.mean(jnp.argmax(forward(params, x), -1) == y)
+
+    key = jax.random.key(plan.seed)
+    steps = len(x_train) // plan.batch
+    test_acc = 0.0
+    for epoch in range(epochs):
+        key, perm_key = jax.random.split(key)
+        perm = np.asarray(jax.random.permutation(perm_key, len(x_train)))
+        for i in range(steps):
+            idx = perm[i * plan.batch:(i + 1) * plan.batch]
+            params, opt_state, loss = train_step(params, opt_state, x_train[idx], y_train[idx])
+        train_acc = float(accuracy(params, x_train[:5000], y_train[:5000]))
+        test_acc = float(accuracy(params, x_eval, y_test))
+        print(f"Epoch {epoch + 1} | Loss: {float(loss):.4f} | Train Acc: {train_acc:.4f} | Test Acc: {test_acc:.4f}")
+    return {"test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
+
+
 def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:
     """The same job as `jaxintro train` in PyTorch eager: epochs reshuffled, full train/test accuracy each epoch."""
     import torch
@@ -446,18 +500,21 @@ def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]
 
 
 def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10) -> list[dict[str, Any]]:
-    """Whole 10-epoch training processes: scan vs the lesson's loop, cold and warm compile cache, and PyTorch."""
+    """Whole 10-epoch training processes: the lesson's own script, PyTorch, and `jaxintro train` (scan and the
+    lesson's loop, cold and warm compile cache)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "torch.json"
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "torch-job", str(plan_path), str(out),
-                               str(epochs)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise JaxintroError(_("the timed PyTorch job failed (exit {code}): {line}").format(
-                code=proc.returncode, line=last_line(proc.stderr)))
-        rows.append({"loop": "torch-eager", "cache": "-", "wall_seconds": time.perf_counter() - start,
-                     "compile_cache": "-", **json.loads(out.read_text())})
+        for job, loop in (("lesson-job", "lesson"), ("torch-job", "torch-eager")):
+            out = Path(tmp) / f"{job}.json"
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", job, str(plan_path), str(out),
+                                   str(epochs)], capture_output=True, text=True,
+                                  env={**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache-lesson")})
+            if proc.returncode != 0:
+                raise JaxintroError(_("the timed job {job} failed (exit {code}): {line}").format(
+                    job=job, code=proc.returncode, line=last_line(proc.stderr)))
+            rows.append({"loop": loop, "cache": "-", "wall_seconds": time.perf_counter() - start,
+                         "compile_cache": "-", **json.loads(out.read_text())})
         for loop in ("scan", "python"):
             env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"cache-{loop}")}
             for cache in ("cold", "warm"):
@@ -493,9 +550,10 @@ def main() -> None:
     """Child-process entry: `python -m jaxintro.bench ROW PLAN.npz OUT.json`."""
     name, plan_path, out = sys.argv[1:4]
     plan = Plan.load(Path(plan_path))
-    if name == "torch-job":
+    jobs = {"torch-job": torch_job, "lesson-job": lesson_job}
+    if name in jobs:
         z = np.load(plan_path)
-        Path(out).write_text(json.dumps(torch_job(plan, z["x_test"], z["y_test"], int(sys.argv[4]))))
+        Path(out).write_text(json.dumps(jobs[name](plan, z["x_test"], z["y_test"], int(sys.argv[4]))))
         return
     result = run_row(name, plan)
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))

@@ -139,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
             print(_("  {loop:<11} cache={cache:<5} {wall:7.1f}s wall  peak RSS {rss:6.0f} MB  test acc {accuracy:.2f}%")
                   .format(loop=row["loop"], cache=row["cache"], wall=row["wall_seconds"], rss=row["peak_rss_mb"],
                           accuracy=100 * row["test_accuracy"]))
+        by_job = {(row["loop"], row["cache"]): row["wall_seconds"] for row in report["end_to_end"]}
+        report["train_vs_lesson"] = {cache: by_job[("scan", cache)] / by_job[("lesson", "-")]
+                                     for cache in ("cold", "warm")}
+        print(_("  jaxintro train (scan) / the lesson's script: {cold:.2f}x the wall time with a cold compile "
+                "cache, {warm:.2f}x warm").format(**report["train_vs_lesson"]))
     if args.e2e_seeds:
         data_args = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
         print("\n" + _("End to end: one `train --seeds {n}` process against {n} sequential `train --seed k` processes, "
