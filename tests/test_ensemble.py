@@ -90,6 +90,12 @@ def test_a_sweep_compiles_its_epoch_once(data):
         jax.monitoring.unregister_event_duration_listener(listen)
     assert len(result.history) == 2
     assert sum("train_epoch" in name for name in compiled) == 1, compiled
+    # One program, yet each member trained with its own rate: the rates are in the state, and the
+    # members that share a seed but not a rate ended apart.
+    lrs = result.state.opt_state.hyperparams["learning_rate"]
+    np.testing.assert_allclose(np.asarray(lrs), [1e-4] * 2 + [3e-4] * 2 + [1e-3] * 2 + [3e-3] * 2, rtol=1e-6)
+    first, last = member(result.state.params, 0), member(result.state.params, 6)  # seed 0 at 1e-4 and 3e-3
+    assert max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(first), jax.tree.leaves(last))) > 1e-3
     # The learning rates are inputs of the program, not constants baked into it: another grid of the same
     # size lowers to the very same program, while two plain runs with different rates do not.
     def epoch_text(config: TrainConfig) -> str:
@@ -210,12 +216,26 @@ def test_memory_estimate_refuses_what_would_not_fit():
     assert check_memory(config, sizes, 60_000, available=64 * 2**30) == need
     with pytest.raises(ConfigError, match=r"8 members need about .* GiB.*at most about 4 at once"):
         check_memory(config, sizes, 60_000, available=int(need / 0.6 / 2 + 1))
+    # The plan keeps a margin: filling 80% of what is available is already refused.
+    with pytest.raises(ConfigError, match="members need about"):
+        check_memory(config, sizes, 60_000, available=int(need / 0.8))
+
+
+def test_too_many_members_for_memory_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    from jaxintro import ensemble
+
+    monkeypatch.setattr(ensemble, "available_memory_bytes", lambda: 2 * 2**30)  # whatever this machine has
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--seeds", "500", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "500 members need about" in err and "GiB available" in err and len(err.strip().splitlines()) == 1
+    assert not run.exists()
 
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "--seeds", "0"], "--seeds: expected an integer >= 1"),
     (["train", "--seeds", "-3"], "--seeds: expected an integer >= 1"),
-    (["train", "--seeds", "100000"], "members need about"),
+    (["sweep", "--lr", "1e-3", "--seeds", "1"], "a sweep compares several models"),
     (["train", "--seeds", "2", "--loop", "python"], "need --loop scan"),
     (["train", "--seeds", "2", "--devices", "2"], "run on one device"),
     (["sweep", "--lr", ""], "--lr needs at least one value"),
@@ -253,3 +273,25 @@ def test_serve_predicts_with_the_ensemble_and_says_so(tmp_path, capsys):
                         for k in range(2)])
     np.testing.assert_allclose(answer["probabilities"], members.mean(0), atol=1e-6)
     np.testing.assert_allclose(predict_proba(loaded, (x[None] * 255).astype(np.uint8))[0].sum(), 1.0, rtol=1e-5)
+
+
+def test_a_setting_whose_members_all_diverged_is_null_in_strict_json(tmp_path, capsys):
+    def strict(text: str) -> dict:
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in the JSON"))
+
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        assert main(["sweep", "--dataset", "digits", "--epochs", "1", "--optimizer", "sgd", "--lr", "0.1,1e11",
+                     "--seeds", "2", "--run-dir", str(tmp_path / "sweep"), "--json"]) == 0
+    out = capsys.readouterr().out
+    summary = strict(out.strip().splitlines()[-1])
+    assert strict((tmp_path / "sweep" / "result.json").read_text()) == summary
+    good, bad = summary["settings"]
+    assert bad["test_accuracy"] is None and bad["diverged"] == 2 and good["test_accuracy"] > 0.1
+    assert summary["best"]["lr"] == 0.1 and summary["test_accuracy"] == good["test_accuracy"]
+
+
+def test_one_seed_per_setting_claims_no_significance(tmp_path, capsys):
+    assert main(["sweep", "--dataset", "digits", "--epochs", "1", "--lr", "1e-3,3e-3", "--seeds", "1",
+                 "--run-dir", str(tmp_path / "sweep")]) == 0
+    out = capsys.readouterr().out
+    assert "Best: lr" in out and "spread" not in out and "best of this grid" not in out

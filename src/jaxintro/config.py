@@ -83,6 +83,10 @@ class TrainConfig:
         check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:
             raise ConfigError(_("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)"))
+        if self.sweep and self.members < 2:
+            # One setting and one seed is a plain run: `train` says so better than a table of one row.
+            raise ConfigError(_("a sweep compares several models: give two values or more (--lr 1e-3,3e-3) or "
+                                "--seeds 2; for one model use `jaxintro train`"))
         if self.members > 1 and self.loop != "scan":
             raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one vmapped "
                                 "program per epoch"))

@@ -79,7 +79,11 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
 
 
 def available_memory_bytes() -> int:
-    """Memory this process could still take: MemAvailable from /proc/meminfo, else physical memory."""
+    """Memory the members could still take: the accelerator's free memory, or on a CPU, MemAvailable."""
+    if jax.default_backend() != "cpu":  # the members live in device memory, not in the host's
+        stats = jax.local_devices()[0].memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
     try:
         with open("/proc/meminfo") as f:
             for line in f:

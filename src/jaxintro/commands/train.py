@@ -360,7 +360,20 @@ def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_secon
         best = best_setting(settings)
         summary["best"] = {"lr": best.lr, "weight_decay": best.weight_decay, "test_accuracy": best.mean,
                            "test_accuracy_std": best.std}
-    return summary
+        # A sweep's headline is its best setting (as the summary line says), not a mean across settings.
+        summary["test_accuracy"], summary["test_accuracy_std"] = best.mean, best.std
+    return _finite_or_null(summary)
+
+
+def _finite_or_null(value: Any) -> Any:
+    """NaN (a setting whose members all diverged) as JSON's null: `json.dumps` would write a bare NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, Any]) -> None:
@@ -401,7 +414,7 @@ def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, 
         line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
     print(line.format(lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
                       std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
-    verdict = compare_with_lesson(summary["settings"], best)
+    verdict = compare_with_lesson(summary["settings"], best) if config.seeds > 1 else None  # one seed: no spread
     if verdict:
         print(verdict)
 
