@@ -106,9 +106,9 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help=_("global batch size"))
     p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS, help=_("optimizer"))
     if grid:  # parsed and checked by `jaxintro.config.parse_grid`, which names the flag in its errors
-        p.add_argument("--lr", dest="lr_grid", default="1e-4,3e-4,1e-3,3e-3",
+        p.add_argument("--lr", dest="lr_grid", metavar="LR,LR,...", default="1e-4,3e-4,1e-3,3e-3",
                        help=_("learning rates to compare, comma-separated (peak values, with a schedule)"))
-        p.add_argument("--weight-decay", dest="weight_decay_grid", default=None,
+        p.add_argument("--weight-decay", dest="weight_decay_grid", metavar="WD,WD,...", default=None,
                        help=_("weight decays to compare, comma-separated, for adamw (default: {weight_decay})").format(
                            weight_decay=d.weight_decay))
     else:
