@@ -117,6 +117,11 @@ def test_the_ensemble_averages_the_members_probabilities():
     # A diverged member (NaN parameters) is left out of the average rather than poisoning it.
     broken = jax.tree.map(lambda leaf: leaf.at[2].set(jnp.nan), params)
     np.testing.assert_allclose(np.exp(ensemble.apply(broken, x)), np.mean(probs[:2], 0), rtol=1e-5)
+    # The choice is per image: an image is averaged over the same members whatever else is in its batch.
+    overflow = x.at[0].set(jnp.inf)  # every member's probabilities for image 0 are NaN now
+    out = np.exp(ensemble.apply(params, overflow))
+    np.testing.assert_allclose(out[1:], np.exp(ensemble.apply(params, x[1:])), rtol=1e-5)
+    np.testing.assert_allclose(out[1:], np.mean(probs[:, 1:], 0), rtol=1e-5)
 
 
 def test_a_diverged_member_is_reported_and_left_out(data):

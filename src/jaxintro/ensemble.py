@@ -48,15 +48,16 @@ def ensemble_model(model: Model) -> Model:
     """The members as one model: its log-probabilities are the log of their averaged softmax probabilities.
 
     `apply(stacked_params, x, key)` runs every member on the same images (vmapped over the parameters
-    only). A member whose training diverged (non-finite probabilities) is left out of the average, so
-    one bad learning rate in a sweep does not erase the others' ensemble.
+    only). A member whose probabilities for an image are not finite (its training diverged) is left
+    out of that image's average, so one bad learning rate in a sweep does not erase the others'
+    ensemble. The choice is made image by image, so it does not depend on how images are chunked.
     """
 
     def apply(params, x, key=None):
-        probs = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, x, None)))(params)
-        finite = jnp.all(jnp.isfinite(probs), axis=(1, 2))
-        mean = jnp.sum(jnp.where(finite[:, None, None], probs, 0.0), 0) / jnp.maximum(jnp.sum(finite), 1)
-        return jnp.log(mean)
+        probs = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, x, None)))(params)  # (members, batch, classes)
+        valid = jnp.all(jnp.isfinite(probs), axis=-1)  # (members, batch)
+        total = jnp.sum(jnp.where(valid[..., None], probs, 0.0), 0)
+        return jnp.log(total / jnp.maximum(jnp.sum(valid, 0), 1)[:, None])
 
     def init(key):
         raise TypeError("an ensemble is built from trained members, not initialised")
