@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -144,14 +144,3 @@ def summarize_settings(members: Sequence[Member], accuracies: Sequence[float]) -
 def best_setting(settings: Sequence[Setting]) -> Setting:
     """The setting with the highest mean test accuracy (diverged settings last)."""
     return max(settings, key=lambda s: s.mean if math.isfinite(s.mean) else -math.inf)
-
-
-def stack(trees: Sequence[Any]) -> Any:
-    """Pytrees of the same structure stacked leaf by leaf on a new leading (member) axis."""
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
-
-
-def unstack(tree: Any, index: int) -> Any:
-    """Member `index` of a stacked pytree."""
-    return jax.tree.map(lambda leaf: leaf[index], tree)
-
