@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -269,9 +268,14 @@ def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
     return torch.nn.Sequential(*modules)
 
 
-def _torch_model(plan: Plan):
+def plan_layers(plan: Plan) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The plan's initial (w (in, out), b) per layer, in layer order ("layer10" after "layer2")."""
     names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
-    return torch_mlp([(plan.params[f"{name}.w"], plan.params[f"{name}.b"]) for name in names])
+    return [(plan.params[f"{name}.w"], plan.params[f"{name}.b"]) for name in names]
+
+
+def _torch_model(plan: Plan):
+    return torch_mlp(plan_layers(plan))
 
 
 def row_torch(plan: Plan, *, compile: bool) -> RowResult:
@@ -334,8 +338,7 @@ def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int =
     x_train = plan.x.astype(np.float32) / 255.0  # the lesson keeps the data as float32 NumPy arrays
     y_train = plan.y
     x_eval = x_test.astype(np.float32) / 255.0
-    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
-    params = [(jnp.asarray(plan.params[f"{n}.w"]), jnp.asarray(plan.params[f"{n}.b"])) for n in names]
+    params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in plan_layers(plan)]
 
     def forward(params, x):
         for w, b in params[:-1]:
@@ -441,11 +444,6 @@ def last_line(text: str | None) -> str:
     """The last non-empty line of a child's output (where Python puts the exception), cut to 300 characters."""
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else _("no output")
-
-
-def finite_or_none(value: Any) -> Any:
-    """A float as JSON can hold it: NaN and infinities become None."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def median_round(results: list[RowResult]) -> RowResult:

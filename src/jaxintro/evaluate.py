@@ -92,8 +92,8 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
 
 def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
     """Each member's own test accuracy (the members of an ensemble run, one by one)."""
-    from jaxintro.train import count_correct
+    from jaxintro.train import jit_count_correct
 
-    correct = jax.jit(jax.vmap(functools.partial(count_correct, model=run.member_model), in_axes=(0, None, None)))
+    correct = jit_count_correct(run.member_model, run.members)
     counts, _losses = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
     return [int(c) / len(dataset.x_test) for c in np.asarray(counts)]

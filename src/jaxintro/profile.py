@@ -502,29 +502,25 @@ class ProfileReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (NaN as null)."""
-        def clean(value: Any) -> Any:
-            if isinstance(value, float) and not math.isfinite(value):
-                return None
-            return str(value) if isinstance(value, Path) else value
+        from jaxintro.runs import json_safe
 
         table = self.table
-        return {
+        return json_safe({
             "dataset": self.dataset, "model": self.model, "layers": list(self.layers), "loop": self.loop,
             "batch_size": self.batch_size, "steps": self.steps, "images": self.images,
             "images_repeated": self.images_repeated, "out_dir": str(self.out_dir),
-            "trace_file": str(self.trace_file), "xplane_file": clean(self.xplane_file),
+            "trace_file": str(self.trace_file), "xplane_file": str(self.xplane_file) if self.xplane_file else None,
             "hlo_files": {k: str(v) for k, v in self.hlo_files.items()},
             "repeats": self.repeats, "untraced_step_ms": self.untraced_step_s * 1e3,
             "traced_step_ms": self.traced_step_s * 1e3,
-            "ops": [{k: clean(v) for k, v in row._asdict().items()} for row in table.rows],
+            "ops": [row._asdict() for row in table.rows],
             "ops_us_per_step": table.ops_us_per_step, "gaps_us_per_step": table.gaps_us_per_step,
             "window_us_per_step": table.window_us_per_step, "outside_us_per_step": table.outside_us_per_step,
-            "cost_analysis": {k: clean(v) for k, v in self.cost.items()},
+            "cost_analysis": dict(self.cost),
             "analytic_matmul_flops": self.analytic_flops,
-            "roofline": {**{k: clean(v) for k, v in self.roofline._asdict().items()},
-                         "fraction": clean(self.roofline.fraction), "matmul_n": self.matmul_n,
+            "roofline": {**self.roofline._asdict(), "fraction": self.roofline.fraction, "matmul_n": self.matmul_n,
                          "bandwidth_mib": self.bandwidth_mib},
-        }
+        })
 
 
 def window_images(x: np.ndarray, y: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -634,7 +630,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     table = op_table(ops, modules, steps, traced_s / steps * 1e6)
 
     cost = cost_numbers(step_program.cost_analysis())
-    layers = (dataset.num_features, *config.hidden, dataset.num_classes)
+    layers = trainer.model.sizes
     untraced_s = statistics.median(times) / steps
     peaks.append(bench.measure_matmul_gflops(matmul_n))
     bandwidths.append(measure_bandwidth_gbs(bandwidth_mib))

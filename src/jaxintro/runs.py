@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
+import math
 import os
 import socket
 import tempfile
@@ -38,6 +39,20 @@ def write_atomic(path: Path, text: str) -> None:
 def write_json(path: Path, obj: Any) -> None:
     """Atomically write `obj` as indented JSON."""
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as JSON can hold it: NaN and infinities (a row that did not run, a member that diverged) become null.
+
+    `json.dumps` would write a bare `NaN`, which is not JSON.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
 
 
 def read_json(path: Path) -> Any:

@@ -187,6 +187,14 @@ def count_correct(
     return correct, loss
 
 
+def jit_count_correct(model: Model, members: int = 1) -> Callable:
+    """`count_correct` of `model`, compiled; with several members, per member (vmapped over stacked parameters)."""
+    evaluate = functools.partial(count_correct, model=model)
+    if members > 1:
+        evaluate = jax.vmap(evaluate, in_axes=(0, None, None))
+    return jax.jit(evaluate)
+
+
 # ---------------------------------------------------------------- the trainer
 
 
@@ -293,10 +301,7 @@ class Trainer:
 
     def jit_eval(self) -> Callable:
         """Correct count and summed loss over a chunked set, compiled (per member, with several)."""
-        evaluate = functools.partial(count_correct, model=self.model)
-        if self.config.members > 1:
-            evaluate = jax.vmap(evaluate, in_axes=(0, None, None))
-        return jax.jit(evaluate)
+        return jit_count_correct(self.model, self.config.members)
 
     def jit_ensemble_eval(self) -> Callable:
         """Correct count and summed loss of the members' averaged probabilities, compiled."""
@@ -339,11 +344,9 @@ class EpochMetrics(NamedTuple):
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
-        row = {name: value for name, value in self._asdict().items() if value is not None}
-        if self.members is not None:
-            row["members"] = {name: [v if math.isfinite(v) else None for v in values]
-                              for name, values in self.members.items()}
-        return row
+        from jaxintro.runs import json_safe
+
+        return json_safe({name: value for name, value in self._asdict().items() if value is not None})
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro import bench
     from jaxintro.data import load_dataset
     from jaxintro.plots import plot_bars
-    from jaxintro.runs import write_json
+    from jaxintro.runs import json_safe, write_json
 
     dataset = load_dataset(args.dataset, args.data_dir)
     plan = bench.make_plan(dataset.x_train, dataset.y_train, seed=args.seed, repeats=args.repeats,
@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
         "matmul_gflops": matmul_gflops,
         "train_flops_per_step": flops,
         # A row that did not run has no numbers: null in the JSON, not NaN (which JSON does not have).
-        "rows": [{k: bench.finite_or_none(getattr(r, k)) for k in ("name", "compile_seconds", "ms_per_step",
-                                                               "samples_per_second", "fraction_of_peak",
-                                                               "peak_rss_mb", "models", "skipped", "error")}
+        "rows": [json_safe({k: getattr(r, k) for k in ("name", "compile_seconds", "ms_per_step", "samples_per_second",
+                                                        "fraction_of_peak", "peak_rss_mb", "models", "skipped",
+                                                        "error")})
                  for r in results],
     }
     print("\n" + _("float32 matmul rate (jitted 2048x2048): {gflops:.1f} GFLOP/s; training FLOPs per step "

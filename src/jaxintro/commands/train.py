@@ -278,7 +278,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     if primary:
         runs.write_json(run_dir / runs.RESULT_FILE, summary)
     if config.members > 1:
-        print_members(config, last, summary)
+        print_members(config, summary)
     if result.stopped_early:
         print(_("Stopped after epoch {epoch}; continue with: jaxintro train --resume {run_dir}").format(
             epoch=last["epoch"], run_dir=run_dir))
@@ -362,21 +362,12 @@ def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_secon
                            "test_accuracy_std": best.std}
         # A sweep's headline is its best setting (as the summary line says), not a mean across settings.
         summary["test_accuracy"], summary["test_accuracy_std"] = best.mean, best.std
-    return _finite_or_null(summary)
+    from jaxintro.runs import json_safe
+
+    return json_safe(summary)  # a setting whose members all diverged has a NaN mean: null in the JSON
 
 
-def _finite_or_null(value: Any) -> Any:
-    """NaN (a setting whose members all diverged) as JSON's null: `json.dumps` would write a bare NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_null(v) for v in value]
-    return value
-
-
-def print_members(config: TrainConfig, last: dict[str, Any], summary: dict[str, Any]) -> None:
+def print_members(config: TrainConfig, summary: dict[str, Any]) -> None:
     """The final table: every member, then (a sweep) every setting and the best one."""
     def pct(value: float | None) -> str:
         return _("diverged") if value is None or not math.isfinite(value) else f"{100 * value:6.2f}%"
