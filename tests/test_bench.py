@@ -156,3 +156,14 @@ def test_the_lessons_own_script_trains_the_plans_model(plan, capsys):
     assert len(lines) == 3 and lines[0].startswith("Epoch 1 | Loss: ")  # the lesson's own print
     # Ten classes: chance is 10%. The script really trains (on batches sliced from float32 host arrays).
     assert result["test_accuracy"] > 0.5 and result["peak_rss_mb"] > 0
+
+
+def test_end_to_end_rounds_keep_each_jobs_best_round_and_its_range():
+    rows = [{"loop": "lesson", "cache": "-", "round": 0, "wall_seconds": 11.0},
+            {"loop": "scan", "cache": "warm", "round": 0, "wall_seconds": 7.5},
+            {"loop": "lesson", "cache": "-", "round": 1, "wall_seconds": 10.0},
+            {"loop": "scan", "cache": "warm", "round": 1, "wall_seconds": 8.0}]
+    best = {(r["loop"], r["cache"]): r for r in bench.best_of_rounds(rows)}
+    assert best[("lesson", "-")]["round"] == 1 and best[("lesson", "-")]["wall_range"] == (10.0, 11.0)
+    assert best[("scan", "warm")]["round"] == 0 and best[("scan", "warm")]["wall_range"] == (7.5, 8.0)
+    assert best[("scan", "warm")]["rounds"] == 2

@@ -111,7 +111,29 @@ def test_a_killed_run_always_leaves_a_restorable_checkpoint(tmp_path):
     proc.kill()
     proc.communicate(timeout=60)
     run = load_run(tmp_path / "r")
-    assert run.epoch >= 2
+    # Saves run in the background, and one waits for the one before: epoch 1's is on disk by epoch 3.
+    assert run.epoch >= 1
+    metrics = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= metrics[-1]["epoch"] <= run.epoch  # metrics.jsonl is never ahead of the checkpoints
+
+
+def test_metrics_are_reported_saved_only_once_their_step_is_on_disk(tiny, tmp_path):
+    from jaxintro.config import TrainConfig
+    from jaxintro.train import Trainer
+
+    config = TrainConfig(dataset="digits", epochs=3)
+    state = Trainer.create(config, tiny).init_state()
+    seen = []
+    saver = checkpoint.Checkpointer(tmp_path, on_saved=lambda rows: seen.append(
+        (len(rows), sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()))))
+    rows = []
+    for epoch in (1, 2, 3):
+        rows.append({"epoch": epoch})
+        saver.save(state._replace(epoch=epoch), config, rows)
+    saver.close()
+    # Each call: the rows of one step, made after that step's folder got its final name.
+    assert seen == [(1, [1]), (2, [1, 2]), (3, [1, 2, 3])]
+    assert checkpoint.read_meta(tmp_path)["metrics"] == rows
 
 
 def test_a_half_written_checkpoint_is_ignored(capsys, tmp_path):

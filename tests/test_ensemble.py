@@ -13,10 +13,10 @@ import pytest
 from conftest import synthetic_dataset
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
-from jaxintro.ensemble import check_memory, ensemble_model, estimate_memory_bytes, member_grid
+from jaxintro.ensemble import check_memory, ensemble_model, estimate_memory_bytes, member_grid, members_and_ensemble
 from jaxintro.errors import ConfigError
 from jaxintro.models import build_model
-from jaxintro.train import Trainer, fit
+from jaxintro.train import Trainer, count_correct, fit
 
 SMALL = dict(dataset="digits", batch_size=64, hidden=(32, 16), epochs=1)
 # A member's epoch is the single run's, batched: XLA may sum the 64-long dot products in another
@@ -122,6 +122,21 @@ def test_the_ensemble_averages_the_members_probabilities():
     out = np.exp(ensemble.apply(params, overflow))
     np.testing.assert_allclose(out[1:], np.exp(ensemble.apply(params, x[1:])), rtol=1e-5)
     np.testing.assert_allclose(out[1:], np.mean(probs[:, 1:], 0), rtol=1e-5)
+
+
+def test_one_evaluation_scores_every_member_and_the_ensemble(data):
+    model = build_model("jax", data.num_features, (32, 16), data.num_classes)
+    params = jax.vmap(model.init)(jax.random.split(jax.random.key(3), 3))
+    x, y = data.x_test, data.y_test
+    correct, loss = count_correct(params, x, y, model=members_and_ensemble(model), chunk=100)  # 256 = 2 x 100 + 56
+    assert correct.shape == loss.shape == (4,)
+    for k in range(3):
+        own_correct, own_loss = count_correct(member(params, k), x, y, model=model, chunk=100)
+        assert int(correct[k]) == int(own_correct)
+        np.testing.assert_allclose(loss[k], own_loss, rtol=1e-5)
+    ensemble_correct, ensemble_loss = count_correct(params, x, y, model=ensemble_model(model), chunk=100)
+    assert int(correct[3]) == int(ensemble_correct)
+    np.testing.assert_allclose(loss[3], ensemble_loss, rtol=1e-5)
 
 
 def test_a_diverged_member_is_reported_and_left_out(data):

@@ -52,6 +52,27 @@ def test_a_step_lowers_the_loss(tiny):
     assert float(metrics["loss"]) < float(first["loss"])
 
 
+def test_a_step_counts_the_correct_predictions_of_the_parameters_it_updates(tiny):
+    trainer = Trainer.create(TrainConfig(dataset="digits", batch_size=64, epochs=1), tiny)
+    state = trainer.init_state()
+    x, y = tiny.x_train[:64], tiny.y_train[:64]
+    before = np.argmax(trainer.model.apply(state.params, scale_images(x), None), axis=-1)
+    params, _, metrics = jax.jit(trainer.step_fn())(state.params, state.opt_state, (x, y), None)
+    after = np.argmax(trainer.model.apply(params, scale_images(x), None), axis=-1)
+    assert int(metrics["correct"]) == int(np.sum(before == y))  # the loss's own logits, before the update
+    assert np.sum(before == y) != np.sum(after == y)  # (the update does change the count)
+
+
+def test_the_epochs_training_accuracy_is_its_running_accuracy(tiny):
+    config = TrainConfig(dataset="digits", batch_size=32, epochs=2)
+    result = fit(config, tiny, log=lambda _: None)
+    steps = len(tiny.x_train) // 32
+    for row, metrics in zip(result.history, result.step_metrics):
+        assert metrics["correct"].shape == (steps,)
+        assert row.train_accuracy == int(np.sum(metrics["correct"])) / (steps * 32)
+    assert result.history[1].train_accuracy > result.history[0].train_accuracy
+
+
 def test_training_learns_the_synthetic_task(tiny):
     result = fit(TrainConfig(epochs=5, batch_size=32), tiny, log=lambda _: None)
     losses = [row.loss for row in result.history]

@@ -5,6 +5,11 @@ Layout: `RUN_DIR/checkpoints/<epoch>/{state,meta}`. `state` is a plain pytree
 Orbax alone; `meta` is JSON (epoch, config, metrics so far, jaxintro version). Orbax writes each
 step into a temporary folder and renames it only once complete, so a crash while saving leaves the
 previous checkpoints intact and the half-written one invisible.
+
+Saves are asynchronous: `save` returns once the state has been copied off the device, and the files
+are written by Orbax's background thread while the next epoch trains. A save first waits for the
+previous one, and `close` for the last, so at most one is in flight; what is on disk is always a
+sequence of complete steps, as with a blocking save.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -31,8 +36,9 @@ KEEP = 3
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 
-def _manager(run_dir: Path, *, create: bool) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, create=create, enable_async_checkpointing=False)
+def _manager(run_dir: Path, *, create: bool, background: bool = False) -> ocp.CheckpointManager:
+    """A manager for `run_dir`'s checkpoints; `background`: saves are written by Orbax's thread."""
+    options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, create=create, enable_async_checkpointing=background)
     return ocp.CheckpointManager((run_dir / CHECKPOINT_DIR).absolute(), options=options)
 
 
@@ -41,20 +47,36 @@ def _as_tree(state: TrainState) -> dict[str, Any]:
 
 
 class Checkpointer:
-    """Saves a run's state at each epoch end (one Orbax `CheckpointManager` per run)."""
+    """Saves a run's state at each epoch end, in the background (one Orbax `CheckpointManager` per run).
 
-    def __init__(self, run_dir: Path) -> None:
+    `on_saved(metrics)` is called once a step is complete on disk, with the metrics that step holds
+    (at the next save, or at `close`), so files that describe the run (metrics.jsonl) never get
+    ahead of its state. Orbax's own post-finalization callback runs before the step's folder is
+    renamed to its final name, too early for that.
+    """
+
+    def __init__(self, run_dir: Path, on_saved: Callable[[Sequence[dict[str, Any]]], None] | None = None) -> None:
         self.run_dir = run_dir
-        self.manager = _manager(run_dir, create=True)
+        self.on_saved = on_saved
+        self._in_flight: Sequence[dict[str, Any]] | None = None  # the metrics of the step being written
+        self.manager = _manager(run_dir, create=True, background=True)
 
     def save(self, state: TrainState, config: TrainConfig, metrics: list[dict[str, Any]],
              dataset: dict[str, Any] | None = None) -> None:
-        """Save `state` as the checkpoint of `state.epoch`, with config, metrics and the dataset's description."""
-        meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": metrics, "dataset": dataset or {},
+        """Start saving `state` as the checkpoint of `state.epoch`, with config, metrics and the dataset's description."""
+        self._finish()
+        meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": list(metrics), "dataset": dataset or {},
                 "jaxintro_version": __version__}
         self.manager.save(state.epoch, args=ocp.args.Composite(state=ocp.args.StandardSave(_as_tree(state)),
                                                                meta=ocp.args.JsonSave(meta)))
-        self.manager.wait_until_finished()
+        self._in_flight = tuple(metrics)
+
+    def _finish(self) -> None:
+        """Wait for the step being written, then report it saved."""
+        self.manager.wait_until_finished()  # raises if the write failed: nothing is reported then
+        if self._in_flight is not None and self.on_saved is not None:
+            self.on_saved(self._in_flight)
+        self._in_flight = None
 
     def discard_after(self, epoch: int) -> list[int]:
         """Delete checkpoints newer than `epoch` (damaged ones a resume passed over), so the run can save them anew."""
@@ -64,8 +86,11 @@ class Checkpointer:
         return newer
 
     def close(self) -> None:
-        """Finish pending writes."""
-        self.manager.close()
+        """Wait for the save in flight to be on disk (and report it), then release the manager."""
+        try:
+            self._finish()
+        finally:
+            self.manager.close()
 
 
 def abstract_state(model, tx, members: int = 1) -> TrainState:

@@ -176,7 +176,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--rows", default=",".join(BENCH_ROWS), help=_("comma-separated rows to run"))
     p.add_argument("--repeats", type=positive_int, default=3, help=_("timed epochs per row (median)"))
     p.add_argument("--rounds", type=positive_int, default=1,
-                   help=_("run every row this many times, interleaved, and report the spread (min-max)"))
+                   help=_("run every row this many times, interleaved, and report the spread (min-max); "
+                          "--e2e and --e2e-seeds: best of this many alternating rounds"))
     p.add_argument("--nojit-steps", type=positive_int, default=100, help=_("steps timed in the nojit row"))
     p.add_argument("--seed", type=natural_int, default=0, help=_("seed of the shared batches"))
     p.add_argument("--e2e", action="store_true", help=_("also time whole 10-epoch train processes"))

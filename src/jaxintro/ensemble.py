@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.errors import ConfigError
@@ -44,25 +45,52 @@ def member_grid(config: TrainConfig) -> list[Member]:
     return [Member(config.seed + k, lr, wd) for lr in lrs for wd in decays for k in range(config.seeds)]
 
 
+def average_probabilities(log_probs: Array) -> Array:
+    """The log of the members' averaged probabilities, `(members, batch, classes) -> (batch, classes)`.
+
+    A member whose probabilities for an image are not finite (its training diverged) is left out of
+    that image's average, so one bad learning rate in a sweep does not erase the others' ensemble.
+    The choice is made image by image, so it does not depend on how images are chunked.
+    """
+    probs = jnp.exp(log_probs)
+    valid = jnp.all(jnp.isfinite(probs), axis=-1)  # (members, batch)
+    total = jnp.sum(jnp.where(valid[..., None], probs, 0.0), 0)
+    return jnp.log(total / jnp.maximum(jnp.sum(valid, 0), 1)[:, None])
+
+
 def ensemble_model(model: Model) -> Model:
     """The members as one model: its log-probabilities are the log of their averaged softmax probabilities.
 
-    `apply(stacked_params, x, key)` runs every member on the same images (vmapped over the parameters
-    only). A member whose probabilities for an image are not finite (its training diverged) is left
-    out of that image's average, so one bad learning rate in a sweep does not erase the others'
-    ensemble. The choice is made image by image, so it does not depend on how images are chunked.
+    `apply(stacked_params, x, key)` runs every member on the same images (vmapped over the parameters only).
     """
 
     def apply(params, x, key=None):
-        probs = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, x, None)))(params)  # (members, batch, classes)
-        valid = jnp.all(jnp.isfinite(probs), axis=-1)  # (members, batch)
-        total = jnp.sum(jnp.where(valid[..., None], probs, 0.0), 0)
-        return jnp.log(total / jnp.maximum(jnp.sum(valid, 0), 1)[:, None])
+        return average_probabilities(member_log_probs(model, params, x))
 
-    def init(key):
-        raise TypeError("an ensemble is built from trained members, not initialised")
+    return Model(f"ensemble of {model.name}", model.sizes, _no_init, apply)
 
-    return Model(f"ensemble of {model.name}", model.sizes, init, apply)
+
+def members_and_ensemble(model: Model) -> Model:
+    """Every member and their ensemble from one forward pass: `apply` gives `(members + 1, batch, classes)`.
+
+    Rows `0..members-1` are the members' log-probabilities, the last row the ensemble's, so one
+    `count_correct` scores them all after each epoch without running the members twice.
+    """
+
+    def apply(params, x, key=None):
+        log_probs = member_log_probs(model, params, x)
+        return jnp.concatenate([log_probs, average_probabilities(log_probs)[None]])
+
+    return Model(f"members and ensemble of {model.name}", model.sizes, _no_init, apply)
+
+
+def member_log_probs(model: Model, params: Any, x: Array) -> Array:
+    """Each member's log-probabilities for the same images, `(members, batch, classes)`."""
+    return jax.vmap(lambda p: jax.nn.log_softmax(model.apply(p, x, None)))(params)
+
+
+def _no_init(key: Array) -> Any:
+    raise TypeError("an ensemble is built from trained members, not initialised")
 
 
 def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: int) -> int:

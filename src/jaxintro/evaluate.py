@@ -92,8 +92,9 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
 
 def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
     """Each member's own test accuracy (the members of an ensemble run, one by one)."""
+    from jaxintro.ensemble import members_and_ensemble
     from jaxintro.train import jit_count_correct
 
-    correct = jit_count_correct(run.member_model, run.members)
+    correct = jit_count_correct(members_and_ensemble(run.member_model))
     counts, _losses = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
-    return [int(c) / len(dataset.x_test) for c in np.asarray(counts)]
+    return [int(c) / len(dataset.x_test) for c in np.asarray(counts)[:-1]]  # the last row is the ensemble

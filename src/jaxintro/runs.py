@@ -11,7 +11,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import N_, _
@@ -60,7 +60,7 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def write_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Rewrite `metrics.jsonl` with one JSON object per epoch (atomic, so a resume never sees half a line)."""
     write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 

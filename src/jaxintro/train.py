@@ -67,7 +67,19 @@ def loss_fn(
     key: jax.Array | None = None,
 ) -> Float[Array, ""]:
     """The model's mean cross-entropy on a batch; `key` switches dropout on."""
-    return cross_entropy(apply(params, x, key), y)
+    return loss_and_logits(params, apply, x, y, key)[0]
+
+
+def loss_and_logits(
+    params: Params,
+    apply: Callable,
+    x: Float[Array, "batch features"],
+    y: Int[Array, " batch"],
+    key: jax.Array | None = None,
+) -> tuple[Float[Array, ""], Float[Array, "batch classes"]]:
+    """`loss_fn`, and the logits it came from (for `value_and_grad(..., has_aux=True)`)."""
+    logits = apply(params, x, key)
+    return cross_entropy(logits, y), logits
 
 
 def accuracy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
@@ -85,7 +97,10 @@ def train_step(
     tx: optax.GradientTransformation,
     axis_name: str | None = None,
 ) -> tuple[Params, optax.OptState, dict[str, Array]]:
-    """One Adam (or other) step on a uint8 batch; returns the loss and the gradient's global norm.
+    """One Adam (or other) step on a uint8 batch; returns the loss, the correct count and the gradient's norm.
+
+    The correct count comes from the logits the loss was computed from (dropout on, parameters before
+    the update), so the epoch's training accuracy costs no second forward pass.
 
     Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
     parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
@@ -98,12 +113,15 @@ def train_step(
         params_for_grad = jax.lax.pcast(params, axis_name, to="varying")
     else:
         params_for_grad = params
-    loss, grads = jax.value_and_grad(loss_fn)(params_for_grad, model.apply, scale_images(x_u8), y, key)
+    (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
+        params_for_grad, model.apply, scale_images(x_u8), y, key)
+    correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
     if axis_name is not None:
         loss, grads = jax.lax.pmean((loss, grads), axis_name)
+        correct = jax.lax.psum(correct, axis_name)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+    return params, opt_state, {"loss": loss, "correct": correct, "grad_norm": optax.tree.norm(grads)}
 
 
 def plan_epoch(key: jax.Array, num_examples: int, batch_size: int) -> tuple[jax.Array, Array, jax.Array]:
@@ -164,14 +182,16 @@ def count_correct(
 ) -> tuple[Array, Array]:
     """Correct predictions and summed cross-entropy over a whole set, `chunk` images at a time.
 
-    The chunks are static slices of the arrays already on the device (the training data itself),
-    so evaluating the 60,000 training images makes no copy of them.
+    The chunks are static slices of the arrays already on the device, so a set is never copied. A
+    model whose outputs carry leading axes (`(rows, batch, classes)`, e.g. members and their
+    ensemble) gets a count and a loss per row.
     """
 
     def one_chunk(xc, yc):
-        logits = model.apply(params, scale_images(xc), None)
-        nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), yc[:, None], axis=1)
-        return jnp.sum(jnp.argmax(logits, -1) == yc), jnp.sum(nll)
+        log_probs = jax.nn.log_softmax(model.apply(params, scale_images(xc), None))
+        labels = jnp.broadcast_to(yc[:, None], (*log_probs.shape[:-1], 1))
+        nll = -jnp.take_along_axis(log_probs, labels, axis=-1)[..., 0]
+        return jnp.sum(jnp.argmax(log_probs, -1) == yc, axis=-1), jnp.sum(nll, axis=-1)
 
     n = x_u8.shape[0]
     chunk = min(chunk, n)
@@ -180,19 +200,16 @@ def count_correct(
         lambda inputs: one_chunk(*inputs),
         (x_u8[:full].reshape(-1, chunk, x_u8.shape[1]), y[:full].reshape(-1, chunk)),
     )
-    correct, loss = jnp.sum(correct), jnp.sum(loss)
+    correct, loss = jnp.sum(correct, axis=0), jnp.sum(loss, axis=0)
     if full < n:  # the remainder, a static shape too
         tail_correct, tail_loss = one_chunk(x_u8[full:], y[full:])
         correct, loss = correct + tail_correct, loss + tail_loss
     return correct, loss
 
 
-def jit_count_correct(model: Model, members: int = 1) -> Callable:
-    """`count_correct` of `model`, compiled; with several members, per member (vmapped over stacked parameters)."""
-    evaluate = functools.partial(count_correct, model=model)
-    if members > 1:
-        evaluate = jax.vmap(evaluate, in_axes=(0, None, None))
-    return jax.jit(evaluate)
+def jit_count_correct(model: Model) -> Callable:
+    """`count_correct` of `model`, compiled."""
+    return jax.jit(functools.partial(count_correct, model=model))
 
 
 # ---------------------------------------------------------------- the trainer
@@ -300,14 +317,13 @@ class Trainer:
         return jax.jit(sharded, donate_argnums=(0, 1))
 
     def jit_eval(self) -> Callable:
-        """Correct count and summed loss over a chunked set, compiled (per member, with several)."""
-        return jit_count_correct(self.model, self.config.members)
+        """Correct count and summed loss over a chunked set, compiled; with several members, one row per
+        member and a last row for their ensemble (the average of their probabilities)."""
+        if self.config.members == 1:
+            return jit_count_correct(self.model)
+        from jaxintro.ensemble import members_and_ensemble
 
-    def jit_ensemble_eval(self) -> Callable:
-        """Correct count and summed loss of the members' averaged probabilities, compiled."""
-        from jaxintro.ensemble import ensemble_model
-
-        return jax.jit(functools.partial(count_correct, model=ensemble_model(self.model)))
+        return jit_count_correct(members_and_ensemble(self.model))
 
 
 class EpochMetrics(NamedTuple):
@@ -413,7 +429,7 @@ def fit(
     progress: bool = False,
     should_stop: Callable[[int], bool] = lambda epoch: False,
 ) -> FitResult:
-    """Train `config.epochs` epochs (from `state` when resuming), evaluating on the full train and test sets."""
+    """Train `config.epochs` epochs (from `state` when resuming), evaluating on the test set after each."""
     from tqdm import tqdm
 
     from jaxintro.parallel import replicate, to_host
@@ -429,10 +445,8 @@ def fit(
     else:
         x_train, y_train = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
         x_test, y_test = jax.device_put(dataset.x_test), jax.device_put(dataset.y_test)
-    evals = {"train": (x_train, y_train), "test": (x_test, y_test)}
     eval_fn = trainer.jit_eval()
     members = config.members
-    ensemble_eval_fn = trainer.jit_ensemble_eval() if members > 1 else None
     diverged: set[int] = set()
 
     cache_before = compile_cache_counts()
@@ -475,17 +489,16 @@ def fit(
         else:
             check_finite(metrics, epoch, trainer.steps_per_epoch)
 
+        # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
-        train_correct, _train_loss = to_host(eval_fn(state.params, *evals["train"]))
-        test_correct, test_loss = to_host(eval_fn(state.params, *evals["test"]))
-        ensemble_correct = to_host(ensemble_eval_fn(state.params, *evals["test"]))[0] if members > 1 else None
+        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test))
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
-            release_free_memory()  # the evaluation programs were compiled just now
+            release_free_memory()  # the evaluation program was compiled just now
         row = epoch_row(
-            epoch, metrics, train_correct, test_correct, test_loss, ensemble_correct,
+            epoch, metrics, test_correct, test_loss,
             learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)), seconds=seconds,
-            sizes=(len(dataset.x_train), len(dataset.x_test)), config=config, diverged=diverged,
+            n_test=len(dataset.x_test), config=config, diverged=diverged,
         )
         history.append(row)
         step_metrics.append(metrics)
@@ -516,21 +529,25 @@ def fit(
 def epoch_row(
     epoch: int,
     metrics: dict[str, np.ndarray],
-    train_correct: np.ndarray,
     test_correct: np.ndarray,
     test_loss: np.ndarray,
-    ensemble_correct: np.ndarray | None,
     *,
     learning_rate: float,
     seconds: float,
-    sizes: tuple[int, int],
+    n_test: int,
     config: TrainConfig,
     diverged: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> EpochMetrics:
-    """One epoch's summary from its per-step metrics and evaluation counts (per member, with several)."""
-    n_train, n_test = sizes
+    """One epoch's summary from its per-step metrics and the test set's counts (several members: per member,
+    the ensemble's last).
+
+    The loss and the training accuracy are the epoch's running means over its batches, as they were
+    trained (dropout on, each batch scored just before its update), like Flax's MNIST example.
+    """
+    n_seen = metrics["correct"].shape[-1] * config.batch_size  # the epoch's steps, full batches only
+    train_correct = np.sum(metrics["correct"], axis=-1)
     if config.members == 1:
-        return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_train,
+        return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
                             int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
                             float(np.max(metrics["grad_norm"])))
     from jaxintro.ensemble import member_grid
@@ -539,9 +556,9 @@ def epoch_row(
     lrs = [learning_rate * m.lr / config.lr for m in member_grid(config)]
     per_member = {
         "loss": np.mean(metrics["loss"], axis=1),
-        "train_accuracy": np.asarray(train_correct) / n_train,
-        "test_accuracy": np.asarray(test_correct) / n_test,
-        "test_loss": np.asarray(test_loss) / n_test,
+        "train_accuracy": train_correct / n_seen,
+        "test_accuracy": np.asarray(test_correct[:-1]) / n_test,
+        "test_loss": np.asarray(test_loss[:-1]) / n_test,
         "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
     }
     for name, values in per_member.items():  # a diverged member's numbers are NaN, not a misleading accuracy
@@ -552,7 +569,7 @@ def epoch_row(
     return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means["test_accuracy"], means["test_loss"],
                         max(lrs), seconds, means["max_grad_norm"],
                         members={**{k: [float(x) for x in v] for k, v in per_member.items()}, "learning_rate": lrs},
-                        ensemble_test_accuracy=int(ensemble_correct) / n_test)
+                        ensemble_test_accuracy=int(test_correct[-1]) / n_test)
 
 
 def python_epoch(

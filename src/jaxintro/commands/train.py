@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -178,19 +179,17 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     primary = jax.process_index() == 0
     if primary:
         runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
-    checkpointer = Checkpointer(run_dir)
+    # First the state, then the metrics that describe it: metrics.jsonl is written once a step is on disk.
+    checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir) if primary else None)
     if state is not None and primary:
         checkpointer.discard_after(state.epoch)
 
     def on_epoch(state, row) -> None:
         nonlocal checkpoint_seconds
-        start = time.perf_counter()
+        start = time.perf_counter()  # what the save blocks: the copy off the device (the files are written meanwhile)
         rows.append(row.as_row())
-        # First the state, then the metrics that describe it.
         checkpointer.save(state, config, rows, {"name": dataset.name, "image_shape": list(dataset.image_shape),
                                                 "classes": list(dataset.classes), "features": dataset.num_features})
-        if primary:
-            runs.write_metrics(run_dir, rows)
         checkpoint_seconds += time.perf_counter() - start
 
     facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
@@ -231,7 +230,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         print(message, file=sys.stderr, flush=True)
         os._exit(1)
     finally:
-        checkpointer.close()
+        start = time.perf_counter()
+        checkpointer.close()  # the last epoch's step, still being written
+        checkpoint_seconds += time.perf_counter() - start
     clock["plot"] = time.perf_counter()
     if primary:
         from jaxintro.plots import plot_curves  # matplotlib loads after training, off the memory peak
