@@ -167,3 +167,18 @@ def test_end_to_end_rounds_keep_each_jobs_best_round_and_its_range():
     assert best[("lesson", "-")]["round"] == 1 and best[("lesson", "-")]["wall_range"] == (10.0, 11.0)
     assert best[("scan", "warm")]["round"] == 0 and best[("scan", "warm")]["wall_range"] == (7.5, 8.0)
     assert best[("scan", "warm")]["rounds"] == 2
+
+
+def test_the_matmul_only_ceiling_runs_the_steps_eight_products_and_nothing_else(plan):
+    import jax
+
+    epoch, sums = bench.matmul_only_epoch(plan)
+    compiled = jax.jit(epoch).lower(sums).compile()
+    assert compiled.as_text().count(" dot(") == 8  # 3 forward, 3 weight gradients, 2 input gradients
+    # XLA counts the loop body once: the products' FLOPs plus one addition per weight into the carry.
+    cost = compiled.cost_analysis()
+    flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
+    weights = sum(a * b for a, b in zip(bench.SIZES[:-1], bench.SIZES[1:]))
+    assert flops == pytest.approx(bench.train_flops_per_step(bench.SIZES, plan.batch) + weights, rel=1e-3)
+    out = compiled(sums)
+    assert all(float(abs(s).sum()) > 0 for s in out)  # every weight gradient was computed and kept

@@ -5,6 +5,7 @@ Rows:
 - `jit-step`: the lesson's loop, one jitted step per batch dispatched from Python;
 - `scan-epoch`: the whole epoch compiled as one `lax.scan` program (jaxintro's default);
 - `vmap-seeds-8`: that epoch vmapped over 8 models (`train --seeds 8`), seeds 0..7, the data shared;
+- `matmul-only`: the step's eight matmuls alone at its shapes, scanned over an epoch: `scan-epoch`'s ceiling;
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
 Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
@@ -252,6 +253,56 @@ def row_scan_epoch(plan: Plan, seeds: int = 1) -> RowResult:
     return result
 
 
+def matmul_only_epoch(plan: Plan) -> tuple[Callable, tuple[Any, ...]]:
+    """The step's eight matmuls alone, at its shapes, in a `lax.scan` over the epoch; and the carry to start from.
+
+    Forward `x @ w` of every layer; backward each layer's weight gradient `h.T @ delta` and the
+    input gradients `delta @ w.T` of every layer but the first (whose is never computed), as
+    `train_step`'s program does. No bias, ReLU, softmax, uint8 conversion or Adam: the time that
+    would be left if everything else were free. Each step takes one of 8 float32 batches (so no
+    product can be hoisted out of the loop) and adds its weight gradients into the carry (so none
+    is discarded): one addition per weight, against 6 FLOPs per weight and image for the products.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    ws = [jnp.asarray(w) for w, _b in plan_layers(plan)]
+    batches = jnp.asarray(plan.x[plan.perm[:8]], jnp.float32) / 255.0  # (8, batch, features)
+
+    def epoch(sums):
+        def body(sums, i):
+            hs = [batches[i % len(batches)]]
+            for w in ws:
+                hs.append(hs[-1] @ w)
+            deltas = [hs[-1]]  # the output stands in for its own gradient: only the shapes matter here
+            for w in ws[:0:-1]:  # layers L..2
+                deltas.insert(0, deltas[0] @ w.T)
+            grads = [h.T @ d for h, d in zip(hs[:-1], deltas)]
+            return tuple(s + g for s, g in zip(sums, grads)), None
+
+        return jax.lax.scan(body, sums, jnp.arange(len(plan.perm)))[0]
+
+    return epoch, tuple(jnp.zeros_like(w) for w in ws)
+
+
+def row_matmul_only(plan: Plan) -> RowResult:
+    """`matmul_only_epoch`, timed like `scan-epoch`: the ceiling of the compiled epoch on this machine."""
+    import jax
+
+    epoch, sums = matmul_only_epoch(plan)
+    jitted, compiled = jax.jit(epoch, donate_argnums=0), {}
+
+    def first_run(sums):
+        compiled["fn"] = jitted.lower(sums).compile()
+        return run(sums)
+
+    def run(sums):
+        sums = jax.block_until_ready(compiled["fn"](sums))
+        return sums, {"loss": np.empty(0)}  # no loss: nothing is trained
+
+    return _epoch_row("matmul-only", plan, first_run, run, sums)
+
+
 def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
     """The lesson's MLP in PyTorch with the given (w (in, out), b) per layer: Linear -> ReLU ... -> Linear."""
     import torch
@@ -417,6 +468,7 @@ ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
     row_jit_step,
     row_scan_epoch,
     lambda plan: row_scan_epoch(plan, seeds=8),
+    row_matmul_only,
     lambda plan: row_torch(plan, compile=False),
     lambda plan: row_torch(plan, compile=True),
 ), strict=True))

@@ -18,7 +18,7 @@ PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
-BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "torch-eager", "torch-compile")
+BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "matmul-only", "torch-eager", "torch-compile")
 
 
 @dataclasses.dataclass(frozen=True)
