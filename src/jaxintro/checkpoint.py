@@ -28,6 +28,7 @@ from jaxintro.config import TrainConfig
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.i18n import _, ngettext
 from jaxintro.runs import CHECKPOINT_DIR
+from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
 
 KEEP = 3
@@ -74,6 +75,9 @@ class Checkpointer:
     def _finish(self) -> None:
         """Wait for the step being written, then report it saved."""
         self.manager.wait_until_finished()  # raises if the write failed: nothing is reported then
+        # Orbax's threads take their host copies from their own malloc arenas, which glibc keeps mapped
+        # once freed: trimmed after every save, or the process would grow by a state's size per epoch.
+        release_free_memory()
         if self._in_flight is not None and self.on_saved is not None:
             self.on_saved(self._in_flight)
         self._in_flight = None
