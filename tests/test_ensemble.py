@@ -43,10 +43,12 @@ def member(tree, k: int):
     return jax.tree.map(lambda leaf: leaf[k], tree)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2])
-def test_member_k_is_the_run_with_seed_k(data, dropout):
-    result = fit(TrainConfig(**SMALL, seed=5, seeds=2, dropout=dropout), data, log=quiet)
-    for k in range(2):
+@pytest.mark.parametrize("dropout, seeds, group", [(0.0, 2, 0), (0.2, 2, 0), (0.0, 3, 2)],
+                         ids=["plain", "dropout", "groups-of-2"])
+def test_member_k_is_the_run_with_seed_k(data, dropout, seeds, group):
+    # groups-of-2: members 0 and 1 vmapped together, then member 2 alone (lax.map's remainder).
+    result = fit(TrainConfig(**SMALL, seed=5, seeds=seeds, dropout=dropout, member_group=group), data, log=quiet)
+    for k in range(seeds):
         single = fit(TrainConfig(**SMALL, seed=5 + k, dropout=dropout), data, log=quiet)
         assert_trees_close(member(result.state.params, k), single.state.params)
         assert_trees_close(member(result.state.opt_state, k), single.state.opt_state)
@@ -89,7 +91,7 @@ def test_a_sweep_compiles_its_epoch_once(data):
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert len(result.history) == 2
-    assert sum("train_epoch" in name for name in compiled) == 1, compiled
+    assert sum("members_epoch" in name for name in compiled) == 1, compiled
     # One program, yet each member trained with its own rate: the rates are in the state, and the
     # members that share a seed but not a rate ended apart.
     lrs = result.state.opt_state.hyperparams["learning_rate"]
@@ -315,3 +317,13 @@ def test_one_seed_per_setting_claims_no_significance(tmp_path, capsys):
                  "--run-dir", str(tmp_path / "sweep")]) == 0
     out = capsys.readouterr().out
     assert "Best: lr" in out and "spread" not in out and "best of this grid" not in out
+
+
+def test_members_train_in_groups_of_four_on_a_cpu_unless_told():
+    from jaxintro.train import member_group
+
+    assert jax.default_backend() == "cpu"
+    assert member_group(TrainConfig(seeds=8)) == 4 and member_group(TrainConfig(seeds=3)) == 3
+    assert member_group(TrainConfig(seeds=8, member_group=8)) == 8
+    assert member_group(TrainConfig(seeds=2, member_group=16)) == 2
+    assert member_group(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=4, member_group=3)) == 3

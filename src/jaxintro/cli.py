@@ -17,7 +17,8 @@ import warnings
 from typing import Sequence
 
 from jaxintro import __version__
-from jaxintro.config import BENCH_ROWS, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES, TrainConfig
+from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES,
+                             TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
 from jaxintro.i18n import LANGUAGES, _, set_language
 
@@ -121,6 +122,9 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
     if members:
         p.add_argument("--seeds", type=positive_int, default=d.seeds,
                        help=_("train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program"))
+        p.add_argument("--member-group", type=natural_int, default=d.member_group, metavar="N",
+                       help=_("members one vmap trains at a time, the groups one after another in the same program "
+                              "(default 0: all of them on an accelerator, {cpu} on a CPU)").format(cpu=CPU_MEMBER_GROUP))
     p.add_argument("--loop", default=d.loop, choices=LOOPS,
                    help=_("scan: one compiled program per epoch; python: the lesson's per-batch loop"))
     p.add_argument("--devices", type=positive_int, default=d.devices, help=_("data-parallel devices"))

@@ -18,6 +18,10 @@ PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
+# Members vmapped together on a CPU: the step is compute-bound however many there are, and a smaller group
+# keeps each step's working set (parameters, gradients, Adam's moments: 3.8 MB per member of the lesson's
+# MLP) in the caches. docs/performance.md measures it against one group of 8.
+CPU_MEMBER_GROUP = 4
 BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "matmul-only", "torch-eager", "torch-compile")
 
 
@@ -42,6 +46,7 @@ class TrainConfig:
     seeds: int = 1  # members trained together by `vmap`: seeds seed .. seed+seeds-1 (per setting, in a sweep)
     lr_grid: tuple[float, ...] = ()  # `jaxintro sweep`: learning rates compared (empty: just `lr`)
     weight_decay_grid: tuple[float, ...] = ()  # `jaxintro sweep`: weight decays compared (empty: `weight_decay`)
+    member_group: int = 0  # members one `vmap` trains at a time (0: all on an accelerator, CPU_MEMBER_GROUP on a CPU)
     loop: str = "scan"
     devices: int = 1
     parallel: str = "shard_map"
@@ -59,6 +64,7 @@ class TrainConfig:
         _int_range("warmup-steps", self.warmup_steps, 0, 1 << 40)
         _int_range("seed", self.seed, 0, 2**32 - 1)
         _int_range("seeds", self.seeds, 1, 100_000)
+        _int_range("member-group", self.member_group, 0, 100_000)
         if self.seed + self.seeds - 1 > 2**32 - 1:
             raise ConfigError(_("--seed {seed} --seeds {seeds} goes past the largest seed, {largest}").format(
                 seed=self.seed, seeds=self.seeds, largest=2**32 - 1))

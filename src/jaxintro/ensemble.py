@@ -99,6 +99,7 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
     Per member: parameters, gradients, the optimizer's two moments and the update (five copies),
     twice over because the epoch's inputs are donated while its outputs are written; the step's
     activations and their gradients; an evaluation chunk's activations. Once: the data, as uint8.
+    An upper bound: members train in groups (`--member-group`), so only a group's activations live at once.
     """
     params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     activations = sum(sizes)

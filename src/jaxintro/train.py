@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
-from jaxintro.config import EVAL_CHUNK, TrainConfig
+from jaxintro.config import CPU_MEMBER_GROUP, EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.i18n import _
@@ -212,6 +212,14 @@ def jit_count_correct(model: Model) -> Callable:
     return jax.jit(functools.partial(count_correct, model=model))
 
 
+def member_group(config: TrainConfig) -> int:
+    """How many members one `vmap` trains at a time: `--member-group`, else all of them on an accelerator
+    (to fill it) and `CPU_MEMBER_GROUP` on a CPU (to stay in its caches)."""
+    if config.member_group:
+        return min(config.member_group, config.members)
+    return config.members if jax.default_backend() != "cpu" else min(config.members, CPU_MEMBER_GROUP)
+
+
 # ---------------------------------------------------------------- the trainer
 
 
@@ -305,7 +313,13 @@ class Trainer:
             # Whole epochs vmapped over the members: parameters, optimizer states and keys batched, the
             # uint8 data shared (in_axes None), so it is neither copied nor moved per member.
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
-            return jax.jit(jax.vmap(epoch, in_axes=(0, 0, 0, None, None)), donate_argnums=(0, 1))
+            group = member_group(self.config)
+
+            def members_epoch(params, opt_state, key, x_u8, y):
+                # lax.map with batch_size: `vmap` over `group` members at a time, the groups in turn.
+                return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key), batch_size=group)
+
+            return jax.jit(members_epoch, donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
                                       batch_sharding=NamedSharding(self.mesh, P(AXIS)))
