@@ -59,14 +59,15 @@ def test_members_of_a_seeds_run_are_the_single_runs(mnist_dir, tmp_path, lesson_
     summary = _train(mnist_dir, tmp_path / "seeds", "--seed", "0", "--seeds", "2")
     member = summary["members"][0]
     assert member["seed"] == 0 and summary["param_count"] == 235_146
-    first = {name: json.loads((Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()[0])
-             for name, run in (("single", lesson_run), ("members", summary))}
-    # The same function batched over members: after one epoch equal up to float32 reassociation ...
-    assert first["members"]["members"]["loss"][0] == pytest.approx(first["single"]["loss"], rel=1e-5)
-    # ... which 4,680 steps of Adam amplify like any perturbation: by epoch 10 the two trajectories are
-    # as far apart as two compilations of one function (the scan-vs-python bound below, 0.3 points;
-    # measured here: 0.22 points, seed 0).
-    assert abs(member["test_accuracy"] - lesson_run["test_accuracy"]) <= 0.003, (member, lesson_run)
+    rows = {name: [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+            for name, run in (("single", lesson_run), ("members", summary))}
+    # On a CPU the members run unvmapped, each the single run's own program: member 0 is the run
+    # --seed 0 bit for bit, every epoch, not merely close (a vmapped member drifts like any float32
+    # perturbation of 4,680 Adam steps; docs/performance.md measures by how much).
+    assert [row["members"]["loss"][0] for row in rows["members"]] == [row["loss"] for row in rows["single"]]
+    assert [row["members"]["test_accuracy"][0] for row in rows["members"]] == [
+        row["test_accuracy"] for row in rows["single"]]
+    assert member["test_accuracy"] == lesson_run["test_accuracy"], (member, lesson_run)
     accuracies = [m["test_accuracy"] for m in summary["members"]]
     assert summary["test_accuracy"] == pytest.approx(sum(accuracies) / 2)
     assert summary["test_accuracy_std"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2 ** 0.5)

@@ -124,7 +124,8 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
                        help=_("train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program"))
         p.add_argument("--member-group", type=natural_int, default=d.member_group, metavar="N",
                        help=_("members one vmap trains at a time, the groups one after another in the same program "
-                              "(default 0: all of them on an accelerator, {cpu} on a CPU)").format(cpu=CPU_MEMBER_GROUP))
+                              "(default 0: all of them on an accelerator, {cpu} on a CPU; 1 runs each member's "
+                              "single-run program, equal to --seed k bit for bit)").format(cpu=CPU_MEMBER_GROUP))
     p.add_argument("--loop", default=d.loop, choices=LOOPS,
                    help=_("scan: one compiled program per epoch; python: the lesson's per-batch loop"))
     p.add_argument("--devices", type=positive_int, default=d.devices, help=_("data-parallel devices"))

@@ -18,10 +18,11 @@ PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
-# Members vmapped together on a CPU: the step is compute-bound however many there are, and a smaller group
-# keeps each step's working set (parameters, gradients, Adam's moments: 3.8 MB per member of the lesson's
-# MLP) in the caches. docs/performance.md measures it against one group of 8.
-CPU_MEMBER_GROUP = 4
+# Members vmapped together on a CPU. One: the members run in turn inside the one program (a plain
+# lax.map), each the exact program of its single run, so member k is `--seed k` bit for bit. The CPU step
+# is compute-bound, so vmapping members gains nothing measurable there (docs/performance.md compares groups
+# of 1, 4 and 8); an accelerator, which one small model leaves idle, vmaps them all.
+CPU_MEMBER_GROUP = 1
 BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "matmul-only", "torch-eager", "torch-compile")
 
 

@@ -214,7 +214,7 @@ def jit_count_correct(model: Model) -> Callable:
 
 def member_group(config: TrainConfig) -> int:
     """How many members one `vmap` trains at a time: `--member-group`, else all of them on an accelerator
-    (to fill it) and `CPU_MEMBER_GROUP` on a CPU (to stay in its caches)."""
+    (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound already: see config)."""
     if config.member_group:
         return min(config.member_group, config.members)
     return config.members if jax.default_backend() != "cpu" else min(config.members, CPU_MEMBER_GROUP)
@@ -316,8 +316,10 @@ class Trainer:
             group = member_group(self.config)
 
             def members_epoch(params, opt_state, key, x_u8, y):
-                # lax.map with batch_size: `vmap` over `group` members at a time, the groups in turn.
-                return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key), batch_size=group)
+                # lax.map with batch_size: `vmap` over `group` members at a time, the groups in turn. A group
+                # of 1 is a plain lax.map, no `vmap`: each member runs the single run's own program.
+                return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key),
+                                   batch_size=group if group > 1 else None)
 
             return jax.jit(members_epoch, donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
