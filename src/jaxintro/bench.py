@@ -136,7 +136,8 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
 def jax_trainer(plan: Plan, seeds: int = 1):
     """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order).
 
-    With `seeds`, the state of that many members; the first is the plan's.
+    With `seeds`, the state of that many members, all vmapped together (the row is named for it, whatever
+    `train`'s default group); the first is the plan's.
     """
     from jaxintro.config import TrainConfig
     from jaxintro.data import Dataset
@@ -144,7 +145,8 @@ def jax_trainer(plan: Plan, seeds: int = 1):
 
     classes = tuple(str(i) for i in range(SIZES[-1]))
     dataset = Dataset("bench", plan.x, plan.y, plan.x[:1], plan.y[:1], classes, (0, 0), "bench plan")
-    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds), dataset)
+    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds, member_group=seeds),
+                             dataset)
     state = trainer.init_state()
     first = state.params if seeds == 1 else {n: {k: v[0] for k, v in layer.items()} for n, layer in state.params.items()}
     init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
