@@ -121,7 +121,7 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
     p.add_argument("--seed", type=natural_int, default=d.seed, help=_("seed of the init, shuffles and dropout"))
     if members:
         p.add_argument("--seeds", type=positive_int, default=d.seeds,
-                       help=_("train this many models (seeds SEED, SEED+1, ...) together, in one vmapped program"))
+                       help=_("train this many models (seeds SEED, SEED+1, ...) together, in one compiled program"))
         p.add_argument("--member-group", type=natural_int, default=d.member_group, metavar="N",
                        help=_("members one vmap trains at a time, the groups one after another in the same program "
                               "(default 0: all of them on an accelerator, {cpu} on a CPU; 1 runs each member's "
@@ -154,7 +154,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
-    p = sub.add_parser("sweep", help=_("a grid of learning rates (and weight decays) x seeds, trained as one vmapped "
+    p = sub.add_parser("sweep", help=_("a grid of learning rates (and weight decays) x seeds, trained as one compiled "
                                        "program; mean +- std test accuracy per setting"))
     add_train_flags(p, grid=True)
     p.set_defaults(seeds=2)

@@ -17,12 +17,12 @@ LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
-# The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
 # Members vmapped together on a CPU. One: the members run in turn inside the one program (a plain
 # lax.map), each the exact program of its single run, so member k is `--seed k` bit for bit. The CPU step
 # is compute-bound, so vmapping members gains nothing measurable there (docs/performance.md compares groups
 # of 1, 4 and 8); an accelerator, which one small model leaves idle, vmaps them all.
 CPU_MEMBER_GROUP = 1
+# The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
 BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "matmul-only", "torch-eager", "torch-compile")
 
 
@@ -44,7 +44,7 @@ class TrainConfig:
     warmup_steps: int = 0
     clip_norm: float | None = None
     seed: int = 0
-    seeds: int = 1  # members trained together by `vmap`: seeds seed .. seed+seeds-1 (per setting, in a sweep)
+    seeds: int = 1  # members trained together in one program: seeds seed .. seed+seeds-1 (per setting, in a sweep)
     lr_grid: tuple[float, ...] = ()  # `jaxintro sweep`: learning rates compared (empty: just `lr`)
     weight_decay_grid: tuple[float, ...] = ()  # `jaxintro sweep`: weight decays compared (empty: `weight_decay`)
     member_group: int = 0  # members one `vmap` trains at a time (0: all on an accelerator, CPU_MEMBER_GROUP on a CPU)
@@ -95,7 +95,7 @@ class TrainConfig:
             raise ConfigError(_("a sweep compares several models: give two values or more (--lr 1e-3,3e-3) or "
                                 "--seeds 2; for one model use `jaxintro train`"))
         if self.members > 1 and self.loop != "scan":
-            raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one vmapped "
+            raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one compiled "
                                 "program per epoch"))
         if self.members > 1 and self.devices > 1:
             # One CPU gains nothing from splitting members over virtual devices, and a member's batch split

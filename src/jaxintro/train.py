@@ -310,8 +310,8 @@ class Trainer:
 
         common = dict(batch_size=self.config.batch_size, use_dropout=self.use_dropout)
         if self.config.members > 1:
-            # Whole epochs vmapped over the members: parameters, optimizer states and keys batched, the
-            # uint8 data shared (in_axes None), so it is neither copied nor moved per member.
+            # Whole epochs mapped over the members' parameters, optimizer states and keys; the uint8 data is
+            # closed over, shared, so it is neither copied nor moved per member.
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
             group = member_group(self.config)
 

@@ -1,4 +1,4 @@
-"""`jaxintro sweep`: a grid of learning rates (and weight decays) x seeds, trained as one vmapped program.
+"""`jaxintro sweep`: a grid of learning rates (and weight decays) x seeds, trained as one compiled program.
 
 A sweep is a `train` run whose members differ in hyper-parameters: the same run folder, checkpoints,
 `--resume`, `evaluate` and `predict`; `train` prints its table of settings and draws `sweep.png`.
