@@ -14,6 +14,7 @@ from jaxintro import bench
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
+from jaxintro.parallel import cpu_devices_wanted
 from jaxintro.train import Trainer
 
 
@@ -28,7 +29,8 @@ def reference(plan) -> list[float]:
     return bench.run_row("scan-epoch", plan).losses
 
 
-@pytest.mark.parametrize("row", ["nojit", "jit-step", "vmap-seeds-8", "torch-eager", "torch-compile"])
+@pytest.mark.parametrize("row", ["nojit", "jit-step", "vmap-seeds-8", "spread-seeds-8", "torch-eager",
+                                 "torch-compile"])
 def test_every_row_trains_the_same_function(plan, reference, row):
     if row.startswith("torch"):  # only the PyTorch rows need PyTorch (installed by `make`)
         pytest.importorskip("torch")
@@ -122,13 +124,18 @@ def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkey
 
 
 def test_vmap_row_counts_all_its_models_and_the_members_pair_is_reported(tmp_path, capsys):
-    code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8", "--repeats", "1",
+    code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8", "--repeats", "1",
                  "--e2e-seeds", "2", "--out", str(tmp_path), "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = {row["name"]: row for row in report["rows"]}
     vmap = rows["vmap-seeds-8"]
     assert vmap["models"] == 8 and rows["scan-epoch"]["models"] == 1
+    # The vmap row keeps its 8 models on one device; the spread row, in its own process, takes the devices
+    # `train --seeds 8` would create here (one per core, as many as split 8 evenly).
+    assert vmap["devices"] == rows["scan-epoch"]["devices"] == 1
+    assert rows["spread-seeds-8"]["models"] == 8
+    assert rows["spread-seeds-8"]["devices"] == cpu_devices_wanted(TrainConfig(seeds=8))
     # samples/s and the fraction of peak count the samples of all 8 models.
     assert vmap["samples_per_second"] == pytest.approx(8 * 128 / (vmap["ms_per_step"] / 1e3))
     assert vmap["fraction_of_peak"] == pytest.approx(

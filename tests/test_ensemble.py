@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +63,100 @@ def test_member_k_is_the_run_with_seed_k(data, dropout, seeds, group, atol):
     # Different seeds really are different models (so the check above could fail).
     first, second = member(result.state.params, 0), member(result.state.params, 1)
     assert max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(first), jax.tree.leaves(second))) > 0.05
+
+
+# Runs in a fresh interpreter: the CPU device count must be set before JAX starts.
+SPREAD_CHECK = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    from conftest import synthetic_dataset
+    from jaxintro.config import TrainConfig
+    from jaxintro.train import Trainer, fit
+    data = synthetic_dataset(2048, 256)
+    small = dict(dataset="digits", batch_size=64, hidden=(32, 16), epochs=1)
+    cases = {"seeds-dropout": (dict(seeds=4, dropout=0.2), [dict(seed=5 + k, dropout=0.2) for k in range(4)]),
+             "vmapped-groups-of-2": (dict(seeds=4, member_group=2), [dict(seed=5 + k) for k in range(4)]),
+             "sweep": (dict(seeds=1, lr_grid=(1e-3, 3e-3)), [dict(seed=5, lr=1e-3), dict(seed=5, lr=3e-3)])}
+    out = {}
+    for name, (members, singles) in cases.items():
+        result = fit(TrainConfig(**small, seed=5, **members), data, log=lambda line: None)
+        leaf = result.state.params["layer1"]["w"]
+        diffs = []
+        for k, single in enumerate(singles):
+            one = fit(TrainConfig(**small, **single), data, log=lambda line: None)
+            # A sweep's optimizer state holds its hyper-parameters too: there the parameters are compared.
+            both = "lr_grid" not in members
+            pairs = zip(jax.tree.leaves((result.state.params, result.state.opt_state) if both else result.state.params),
+                        jax.tree.leaves((one.state.params, one.state.opt_state) if both else one.state.params))
+            diffs.append(max(float(np.max(np.abs(np.asarray(a)[k] - np.asarray(b)))) for a, b in pairs))
+            diffs.append(abs(result.history[-1].members["loss"][k] - one.history[-1].loss))
+            diffs.append(abs(result.history[-1].members["test_accuracy"][k] - one.history[-1].test_accuracy))
+        out[name] = {"devices": len(leaf.sharding.device_set), "spec": str(leaf.sharding.spec), "max_diff": max(diffs)}
+    # The compiled epoch itself: split over the two devices, and no device ever waits for the other.
+    trainer = Trainer.create(TrainConfig(**small, seeds=4), data)
+    state = trainer.init_state()
+    x = jax.device_put(data.x_train)
+    hlo = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x, jax.device_put(data.y_train))
+    compiled = hlo.compile()
+    out["program"] = {"devices": len(jax.tree.leaves(compiled.input_shardings[0][0])[0].device_set),
+                      "collectives": [op for op in ("all-reduce", "all-gather", "all-to-all", "collective-permute",
+                                                    "reduce-scatter") if op in compiled.as_text()]}
+    print(json.dumps(out))
+""")
+
+
+def test_members_spread_over_devices_are_still_the_single_runs():
+    # Two CPU devices, each training half the members: a member never meets the others, so it is still
+    # the run `--seed k` bit for bit (its program is the single run's); vmapped groups and a sweep's
+    # learning rates given as inputs reassociate as on one device.
+    proc = subprocess.run([sys.executable, "-c", SPREAD_CHECK, os.path.dirname(__file__)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert runs.pop("program") == {"devices": 2, "collectives": []}
+    for name, run in runs.items():
+        assert run["devices"] == 2 and run["spec"] == "P('members',)", name
+    assert runs["seeds-dropout"]["max_diff"] == 0.0
+    assert 0.0 < runs["vmapped-groups-of-2"]["max_diff"] <= ATOL
+    assert runs["sweep"]["max_diff"] <= ATOL
+
+
+def test_a_spread_run_resumes_and_reports_its_devices(tmp_path):
+    # The CLI in fresh processes (it creates the CPU devices): checkpoints written from two devices restore
+    # into a resumed run that ends where an uninterrupted one does.
+    def train(*argv: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", *argv, "--json", "--no-compile-cache"],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "LANG": "C.UTF-8"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "spread over 2 CPU devices" in proc.stdout
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    flags = ("--dataset", "digits", "--seeds", "4", "--devices", "2", "--hidden", "32")
+    first = train(*flags, "--epochs", "1", "--run-dir", str(tmp_path / "run"))
+    assert first["member_devices"] == 2
+    resumed = train("--resume", str(tmp_path / "run"), "--epochs", "2")
+    straight = train(*flags, "--epochs", "2", "--run-dir", str(tmp_path / "straight"))
+    assert resumed["member_devices"] == straight["member_devices"] == 2
+    assert resumed["members"] == straight["members"]
+    from jaxintro.evaluate import load_run
+
+    assert_trees_close(load_run(tmp_path / "run").params, load_run(tmp_path / "straight").params, atol=0.0)
+
+
+def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
+    from jaxintro import parallel
+
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (1, 2, 3, 8)] == [1, 2, 1, 2]
+    assert parallel.cpu_devices_wanted(TrainConfig(seeds=8, devices=4)) == 4  # told: as many as asked
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
+    assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
+    assert parallel.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
+    # In a process that already started JAX (this one: one CPU device), members use what there is.
+    assert parallel.member_devices(TrainConfig(seeds=8)) == len(jax.devices()) == 1
 
 
 def test_a_sweep_member_is_the_run_with_its_learning_rate(data):
@@ -262,7 +360,10 @@ def test_too_many_members_for_memory_is_refused_before_anything_is_written(tmp_p
     (["train", "--seeds", "-3"], "--seeds: expected an integer >= 1"),
     (["sweep", "--lr", "1e-3", "--seeds", "1"], "a sweep compares several models"),
     (["train", "--seeds", "2", "--loop", "python"], "need --loop scan"),
-    (["train", "--seeds", "2", "--devices", "2"], "run on one device"),
+    (["train", "--seeds", "3", "--devices", "2"], "3 members do not split evenly over --devices 2"),
+    (["sweep", "--lr", "1e-3,3e-3", "--seeds", "3", "--devices", "4"], "6 members do not split evenly"),
+    (["train", "--seeds", "2", "--coordinator", "127.0.0.1:12355", "--num-processes", "2", "--process-id", "1"],
+     "several members (--seeds > 1, or a sweep) train in one process"),
     (["sweep", "--lr", ""], "--lr needs at least one value"),
     (["sweep", "--lr", "1e-3,fast"], "'fast' is not one"),
     (["sweep", "--lr", "1e-3,3e-3,1e-3"], "lists 0.001 twice"),

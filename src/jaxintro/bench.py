@@ -4,7 +4,9 @@ Rows:
 - `nojit`: the train step run op by op, no `jit` (100 steps, as the exercise asks);
 - `jit-step`: the lesson's loop, one jitted step per batch dispatched from Python;
 - `scan-epoch`: the whole epoch compiled as one `lax.scan` program (jaxintro's default);
-- `vmap-seeds-8`: that epoch vmapped over 8 models (`train --seeds 8`), seeds 0..7, the data shared;
+- `vmap-seeds-8`: that epoch vmapped over 8 models, seeds 0..7, the data shared, on one device;
+- `spread-seeds-8`: the same 8 models as `train --seeds 8` trains them: spread over the process's
+  devices (on a CPU, one per core), each device training its members one after another;
 - `matmul-only`: the step's eight matmuls alone at its shapes, scanned over an epoch: `scan-epoch`'s ceiling;
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
@@ -60,6 +62,7 @@ class RowResult:
     peak_rss_mb: float = float("nan")
     losses: list[float] = dataclasses.field(default_factory=list)  # the first steps' losses
     models: int = 1  # models trained at once: samples/s and the fraction of peak count all of them
+    devices: int = 1  # devices the row's program ran on
     skipped: str | None = None  # why the row could not run here (e.g. PyTorch not installed)
     error: str | None = None  # the row ran and crashed: a failure, reported as one
 
@@ -133,11 +136,11 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
 
-def jax_trainer(plan: Plan, seeds: int = 1):
+def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True):
     """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order).
 
-    With `seeds`, the state of that many members, all vmapped together (the row is named for it, whatever
-    `train`'s default group); the first is the plan's.
+    With `seeds`, the state of that many members, the first the plan's: all vmapped together (`vmap_all`,
+    whatever `train`'s default group), or grouped as `train` groups them.
     """
     from jaxintro.config import TrainConfig
     from jaxintro.data import Dataset
@@ -145,8 +148,8 @@ def jax_trainer(plan: Plan, seeds: int = 1):
 
     classes = tuple(str(i) for i in range(SIZES[-1]))
     dataset = Dataset("bench", plan.x, plan.y, plan.x[:1], plan.y[:1], classes, (0, 0), "bench plan")
-    trainer = Trainer.create(TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds, member_group=seeds),
-                             dataset)
+    config = TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds, member_group=seeds if vmap_all else 0)
+    trainer = Trainer.create(config, dataset)
     state = trainer.init_state()
     first = state.params if seeds == 1 else {n: {k: v[0] for k, v in layer.items()} for n, layer in state.params.items()}
     init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
@@ -228,17 +231,23 @@ def row_jit_step(plan: Plan) -> RowResult:
     return _epoch_row("jit-step", plan, epoch, epoch, state)
 
 
-def row_scan_epoch(plan: Plan, seeds: int = 1) -> RowResult:
+def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowResult:
     """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8.
 
-    With `seeds`, the same epoch vmapped over that many members (`jaxintro train --seeds`).
+    With `seeds`, the same epoch over that many members: all vmapped on one device, or (`spread`) placed
+    and grouped as `jaxintro train --seeds` does it.
     """
     import jax
 
+    from jaxintro.parallel import MEMBERS, replicate, spread_members
     from jaxintro.train import TrainState
 
-    trainer, state, dataset = jax_trainer(plan, seeds)
-    x, y = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
+    trainer, state, dataset = jax_trainer(plan, seeds, vmap_all=not spread)
+    if seeds == 1:
+        x, y = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
+    else:
+        state = TrainState(*spread_members((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
+        x, y = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
     jitted = trainer.jit_epoch()
     compiled = {}
 
@@ -250,8 +259,10 @@ def row_scan_epoch(plan: Plan, seeds: int = 1) -> RowResult:
         params, opt_state, key, metrics = compiled["fn"](state.params, state.opt_state, state.key, x, y)
         return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
-    result = _epoch_row("scan-epoch" if seeds == 1 else f"vmap-seeds-{seeds}", plan, first_epoch, epoch, state)
+    name = "scan-epoch" if seeds == 1 else f"{'spread' if spread else 'vmap'}-seeds-{seeds}"
+    result = _epoch_row(name, plan, first_epoch, epoch, state)
     result.models = seeds
+    result.devices = trainer.mesh.shape[MEMBERS] if seeds > 1 else 1
     return result
 
 
@@ -470,6 +481,7 @@ ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
     row_jit_step,
     row_scan_epoch,
     lambda plan: row_scan_epoch(plan, seeds=8),
+    lambda plan: row_scan_epoch(plan, seeds=8, spread=True),
     row_matmul_only,
     lambda plan: row_torch(plan, compile=False),
     lambda plan: row_torch(plan, compile=True),
@@ -632,6 +644,14 @@ def main() -> None:
         z = np.load(plan_path)
         Path(out).write_text(json.dumps(jobs[name](plan, z["x_test"], z["y_test"], int(sys.argv[4]))))
         return
+    if name.startswith("spread-seeds-"):
+        # Before JAX starts, as `jaxintro train` does: the CPU devices the members spread over.
+        import jax
+
+        from jaxintro.config import TrainConfig
+        from jaxintro.parallel import cpu_devices_wanted
+
+        jax.config.update("jax_num_cpu_devices", cpu_devices_wanted(TrainConfig(seeds=int(name.rsplit("-", 1)[1]))))
     result = run_row(name, plan)
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 

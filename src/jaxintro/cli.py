@@ -123,12 +123,16 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
         p.add_argument("--seeds", type=positive_int, default=d.seeds,
                        help=_("train this many models (seeds SEED, SEED+1, ...) together, in one compiled program"))
         p.add_argument("--member-group", type=natural_int, default=d.member_group, metavar="N",
-                       help=_("members one vmap trains at a time, the groups one after another in the same program "
+                       help=_("members one vmap trains at a time on each device, the groups one after another "
+                              "in the same program "
                               "(default 0: all of them on an accelerator, {cpu} on a CPU; 1 runs each member's "
                               "single-run program, equal to --seed k bit for bit)").format(cpu=CPU_MEMBER_GROUP))
     p.add_argument("--loop", default=d.loop, choices=LOOPS,
                    help=_("scan: one compiled program per epoch; python: the lesson's per-batch loop"))
-    p.add_argument("--devices", type=positive_int, default=d.devices, help=_("data-parallel devices"))
+    p.add_argument("--devices", type=positive_int, default=d.devices,
+                   help=_("data-parallel devices; with several members, the devices they spread over "
+                          "(default: on a CPU one per core, as many as split them evenly)") if members
+                   else _("data-parallel devices"))
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
 
 

@@ -17,13 +17,15 @@ LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
 EVAL_CHUNK = 2000
-# Members vmapped together on a CPU. One: the members run in turn inside the one program (a plain
-# lax.map), each the exact program of its single run, so member k is `--seed k` bit for bit. The CPU step
-# is compute-bound, so vmapping members gains nothing measurable there (docs/performance.md compares groups
-# of 1, 4 and 8); an accelerator, which one small model leaves idle, vmaps them all.
+# Members vmapped together on a CPU device. One: each device runs its members in turn (a plain lax.map),
+# each the exact program of its single run, so member k is `--seed k` bit for bit. The CPU step is
+# compute-bound, so vmapping members gains nothing measurable there (docs/performance.md compares groups);
+# what does gain is running members side by side on the cores (`parallel.member_devices`). An
+# accelerator, which one small model leaves idle, vmaps them all.
 CPU_MEMBER_GROUP = 1
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
-BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "matmul-only", "torch-eager", "torch-compile")
+BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "spread-seeds-8", "matmul-only", "torch-eager",
+              "torch-compile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,7 @@ class TrainConfig:
     weight_decay_grid: tuple[float, ...] = ()  # `jaxintro sweep`: weight decays compared (empty: `weight_decay`)
     member_group: int = 0  # members one `vmap` trains at a time (0: all on an accelerator, CPU_MEMBER_GROUP on a CPU)
     loop: str = "scan"
-    devices: int = 1
+    devices: int = 1  # data-parallel devices; with several members, the devices they spread over (1: chosen)
     parallel: str = "shard_map"
 
     def validate(self) -> "TrainConfig":
@@ -87,7 +89,10 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
-        check_batch_split(self.batch_size, self.devices)
+        if self.members > 1:  # then devices split the members, not the batch
+            check_member_split(self.members, self.devices)
+        else:
+            check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:
             raise ConfigError(_("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)"))
         if self.sweep and self.members < 2:
@@ -97,11 +102,6 @@ class TrainConfig:
         if self.members > 1 and self.loop != "scan":
             raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one compiled "
                                 "program per epoch"))
-        if self.members > 1 and self.devices > 1:
-            # One CPU gains nothing from splitting members over virtual devices, and a member's batch split
-            # over devices would no longer be the run `--seed k`; refused rather than half-supported.
-            raise ConfigError(_("several members (--seeds > 1, or a sweep) run on one device; drop --devices, "
-                                "or train the members one by one with --seed"))
         return self
 
     @property
@@ -183,6 +183,14 @@ def check_batch_split(batch_size: int, devices: int) -> None:
     if batch_size % devices:
         raise ConfigError(_("--batch-size {batch_size} does not split over {devices} devices; "
                             "use a multiple of {devices}").format(batch_size=batch_size, devices=devices))
+
+
+def check_member_split(members: int, devices: int) -> None:
+    """Members spread over devices in equal shares: each device runs the same program on its own."""
+    if members % devices:
+        raise ConfigError(_("{members} members do not split evenly over --devices {devices}; give a number of "
+                            "devices that divides {members}, or drop --devices").format(members=members,
+                                                                                        devices=devices))
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:

@@ -93,19 +93,20 @@ def _no_init(key: Array) -> Any:
     raise TypeError("an ensemble is built from trained members, not initialised")
 
 
-def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: int) -> int:
-    """What training `config.members` models needs, from shapes alone (before anything compiles).
+def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: int, devices: int = 1) -> int:
+    """What training `config.members` models spread over `devices` needs, from shapes alone (before anything compiles).
 
     Per member: parameters, gradients, the optimizer's two moments and the update (five copies),
     twice over because the epoch's inputs are donated while its outputs are written; the step's
-    activations and their gradients; an evaluation chunk's activations. Once: the data, as uint8.
-    An upper bound: members train in groups (`--member-group`), so only a group's activations live at once.
+    activations and their gradients; an evaluation chunk's activations. Once per device: the data,
+    as uint8. An upper bound: members train in groups (`--member-group`), so only a group's
+    activations live at once.
     """
     params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     activations = sum(sizes)
     per_member = BYTES * (10 * params + 3 * config.batch_size * activations + 2 * EVAL_CHUNK * activations)
     per_member += BYTES * num_train  # the permutation of every epoch
-    return config.members * per_member + num_train * sizes[0]
+    return config.members * per_member + devices * num_train * sizes[0]
 
 
 def available_memory_bytes() -> int:
@@ -124,10 +125,17 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, available: int | None = None) -> int:
-    """Refuse, with the estimate, a run whose members would not fit in memory; return the estimate."""
-    need = estimate_memory_bytes(config, sizes, num_train)
+def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, available: int | None = None,
+                 devices: int = 1) -> int:
+    """Refuse, with the estimate, a run whose members would not fit in memory; return the estimate.
+
+    CPU devices share the host's memory; accelerators each have their own, so there the members are
+    checked against all of them (each has the free memory of the first).
+    """
+    need = estimate_memory_bytes(config, sizes, num_train, devices)
     available = available_memory_bytes() if available is None else available
+    if jax.default_backend() != "cpu":
+        available *= devices
     if need > MEMORY_SHARE * available:
         fit = max(int(config.members * MEMORY_SHARE * available / need), 0)
         raise ConfigError(_(

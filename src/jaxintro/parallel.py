@@ -1,4 +1,5 @@
 """Data parallelism over a device mesh: `shard_map` with `lax.pmean`, or sharded `jit`; one or many processes.
+Members (`--seeds N`, a sweep) spread over a mesh of their own, each device training its share.
 
 The lesson's `pmap` is in maintenance mode; its modern forms are here. The mesh has one axis,
 `data`. Parameters, optimizer state and the (small) dataset are replicated; each device takes its
@@ -9,6 +10,10 @@ slice of every global batch, so the math is that of one device on the whole batc
 
 With several processes (`jax.distributed`), the mesh spans every process's devices and each process
 feeds and computes only its own devices' slices of every batch.
+
+Members need no collective at all: the mesh's axis is `members`, every member-stacked leaf is split
+along it, and each device runs its members' whole epochs alone. On a CPU the cores become devices:
+two programs side by side keep both cores busier than one program's small matmuls split over them.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.i18n import _
 
 AXIS = "data"
+MEMBERS = "members"
 DISTRIBUTED_TIMEOUT_S = 60
 SHARED_FOLDER_WAIT_S = 10  # how long a process waits to see process 0's token in the run folder
 
 
-def make_mesh(num_devices: int) -> Mesh:
-    """A 1-D mesh named `data` over `num_devices` devices (all processes' devices when distributed)."""
+def make_mesh(num_devices: int, axis: str = AXIS) -> Mesh:
+    """A 1-D mesh named `axis` over `num_devices` devices (all processes' devices when distributed)."""
     devices = jax.devices()
     if jax.process_count() > 1:
         num_devices = len(devices)  # every device of every process takes part
@@ -43,8 +50,42 @@ def make_mesh(num_devices: int) -> Mesh:
             "jaxintro creates them when --devices is given before JAX starts; elsewhere use at most {seen}"
         ).format(wanted=num_devices, seen=len(devices), platform=devices[0].platform))
     # Auto axes: under plain `jit` the compiler propagates the batch sharding and inserts the collectives.
-    return jax.make_mesh((num_devices,), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,),
+    return jax.make_mesh((num_devices,), (axis,), axis_types=(jax.sharding.AxisType.Auto,),
                          devices=devices[:num_devices])
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def even_split(members: int, at_most: int) -> int:
+    """The most devices, up to `at_most`, that `members` split over evenly."""
+    return max(d for d in range(1, min(members, at_most) + 1) if members % d == 0)
+
+
+def cpu_devices_wanted(config: TrainConfig) -> int:
+    """Before JAX starts: the CPU devices to create, `--devices`, or for several members one per core they fill."""
+    if config.devices > 1 or config.members == 1:
+        return config.devices
+    return even_split(config.members, usable_cores())
+
+
+def member_devices(config: TrainConfig) -> int:
+    """The devices the members spread over: `--devices`, else on a CPU as many of this process's as split them evenly.
+
+    An accelerator keeps them on one device unless told: it vmaps them all there.
+    """
+    if config.devices > 1:
+        return config.devices
+    if jax.default_backend() != "cpu":
+        return 1
+    return even_split(config.members, len(jax.devices()))
+
+
+def spread_members(tree: Any, mesh: Mesh) -> Any:
+    """Split every leaf of a member-stacked `tree` along its leading axis over `mesh`'s `members` axis."""
+    return jax.device_put(tree, NamedSharding(mesh, P(MEMBERS)))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

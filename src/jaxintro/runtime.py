@@ -21,15 +21,19 @@ def _on_event(event: str, **_: object) -> None:
         _events["misses"] += 1
 
 
-def configure_jax(*, devices: int = 1, compile_cache: bool = True) -> Path | None:
-    """Set JAX up before first use: the CPU device count and the persistent compile cache (its folder, or None)."""
+def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: int = 1) -> Path | None:
+    """Set JAX up before first use: the CPU device count and the persistent compile cache (its folder, or None).
+
+    `devices` must exist (`--devices`); `cpu_devices` are created if JAX has not started yet, else the
+    devices it has are used (members spread over what there is).
+    """
     from jaxintro.errors import ConfigError
     from jaxintro.i18n import _
 
-    if devices > 1:
+    if max(devices, cpu_devices) > 1:
         # Must happen before the backend starts; it only affects the CPU backend.
         try:
-            jax.config.update("jax_num_cpu_devices", devices)
+            jax.config.update("jax_num_cpu_devices", max(devices, cpu_devices))
         except RuntimeError:  # JAX already started in this process (jaxintro used as a library)
             if len(jax.devices()) < devices:
                 raise ConfigError(_("--devices {wanted}: JAX already started with {seen} device(s) in this process; "

@@ -6,8 +6,9 @@ shuffle included, into one XLA program; `--loop python` is the lesson's loop, on
 batch dispatched from Python. Both draw the same permutation and dropout keys, so they train the
 same function. The last partial batch of each epoch is dropped, as in the lesson (468 steps of 128
 on MNIST's 60,000 images); the permutation changes each epoch, so every image is still seen.
-Several members (`--seeds N`, or a sweep's grid) are trained by the same epoch under `jax.vmap`:
-parameters, optimizer states and keys carry a leading member axis, the data does not.
+Several members (`--seeds N`, or a sweep's grid) are trained by the same epoch, mapped over them
+(`lax.map`, or `jax.vmap` in groups): parameters, optimizer states and keys carry a leading member
+axis, split over a `members` mesh (on a CPU, one device per core); the data does not.
 Only `fit` touches the outside world: it logs, times, and calls the per-epoch hook.
 """
 
@@ -213,8 +214,8 @@ def jit_count_correct(model: Model) -> Callable:
 
 
 def member_group(config: TrainConfig) -> int:
-    """How many members one `vmap` trains at a time: `--member-group`, else all of them on an accelerator
-    (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound already: see config)."""
+    """How many members one `vmap` trains at a time on a device: `--member-group`, else all of them on an
+    accelerator (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound already: see config)."""
     if config.member_group:
         return min(config.member_group, config.members)
     return config.members if jax.default_backend() != "cpu" else min(config.members, CPU_MEMBER_GROUP)
@@ -232,7 +233,7 @@ class Trainer:
     tx: optax.GradientTransformation
     steps_per_epoch: int
     schedule: Callable[[int], Any]
-    mesh: Any  # jax.sharding.Mesh with one axis, "data"
+    mesh: Any  # jax.sharding.Mesh with one axis: "data", or "members" when several models train
 
     @classmethod
     def create(cls, config: TrainConfig, dataset: Dataset) -> "Trainer":
@@ -245,17 +246,20 @@ class Trainer:
                 "use at most {count}"
             ).format(batch_size=config.batch_size, count=len(dataset.x_train), dataset=dataset.name))
         from jaxintro.config import check_batch_split
-        from jaxintro.parallel import AXIS, make_mesh
+        from jaxintro.parallel import AXIS, MEMBERS, make_mesh, member_devices
 
-        mesh = make_mesh(config.devices)
-        check_batch_split(config.batch_size, mesh.shape[AXIS])  # with several processes, every device counts
+        if config.members > 1:
+            mesh = make_mesh(member_devices(config), MEMBERS)
+        else:
+            mesh = make_mesh(config.devices)
+            check_batch_split(config.batch_size, mesh.shape[AXIS])  # with several processes, every device counts
         steps = len(dataset.x_train) // config.batch_size
         model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
                             dropout=config.dropout)
         if config.members > 1:  # before anything is allocated or compiled
             from jaxintro.ensemble import check_memory
 
-            check_memory(config, model.sizes, len(dataset.x_train))
+            check_memory(config, model.sizes, len(dataset.x_train), devices=mesh.shape[MEMBERS])
         tx = build_optimizer(config, steps * config.epochs)
         return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs), mesh)
 
@@ -306,21 +310,27 @@ class Trainer:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from jaxintro.parallel import AXIS
+        from jaxintro.parallel import AXIS, MEMBERS
 
         common = dict(batch_size=self.config.batch_size, use_dropout=self.use_dropout)
         if self.config.members > 1:
             # Whole epochs mapped over the members' parameters, optimizer states and keys; the uint8 data is
-            # closed over, shared, so it is neither copied nor moved per member.
+            # shared by the members of a device, neither copied nor moved per member.
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
-            group = member_group(self.config)
+            devices = self.mesh.shape[MEMBERS]
+            group = min(member_group(self.config), self.config.members // devices)
 
             def members_epoch(params, opt_state, key, x_u8, y):
-                # lax.map with batch_size: `vmap` over `group` members at a time, the groups in turn. A group
-                # of 1 is a plain lax.map, no `vmap`: each member runs the single run's own program.
+                # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,
+                # the groups in turn. A group of 1 is a plain lax.map, no `vmap`: each member runs the single
+                # run's own program.
                 return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key),
                                    batch_size=group if group > 1 else None)
 
+            # No collective: each device trains its members alone, side by side with the others.
+            spread, shared = P(MEMBERS), P()
+            members_epoch = jax.shard_map(members_epoch, mesh=self.mesh, in_specs=(spread,) * 3 + (shared,) * 2,
+                                          out_specs=(spread,) * 4)
             return jax.jit(members_epoch, donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
@@ -448,12 +458,20 @@ def fit(
     """Train `config.epochs` epochs (from `state` when resuming), evaluating on the test set after each."""
     from tqdm import tqdm
 
-    from jaxintro.parallel import replicate, to_host
+    from jaxintro.parallel import replicate, spread_members, to_host
     from jaxintro.runtime import compile_cache_counts, release_free_memory
 
     trainer = Trainer.create(config, dataset)
     state = state or trainer.init_state()
-    if config.loop == "scan":
+    members = config.members
+    if members > 1:
+        # Each device holds its members and the training data; the first device evaluates them all (one
+        # small copy of the parameters per epoch), so every member is scored by one and the same program.
+        state = TrainState(*spread_members((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
+        x_train, y_train = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
+        evaluator = trainer.mesh.devices.flat[0]
+        x_test, y_test = jax.device_put((dataset.x_test, dataset.y_test), evaluator)
+    elif config.loop == "scan":
         # Every device holds the parameters and the data, as uint8 (the step scales each batch).
         state = TrainState(*replicate((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
         x_train, y_train = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
@@ -462,7 +480,6 @@ def fit(
         x_train, y_train = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
         x_test, y_test = jax.device_put(dataset.x_test), jax.device_put(dataset.y_test)
     eval_fn = trainer.jit_eval()
-    members = config.members
     diverged: set[int] = set()
 
     cache_before = compile_cache_counts()
@@ -507,7 +524,8 @@ def fit(
 
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
-        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test))
+        params = jax.device_put(state.params, evaluator) if members > 1 else state.params
+        test_correct, test_loss = to_host(eval_fn(params, x_test, y_test))
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         "train_flops_per_step": flops,
         # A row that did not run has no numbers: null in the JSON, not NaN (which JSON does not have).
         "rows": [json_safe({k: getattr(r, k) for k in ("name", "compile_seconds", "ms_per_step", "samples_per_second",
-                                                        "fraction_of_peak", "peak_rss_mb", "models", "skipped",
+                                                        "fraction_of_peak", "peak_rss_mb", "models", "devices",
+                                                        "skipped",
                                                         "error")})
                  for r in results],
     }
@@ -117,14 +118,17 @@ def run(args: argparse.Namespace) -> int:
     several = [r for r in done.values() if r.models > 1]
     for r in several:
         single = done.get("scan-epoch")
-        facts = dict(row=r.name, rate=r.samples_per_second, models=r.models, per_model=r.samples_per_second / r.models)
+        where = ngettext("on {devices} device", "on {devices} devices", r.devices).format(devices=r.devices)
+        facts = dict(row=r.name, rate=r.samples_per_second, models=r.models, per_model=r.samples_per_second / r.models,
+                     where=where)
         if single:
-            # 1.00x: batching the models gains nothing over training them one after the other in one process.
-            print(_("{row}: {rate:,.0f} samples/s for all {models} models, {per_model:,.0f} per model; {ratio:.2f}x "
-                    "the throughput of scan-epoch's one model").format(
+            # 1.00x: running the models together gains nothing over training them one after the other.
+            print(_("{row}: {rate:,.0f} samples/s for all {models} models {where}, {per_model:,.0f} per model; "
+                    "{ratio:.2f}x the throughput of scan-epoch's one model").format(
                 ratio=r.samples_per_second / single.samples_per_second, **facts))
         else:
-            print(_("{row}: {rate:,.0f} samples/s for all {models} models, {per_model:,.0f} per model").format(**facts))
+            print(_("{row}: {rate:,.0f} samples/s for all {models} models {where}, {per_model:,.0f} per model").format(
+                **facts))
     if "nojit" in done and "jit-step" in done:
         print(_("jit-step over nojit: {ratio:.1f}x (the lesson's 'JIT speedups of 100x' claim, measured here)").format(
             ratio=done["nojit"].ms_per_step / done["jit-step"].ms_per_step))

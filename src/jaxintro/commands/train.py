@@ -66,14 +66,19 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     JAX is configured here, before anything starts it.
     """
     from jaxintro.checkpoint import config_from_meta, read_meta
+    from jaxintro.parallel import cpu_devices_wanted
     from jaxintro.runs import CONFIG_FILE, read_json
     from jaxintro.runtime import configure_jax
 
     run_dir = Path(args.resume)
     # JAX must learn the device count before Orbax starts it: read it from the plain config file.
     saved = run_dir / CONFIG_FILE
-    configure_jax(devices=read_json(saved).get("devices", 1) if saved.is_file() else 1,
-                  compile_cache=not args.no_compile_cache)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:  # config.json also records what the run resolved (its dataset): only the config's own fields
+        known = TrainConfig.from_json({k: v for k, v in read_json(saved).items() if k in fields})
+    except (OSError, ValueError, TypeError, AttributeError, ConfigError):  # the checkpoint's config speaks below
+        known = TrainConfig()
+    configure_jax(devices=known.devices, cpu_devices=cpu_devices_wanted(known), compile_cache=not args.no_compile_cache)
     _join(cluster, run_dir, "--resume")
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
@@ -112,6 +117,13 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
         ).format(run_dir=run_dir, schedule=config.schedule, epochs=config.epochs, wanted=args.epochs))
 
 
+def check_members_alone(config: TrainConfig, cluster: Cluster) -> None:
+    """Several members train in one process: its devices hold them all (several processes would each hold a part)."""
+    if config.members > 1 and cluster.num_processes > 1:
+        raise ConfigError(_("several members (--seeds > 1, or a sweep) train in one process, spread over its "
+                            "devices; drop --coordinator, --num-processes and --process-id"))
+
+
 def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
     """Join the other processes, then check that they agree on their count and all see `run_dir`."""
     if cluster.coordinator is not None:
@@ -123,14 +135,17 @@ def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train a new run or resume one; a new run that fails before its first checkpoint leaves nothing behind."""
+    from jaxintro.parallel import cpu_devices_wanted
     from jaxintro.runs import claim_run_dir, discard_run_dir
     from jaxintro.runtime import configure_jax
 
     cluster = resolve_cluster(args)
     if args.resume:
         config, run_dir = resume_config(args, cluster)
+        check_members_alone(config, cluster)
         return train_run(args, config, run_dir, resuming=True)
     config = config_from_flags(args)
+    check_members_alone(config, cluster)
     if cluster.coordinator is not None and args.run_dir is None:
         raise ConfigError(_("multi-process training needs --run-dir DIR, the same folder for every process"))
     # The run folder is claimed before JAX starts or data loads (process 0 claims, before joining: a refusal
@@ -139,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     owner = cluster.process_id == 0
     run_dir = claim_run_dir(args.run_dir) if owner else Path(args.run_dir)
     try:
-        configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
+        configure_jax(devices=config.devices, cpu_devices=cpu_devices_wanted(config),
+                      compile_cache=not args.no_compile_cache)
         _join(cluster, run_dir, "--run-dir")
         return train_run(args, config, run_dir, resuming=False)
     except BaseException:
@@ -200,9 +216,14 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         print(_("Training {model} MLP {layers} on {dataset} ({train} train / {test} test, from {source}); "
                 "loop={loop}; run folder {run_dir}").format(**facts), flush=True)
     else:
+        from jaxintro.parallel import member_devices
+
+        spread = member_devices(config)
+        where = ngettext("all on one {platform} device", "spread over {devices} {platform} devices", spread).format(
+            devices=spread, platform=jax.default_backend().upper())
         print(_("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
-                "from {source}); loop={loop}; run folder {run_dir}").format(
-            members=config.members, grid=describe_members(config), **facts), flush=True)
+                "from {source}); {where}; loop={loop}; run folder {run_dir}").format(
+            members=config.members, grid=describe_members(config), where=where, **facts), flush=True)
     try:
         with GracefulStop(distributed=jax.process_count() > 1) as stop:
             result = fit(config, dataset, state=state, on_epoch=on_epoch, progress=sys.stderr.isatty(),
@@ -266,7 +287,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         "finished": not result.stopped_early,
     }
     if config.members > 1:
-        summary.update(members_summary(config, last, result.samples_per_second))
+        summary.update(members_summary(config, last, result.samples_per_second), member_devices=spread)
         if primary and config.sweep:
             from jaxintro.plots import plot_sweep
 
