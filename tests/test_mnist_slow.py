@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,12 +58,18 @@ def test_lessons_python_loop_matches_the_compiled_epoch(mnist_dir, tmp_path, cap
 
 
 def test_members_of_a_seeds_run_are_the_single_runs(mnist_dir, tmp_path, lesson_run):
-    summary = _train(mnist_dir, tmp_path / "seeds", "--seed", "0", "--seeds", "2")
+    # In its own process, as a user runs it: the CLI creates two CPU devices and spreads the members over them.
+    run_dir = tmp_path / "seeds"
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "mnist", "--data-dir",
+                           str(mnist_dir), "--run-dir", str(run_dir), "--no-compile-cache", "--seed", "0", "--seeds",
+                           "2", "--devices", "2"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((run_dir / "result.json").read_text())
     member = summary["members"][0]
-    assert member["seed"] == 0 and summary["param_count"] == 235_146
+    assert member["seed"] == 0 and summary["param_count"] == 235_146 and summary["member_devices"] == 2
     rows = {name: [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
             for name, run in (("single", lesson_run), ("members", summary))}
-    # On a CPU the members run unvmapped, each the single run's own program: member 0 is the run
+    # On a CPU the members run unvmapped, each the single run's own program on its device: member 0 is the run
     # --seed 0 bit for bit, every epoch, not merely close (a vmapped member drifts like any float32
     # perturbation of 4,680 Adam steps; docs/performance.md measures by how much).
     assert [row["members"]["loss"][0] for row in rows["members"]] == [row["loss"] for row in rows["single"]]
