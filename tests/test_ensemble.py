@@ -124,17 +124,23 @@ def test_members_spread_over_devices_are_still_the_single_runs():
     assert runs["sweep"]["max_diff"] <= ATOL
 
 
+# The CLI in a fresh process on a machine that lets it use two cores, whatever this one has.
+TWO_CORES = ("import sys; import jaxintro.parallel as p; p.usable_cores = lambda: 2; from jaxintro.cli import main; "
+             "sys.exit(main())")
+
+
 def test_a_spread_run_resumes_and_reports_its_devices(tmp_path):
-    # The CLI in fresh processes (it creates the CPU devices): checkpoints written from two devices restore
-    # into a resumed run that ends where an uninterrupted one does.
+    # No --devices: the CLI creates one CPU device per core before JAX starts, for a new run and for
+    # --resume alike; checkpoints written from two devices restore into a resumed run that ends where an
+    # uninterrupted one does.
     def train(*argv: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", *argv, "--json", "--no-compile-cache"],
+        proc = subprocess.run([sys.executable, "-c", TWO_CORES, "train", *argv, "--json", "--no-compile-cache"],
                               capture_output=True, text=True, timeout=600, env={**os.environ, "LANG": "C.UTF-8"})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "spread over 2 CPU devices" in proc.stdout
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    flags = ("--dataset", "digits", "--seeds", "4", "--devices", "2", "--hidden", "32")
+    flags = ("--dataset", "digits", "--seeds", "4", "--hidden", "32")
     first = train(*flags, "--epochs", "1", "--run-dir", str(tmp_path / "run"))
     assert first["member_devices"] == 2
     resumed = train("--resume", str(tmp_path / "run"), "--epochs", "2")
@@ -146,6 +152,21 @@ def test_a_spread_run_resumes_and_reports_its_devices(tmp_path):
     assert_trees_close(load_run(tmp_path / "run").params, load_run(tmp_path / "straight").params, atol=0.0)
 
 
+def test_usable_cores_respect_a_containers_cpu_quota(monkeypatch, tmp_path):
+    from jaxintro import parallel
+
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(parallel, "CPU_QUOTA", quota)
+    affinity = len(os.sched_getaffinity(0))
+    assert parallel.usable_cores() == affinity  # no cgroup file: the affinity mask
+    quota.write_text("max 100000\n")
+    assert parallel.usable_cores() == affinity
+    quota.write_text("100000 100000\n")  # one CPU, whatever the host has
+    assert parallel.usable_cores() == 1
+    quota.write_text("50000 100000\n")  # half a CPU still runs one device
+    assert parallel.usable_cores() == 1
+
+
 def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
     from jaxintro import parallel
 
@@ -155,8 +176,8 @@ def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
     monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
     assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
     assert parallel.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
-    # In a process that already started JAX (this one: one CPU device), members use what there is.
-    assert parallel.member_devices(TrainConfig(seeds=8)) == len(jax.devices()) == 1
+    # In a process that already started JAX, members use the devices it has.
+    assert parallel.member_devices(TrainConfig(seeds=8)) == parallel.even_split(8, len(jax.devices()))
 
 
 def test_a_sweep_member_is_the_run_with_its_learning_rate(data):
@@ -361,6 +382,7 @@ def test_too_many_members_for_memory_is_refused_before_anything_is_written(tmp_p
     (["sweep", "--lr", "1e-3", "--seeds", "1"], "a sweep compares several models"),
     (["train", "--seeds", "2", "--loop", "python"], "need --loop scan"),
     (["train", "--seeds", "3", "--devices", "2"], "3 members do not split evenly over --devices 2"),
+    (["train", "--seeds", "2", "--parallel", "sharding"], "--parallel sharding splits one model's batch"),
     (["sweep", "--lr", "1e-3,3e-3", "--seeds", "3", "--devices", "4"], "6 members do not split evenly"),
     (["train", "--seeds", "2", "--coordinator", "127.0.0.1:12355", "--num-processes", "2", "--process-id", "1"],
      "several members (--seeds > 1, or a sweep) train in one process"),
@@ -431,3 +453,6 @@ def test_members_train_one_at_a_time_on_a_cpu_unless_told():
     assert member_group(TrainConfig(seeds=8, member_group=8)) == 8
     assert member_group(TrainConfig(seeds=2, member_group=16)) == 2
     assert member_group(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=4, member_group=3)) == 3
+    # Spread over devices, a group is at most a device's share of the members.
+    assert member_group(TrainConfig(seeds=8, member_group=8), devices=2) == 4
+    assert member_group(TrainConfig(seeds=8, member_group=3), devices=2) == 3

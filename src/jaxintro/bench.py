@@ -646,12 +646,12 @@ def main() -> None:
         return
     if name.startswith("spread-seeds-"):
         # Before JAX starts, as `jaxintro train` does: the CPU devices the members spread over.
-        import jax
-
         from jaxintro.config import TrainConfig
         from jaxintro.parallel import cpu_devices_wanted
+        from jaxintro.runtime import configure_jax
 
-        jax.config.update("jax_num_cpu_devices", cpu_devices_wanted(TrainConfig(seeds=int(name.rsplit("-", 1)[1]))))
+        configure_jax(cpu_devices=cpu_devices_wanted(TrainConfig(seeds=int(name.rsplit("-", 1)[1]))),
+                      compile_cache=False)
     result = run_row(name, plan)
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 

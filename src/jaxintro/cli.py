@@ -131,7 +131,8 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
                    help=_("scan: one compiled program per epoch; python: the lesson's per-batch loop"))
     p.add_argument("--devices", type=positive_int, default=d.devices,
                    help=_("data-parallel devices; with several members, the devices they spread over "
-                          "(default: on a CPU one per core, as many as split them evenly)") if members
+                          "(default: on a CPU one per core, as many as split them evenly; on an accelerator one)")
+                   if members
                    else _("data-parallel devices"))
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
 

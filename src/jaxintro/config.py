@@ -91,6 +91,10 @@ class TrainConfig:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
         if self.members > 1:  # then devices split the members, not the batch
             check_member_split(self.members, self.devices)
+            if self.parallel != PARALLEL[0]:
+                raise ConfigError(_("--parallel {parallel} splits one model's batch over devices; several members "
+                                    "(--seeds > 1, or a sweep) are spread over them whole: drop --parallel").format(
+                    parallel=self.parallel))
         else:
             check_batch_split(self.batch_size, self.devices)
         if self.loop == "python" and self.devices > 1:

@@ -129,13 +129,12 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, avai
                  devices: int = 1) -> int:
     """Refuse, with the estimate, a run whose members would not fit in memory; return the estimate.
 
-    CPU devices share the host's memory; accelerators each have their own, so there the members are
-    checked against all of them (each has the free memory of the first).
+    CPU devices share the host's memory. Accelerators each have their own, but the first one evaluates
+    every member, and a chunk's activations are most of a member's estimate, so the whole estimate is
+    checked against the first device's free memory alone (a little cautious when spread).
     """
     need = estimate_memory_bytes(config, sizes, num_train, devices)
     available = available_memory_bytes() if available is None else available
-    if jax.default_backend() != "cpu":
-        available *= devices
     if need > MEMORY_SHARE * available:
         fit = max(int(config.members * MEMORY_SHARE * available / need), 0)
         raise ConfigError(_(

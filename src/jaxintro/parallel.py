@@ -37,6 +37,7 @@ AXIS = "data"
 MEMBERS = "members"
 DISTRIBUTED_TIMEOUT_S = 60
 SHARED_FOLDER_WAIT_S = 10  # how long a process waits to see process 0's token in the run folder
+CPU_QUOTA = Path("/sys/fs/cgroup/cpu.max")  # a container's CPU limit (cgroup v2), where there is one
 
 
 def make_mesh(num_devices: int, axis: str = AXIS) -> Mesh:
@@ -55,8 +56,15 @@ def make_mesh(num_devices: int, axis: str = AXIS) -> Mesh:
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The CPU cores this process may use: its affinity mask, capped by a container's CPU quota (cgroup v2)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:  # "max 100000" when unlimited, "200000 100000" for 2 CPUs
+        quota, period = CPU_QUOTA.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cores
 
 
 def even_split(members: int, at_most: int) -> int:

@@ -213,12 +213,13 @@ def jit_count_correct(model: Model) -> Callable:
     return jax.jit(functools.partial(count_correct, model=model))
 
 
-def member_group(config: TrainConfig) -> int:
-    """How many members one `vmap` trains at a time on a device: `--member-group`, else all of them on an
-    accelerator (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound already: see config)."""
+def member_group(config: TrainConfig, devices: int = 1) -> int:
+    """How many members one `vmap` trains at a time on each of `devices`: `--member-group`, else all of a
+    device's members on an accelerator (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound: see config)."""
+    share = config.members // devices
     if config.member_group:
-        return min(config.member_group, config.members)
-    return config.members if jax.default_backend() != "cpu" else min(config.members, CPU_MEMBER_GROUP)
+        return min(config.member_group, share)
+    return share if jax.default_backend() != "cpu" else min(share, CPU_MEMBER_GROUP)
 
 
 # ---------------------------------------------------------------- the trainer
@@ -317,8 +318,7 @@ class Trainer:
             # Whole epochs mapped over the members' parameters, optimizer states and keys; the uint8 data is
             # shared by the members of a device, neither copied nor moved per member.
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
-            devices = self.mesh.shape[MEMBERS]
-            group = min(member_group(self.config), self.config.members // devices)
+            group = member_group(self.config, self.mesh.shape[MEMBERS])
 
             def members_epoch(params, opt_state, key, x_u8, y):
                 # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,

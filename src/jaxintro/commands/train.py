@@ -75,9 +75,10 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     saved = run_dir / CONFIG_FILE
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     try:  # config.json also records what the run resolved (its dataset): only the config's own fields
-        known = TrainConfig.from_json({k: v for k, v in read_json(saved).items() if k in fields})
+        known = TrainConfig.from_json({k: v for k, v in read_json(saved).items() if k in fields}).validate()
     except (OSError, ValueError, TypeError, AttributeError, ConfigError):  # the checkpoint's config speaks below
         known = TrainConfig()
+    check_members_alone(known, cluster)  # before joining: the others must not wait for a refused process
     configure_jax(devices=known.devices, cpu_devices=cpu_devices_wanted(known), compile_cache=not args.no_compile_cache)
     _join(cluster, run_dir, "--resume")
     meta = read_meta(run_dir)
@@ -219,8 +220,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         from jaxintro.parallel import member_devices
 
         spread = member_devices(config)
-        where = ngettext("all on one {platform} device", "spread over {devices} {platform} devices", spread).format(
-            devices=spread, platform=jax.default_backend().upper())
+        platform = jax.default_backend().upper()
+        where = (_("all on one {platform} device").format(platform=platform) if spread == 1 else
+                 ngettext("spread over {devices} {platform} device", "spread over {devices} {platform} devices",
+                          spread).format(devices=spread, platform=platform))
         print(_("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
                 "from {source}); {where}; loop={loop}; run folder {run_dir}").format(
             members=config.members, grid=describe_members(config), where=where, **facts), flush=True)
