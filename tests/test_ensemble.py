@@ -177,7 +177,8 @@ def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
     assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
     assert parallel.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
     # In a process that already started JAX, members use the devices it has.
-    assert parallel.member_devices(TrainConfig(seeds=8)) == parallel.even_split(8, len(jax.devices()))
+    assert parallel.member_devices(TrainConfig(seeds=8)) == parallel.spread_over(TrainConfig(seeds=8),
+                                                                                  len(jax.devices()))
 
 
 def test_a_sweep_member_is_the_run_with_its_learning_rate(data):

@@ -237,17 +237,10 @@ def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowRe
     With `seeds`, the same epoch over that many members: all vmapped on one device, or (`spread`) placed
     and grouped as `jaxintro train --seeds` does it.
     """
-    import jax
-
-    from jaxintro.parallel import MEMBERS, replicate, spread_members
     from jaxintro.train import TrainState
 
     trainer, state, dataset = jax_trainer(plan, seeds, vmap_all=not spread)
-    if seeds == 1:
-        x, y = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
-    else:
-        state = TrainState(*spread_members((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
-        x, y = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
+    state, (x, y), _test = trainer.place(state, dataset)  # where `jaxintro train` puts them
     jitted = trainer.jit_epoch()
     compiled = {}
 
@@ -262,7 +255,7 @@ def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowRe
     name = "scan-epoch" if seeds == 1 else f"{'spread' if spread else 'vmap'}-seeds-{seeds}"
     result = _epoch_row(name, plan, first_epoch, epoch, state)
     result.models = seeds
-    result.devices = trainer.mesh.shape[MEMBERS] if seeds > 1 else 1
+    result.devices = trainer.mesh.size
     return result
 
 

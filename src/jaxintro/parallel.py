@@ -67,28 +67,22 @@ def usable_cores() -> int:
     return cores
 
 
-def even_split(members: int, at_most: int) -> int:
-    """The most devices, up to `at_most`, that `members` split over evenly."""
-    return max(d for d in range(1, min(members, at_most) + 1) if members % d == 0)
+def spread_over(config: TrainConfig, available: int) -> int:
+    """The devices a run's members spread over: `--devices`, else the most of `available` that split them evenly."""
+    if config.devices > 1:
+        return config.devices
+    return max(d for d in range(1, min(config.members, available) + 1) if config.members % d == 0)
 
 
 def cpu_devices_wanted(config: TrainConfig) -> int:
     """Before JAX starts: the CPU devices to create, `--devices`, or for several members one per core they fill."""
-    if config.devices > 1 or config.members == 1:
-        return config.devices
-    return even_split(config.members, usable_cores())
+    return config.devices if config.members == 1 else spread_over(config, usable_cores())
 
 
 def member_devices(config: TrainConfig) -> int:
-    """The devices the members spread over: `--devices`, else on a CPU as many of this process's as split them evenly.
-
-    An accelerator keeps them on one device unless told: it vmaps them all there.
-    """
-    if config.devices > 1:
-        return config.devices
-    if jax.default_backend() != "cpu":
-        return 1
-    return even_split(config.members, len(jax.devices()))
+    """Once JAX runs: the devices the members spread over, of this process's (an accelerator keeps them on one
+    device unless told: it vmaps them all there)."""
+    return spread_over(config, len(jax.devices()) if jax.default_backend() == "cpu" else 1)
 
 
 def spread_members(tree: Any, mesh: Mesh) -> Any:

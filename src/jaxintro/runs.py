@@ -17,6 +17,7 @@ from jaxintro.errors import ConfigError
 from jaxintro.i18n import N_, _
 
 CONFIG_FILE = "config.json"
+RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 CHECKPOINT_DIR = "checkpoints"  # Orbax's steps, one folder each (written by `jaxintro.checkpoint`)
@@ -222,7 +223,7 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         status = f"stopped after epoch {done}: jaxintro train --resume {run_dir}"
     else:
         status = "empty (no checkpoint)"
-    return {"run_dir": str(run_dir), "dataset": config.get("resolved_dataset", config.get("dataset", "?")),
+    return {"run_dir": str(run_dir), "dataset": config.get(RESOLVED_DATASET, config.get("dataset", "?")),
             "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
             "test_accuracy": rows[-1]["test_accuracy"] if rows else None, "status": status, "result": result}
 

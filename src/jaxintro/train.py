@@ -342,14 +342,41 @@ class Trainer:
         sharded = jax.shard_map(epoch, mesh=self.mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
         return jax.jit(sharded, donate_argnums=(0, 1))
 
+    def place(self, state: TrainState, dataset: Dataset) -> tuple[TrainState, tuple[Array, Array], tuple[Array, Array]]:
+        """Put the state, the training set and the test set where training and evaluation read them.
+
+        One model: every device of the mesh holds the parameters and the data, as uint8 (the step
+        scales each batch); the lesson's loop uses the default device. Several members: each device
+        holds its share of them and the training data, and the first device the test set, since it
+        evaluates them all (`jit_eval`).
+        """
+        from jaxintro.parallel import replicate, spread_members
+
+        train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
+        carried = (state.params, state.opt_state, state.key)
+        if self.config.members > 1:
+            placed = spread_members(carried, self.mesh)
+            return (TrainState(*placed, state.epoch), replicate(train, self.mesh),
+                    jax.device_put(test, self.mesh.devices.flat[0]))
+        if self.config.loop == "scan":
+            return (TrainState(*replicate(carried, self.mesh), state.epoch), replicate(train, self.mesh),
+                    replicate(test, self.mesh))
+        return state, jax.device_put(train), jax.device_put(test)
+
     def jit_eval(self) -> Callable:
         """Correct count and summed loss over a chunked set, compiled; with several members, one row per
-        member and a last row for their ensemble (the average of their probabilities)."""
+        member and a last row for their ensemble (the average of their probabilities).
+
+        Spread members are first gathered on the first device (one small copy of the parameters per
+        epoch), so every member is scored by one and the same program, wherever it trained.
+        """
         if self.config.members == 1:
             return jit_count_correct(self.model)
         from jaxintro.ensemble import members_and_ensemble
 
-        return jit_count_correct(members_and_ensemble(self.model))
+        count = jit_count_correct(members_and_ensemble(self.model))
+        evaluator = self.mesh.devices.flat[0]
+        return lambda params, x, y: count(jax.device_put(params, evaluator), x, y)
 
 
 class EpochMetrics(NamedTuple):
@@ -458,27 +485,12 @@ def fit(
     """Train `config.epochs` epochs (from `state` when resuming), evaluating on the test set after each."""
     from tqdm import tqdm
 
-    from jaxintro.parallel import replicate, spread_members, to_host
+    from jaxintro.parallel import to_host
     from jaxintro.runtime import compile_cache_counts, release_free_memory
 
     trainer = Trainer.create(config, dataset)
-    state = state or trainer.init_state()
+    state, (x_train, y_train), (x_test, y_test) = trainer.place(state or trainer.init_state(), dataset)
     members = config.members
-    if members > 1:
-        # Each device holds its members and the training data; the first device evaluates them all (one
-        # small copy of the parameters per epoch), so every member is scored by one and the same program.
-        state = TrainState(*spread_members((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
-        x_train, y_train = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
-        evaluator = trainer.mesh.devices.flat[0]
-        x_test, y_test = jax.device_put((dataset.x_test, dataset.y_test), evaluator)
-    elif config.loop == "scan":
-        # Every device holds the parameters and the data, as uint8 (the step scales each batch).
-        state = TrainState(*replicate((state.params, state.opt_state, state.key), trainer.mesh), state.epoch)
-        x_train, y_train = replicate((dataset.x_train, dataset.y_train), trainer.mesh)
-        x_test, y_test = replicate((dataset.x_test, dataset.y_test), trainer.mesh)
-    else:
-        x_train, y_train = jax.device_put(dataset.x_train), jax.device_put(dataset.y_train)
-        x_test, y_test = jax.device_put(dataset.x_test), jax.device_put(dataset.y_test)
     eval_fn = trainer.jit_eval()
     diverged: set[int] = set()
 
@@ -524,8 +536,7 @@ def fit(
 
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
-        params = jax.device_put(state.params, evaluator) if members > 1 else state.params
-        test_correct, test_loss = to_host(eval_fn(params, x_test, y_test))
+        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test))
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now

@@ -67,15 +67,16 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     """
     from jaxintro.checkpoint import config_from_meta, read_meta
     from jaxintro.parallel import cpu_devices_wanted
-    from jaxintro.runs import CONFIG_FILE, read_json
+    from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, read_json
     from jaxintro.runtime import configure_jax
 
     run_dir = Path(args.resume)
     # JAX must learn the device count before Orbax starts it: read it from the plain config file.
     saved = run_dir / CONFIG_FILE
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    try:  # config.json also records what the run resolved (its dataset): only the config's own fields
-        known = TrainConfig.from_json({k: v for k, v in read_json(saved).items() if k in fields}).validate()
+    try:
+        saved_json = read_json(saved)
+        saved_json.pop(RESOLVED_DATASET, None)  # what the run resolved, written beside its config
+        known = TrainConfig.from_json(saved_json).validate()
     except (OSError, ValueError, TypeError, AttributeError, ConfigError):  # the checkpoint's config speaks below
         known = TrainConfig()
     check_members_alone(known, cluster)  # before joining: the others must not wait for a refused process
@@ -195,7 +196,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
     primary = jax.process_index() == 0
     if primary:
-        runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), "resolved_dataset": dataset.name})
+        runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     # First the state, then the metrics that describe it: metrics.jsonl is written once a step is on disk.
     checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir) if primary else None)
     if state is not None and primary:
