@@ -157,12 +157,12 @@ def test_usable_cores_respect_a_containers_cpu_quota(monkeypatch, tmp_path):
 
     quota = tmp_path / "cpu.max"
     monkeypatch.setattr(parallel, "CPU_QUOTA", quota)
-    affinity = len(os.sched_getaffinity(0))
-    assert parallel.usable_cores() == affinity  # no cgroup file: the affinity mask
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # a host with 8 cores
+    assert parallel.usable_cores() == 8  # no cgroup file: the affinity mask
     quota.write_text("max 100000\n")
-    assert parallel.usable_cores() == affinity
-    quota.write_text("100000 100000\n")  # one CPU, whatever the host has
-    assert parallel.usable_cores() == 1
+    assert parallel.usable_cores() == 8
+    quota.write_text("200000 100000\n")  # a container given 2 of the 8
+    assert parallel.usable_cores() == 2
     quota.write_text("50000 100000\n")  # half a CPU still runs one device
     assert parallel.usable_cores() == 1
 
