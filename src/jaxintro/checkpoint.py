@@ -14,7 +14,8 @@ sequence of complete steps, as with a blocking save.
 
 from __future__ import annotations
 
-import logging
+import contextlib
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -26,6 +27,7 @@ import orbax.checkpoint as ocp
 from jaxintro import __version__
 from jaxintro.config import TrainConfig
 from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.faults import capture_library_logs, fault_from, run_write
 from jaxintro.i18n import _, ngettext
 from jaxintro.runs import CHECKPOINT_DIR
 from jaxintro.runtime import release_free_memory
@@ -33,8 +35,9 @@ from jaxintro.train import TrainState
 
 KEEP = 3
 
-# Orbax logs every save at INFO/WARNING; the training log says what matters.
-logging.getLogger("absl").setLevel(logging.ERROR)
+# Orbax logs its failures with a traceback per thread: kept for the run's errors.log, never printed.
+capture_library_logs()
+TMP_SUFFIX = ".orbax-checkpoint-tmp"  # a step Orbax has not finished writing (renamed once complete)
 
 
 def _manager(run_dir: Path, *, create: bool, background: bool = False) -> ocp.CheckpointManager:
@@ -53,7 +56,8 @@ class Checkpointer:
     `on_saved(metrics)` is called once a step is complete on disk, with the metrics that step holds
     (at the next save, or at `close`), so files that describe the run (metrics.jsonl) never get
     ahead of its state. Orbax's own post-finalization callback runs before the step's folder is
-    renamed to its final name, too early for that.
+    renamed to its final name, too early for that. A save that fails, in the foreground or in
+    Orbax's thread, raises a `WriteFault` and its metrics are never reported.
     """
 
     def __init__(self, run_dir: Path, on_saved: Callable[[Sequence[dict[str, Any]]], None] | None = None) -> None:
@@ -68,19 +72,36 @@ class Checkpointer:
         self._finish()
         meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": list(metrics), "dataset": dataset or {},
                 "jaxintro_version": __version__}
-        self.manager.save(state.epoch, args=ocp.args.Composite(state=ocp.args.StandardSave(_as_tree(state)),
-                                                               meta=ocp.args.JsonSave(meta)))
-        self._in_flight = tuple(metrics)
+        what = _("checkpoint {epoch}").format(epoch=state.epoch)
+        with run_write(what, self.run_dir):
+            try:
+                self.manager.save(state.epoch, args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_as_tree(state)), meta=ocp.args.JsonSave(meta)))
+            except Exception as exc:  # Orbax and TensorStore wrap the OS's refusal in their own errors
+                raise fault_from(exc, what, self.run_dir) from None
+        self._in_flight = (state.epoch, tuple(metrics))
 
     def _finish(self) -> None:
-        """Wait for the step being written, then report it saved."""
-        self.manager.wait_until_finished()  # raises if the write failed: nothing is reported then
+        """Wait for the step being written, then report it saved (a failed step is forgotten, never reported)."""
+        in_flight, self._in_flight = self._in_flight, None
+        try:
+            self.manager.wait_until_finished()  # re-raises the background thread's failure, once
+        except Exception as exc:
+            what = _("checkpoint {epoch}").format(epoch=in_flight[0] if in_flight else "?")
+            raise fault_from(exc, what, self.run_dir) from None
         # Orbax's threads take their host copies from their own malloc arenas, which glibc keeps mapped
         # once freed: trimmed after every save, or the process would grow by a state's size per epoch.
         release_free_memory()
-        if self._in_flight is not None and self.on_saved is not None:
-            self.on_saved(self._in_flight)
-        self._in_flight = None
+        if in_flight is None:
+            return
+        self._remove_unfinished()
+        if self.on_saved is not None:
+            self.on_saved(in_flight[1])
+
+    def _remove_unfinished(self) -> None:
+        """Delete the half-written steps of an earlier failed save (a restore passes over them; a save succeeded)."""
+        for partial in (self.run_dir / CHECKPOINT_DIR).glob(f"*{TMP_SUFFIX}*"):
+            shutil.rmtree(partial, ignore_errors=True)
 
     def discard_after(self, epoch: int) -> list[int]:
         """Delete checkpoints newer than `epoch` (damaged ones a resume passed over), so the run can save them anew."""
@@ -93,8 +114,14 @@ class Checkpointer:
         """Wait for the save in flight to be on disk (and report it), then release the manager."""
         try:
             self._finish()
-        finally:
+        except BaseException:
+            with contextlib.suppress(Exception):  # the first failure is the one to report
+                self.manager.close()
+            raise
+        try:
             self.manager.close()
+        except Exception as exc:  # it waits for Orbax's threads, which may hold a failure of their own
+            raise fault_from(exc, _("the checkpoints"), self.run_dir) from None
 
 
 def abstract_state(model, tx, members: int = 1) -> TrainState:

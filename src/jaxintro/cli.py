@@ -20,9 +20,11 @@ from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES,
                              TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
+from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault, stopped_line
 from jaxintro.i18n import LANGUAGES, _, set_language
 
-# Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`).
+# Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`;
+# 74, a write the machine refused, in `jaxintro.faults`).
 EXIT_ERROR = 2
 EXIT_DIVERGED = 1
 
@@ -296,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_("jaxintro {command}: training diverged: {error}").format(command=args.command, error=exc),
               file=sys.stderr)
         return EXIT_DIVERGED
+    except WriteFault as exc:  # the machine refused a write: what is on disk, and how to go on
+        print(_("jaxintro {command}: write failed: {error}").format(command=args.command, error=stopped_line(exc)),
+              file=sys.stderr)
+        return EXIT_WRITE_FAULT
     except JaxintroError as exc:
         print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
         return EXIT_ERROR

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from jaxintro.errors import ConfigError
+from jaxintro.faults import ERRORS_LOG, run_write, watch
 from jaxintro.i18n import N_, _
 
 CONFIG_FILE = "config.json"
@@ -63,7 +64,8 @@ def read_json(path: Path) -> Any:
 
 def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Rewrite `metrics.jsonl` with one JSON object per epoch (atomic, so a resume never sees half a line)."""
-    write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    with run_write(METRICS_FILE, run_dir):
+        write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 CLAIM_FILE = ".claimed"
@@ -104,7 +106,7 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
             _write_claim(path / CLAIM_FILE)
     except FileExistsError:
         raise ConfigError(taken) from None
-    except OSError as exc:
+    except OSError as exc:  # the folder cannot be made or locked: the user's choice of folder, not a fault mid-run
         raise ConfigError(_("--run-dir {path} is not writable ({reason}); choose another folder").format(
             path=path, reason=exc.strerror)) from None
     if has_checkpoint(path) or (path / RESULT_FILE).exists():
@@ -124,9 +126,15 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def _write_claim(marker: Path) -> None:
-    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(f"{os.getpid()} {socket.gethostname()}\n")
+    watch(marker.parent)  # the run's folder from now on: its later writes check that it is still there
+    with run_write(_("the claim of the run folder"), marker.parent):
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(f"{os.getpid()} {socket.gethostname()}\n")
+        except OSError:
+            marker.unlink(missing_ok=True)  # a full disk: no half-written claim is left to puzzle a later run
+            raise
 
 
 def claim_is_live(run_dir: Path) -> bool:
@@ -157,7 +165,7 @@ def release_run_dir(run_dir: Path) -> None:
     """Remove what a run wrote before its first checkpoint (its claim, config, partial files): the folder is free."""
     import shutil
 
-    for name in (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png"):
+    for name in (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png", ERRORS_LOG):
         (run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
 

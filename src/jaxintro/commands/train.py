@@ -172,6 +172,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
 
     from jaxintro import runs
     from jaxintro.checkpoint import Checkpointer, abstract_state, restore
+    from jaxintro.faults import run_write, watch
     from jaxintro.data import load_dataset
     from jaxintro.runtime import peak_rss_mb
     from jaxintro.signals import GracefulStop
@@ -187,7 +188,8 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         trainer = Trainer.create(config, dataset)
         state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx, config.members))
         rows = list(meta["metrics"])
-        if state.epoch >= config.epochs:
+        # A run trained to its end but stopped by a failed write before its summary: --resume writes it.
+        if state.epoch >= config.epochs and (run_dir / runs.RESULT_FILE).exists():
             raise ConfigError(ngettext("{run_dir} already has {epochs} epoch; pass --epochs N with N > {epochs}",
                                        "{run_dir} already has {epochs} epochs; pass --epochs N with N > {epochs}",
                                        state.epoch).format(run_dir=run_dir, epochs=state.epoch))
@@ -196,7 +198,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
     primary = jax.process_index() == 0
     if primary:
-        runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
+        watch(run_dir)  # every later write checks that the folder is still this one
+        with run_write(runs.CONFIG_FILE, run_dir):
+            runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     # First the state, then the metrics that describe it: metrics.jsonl is written once a step is on disk.
     checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir) if primary else None)
     if state is not None and primary:
@@ -267,7 +271,8 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         else:
             title = _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
                 members=config.members, model=config.model, dataset=dataset.name)
-        plot_curves(rows, run_dir / "curves.png", title=title)
+        with run_write("curves.png", run_dir):
+            plot_curves(rows, run_dir / "curves.png", title=title)
 
     last = rows[-1]
     summary = {
@@ -297,12 +302,15 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
 
             title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
                              last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
-            summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png", title=title))
+            with run_write("sweep.png", run_dir):
+                summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png",
+                                                      title=title))
     clock["plot_done"] = time.perf_counter()
     summary["time_breakdown"] = time_breakdown(getattr(args, "started", clock["data"]), clock, result,
                                                checkpoint_seconds)
     if primary:
-        runs.write_json(run_dir / runs.RESULT_FILE, summary)
+        with run_write(runs.RESULT_FILE, run_dir):
+            runs.write_json(run_dir / runs.RESULT_FILE, summary)
     if config.members > 1:
         print_members(config, summary)
     if result.stopped_early:

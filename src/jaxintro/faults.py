@@ -1,0 +1,210 @@
+"""When the machine fails, not the user: every write of a run goes through here.
+
+A run writes its folder's claim, `config.json`, a checkpoint per epoch (Orbax, in the background),
+`metrics.jsonl`, `curves.png` and `result.json`. Each write is one `run_write(what, run_dir)`:
+
+- the run folder is checked first: a folder that was deleted (or deleted and made again) since the
+  run's first write stops the run at its next write, instead of training on over nothing;
+- any refusal of the OS (no space left, a read-only or vanished folder, an I/O error) becomes a
+  `WriteFault`, which the CLI prints as one line with the last epoch safely on disk and the
+  command that continues from it (exit code 74, `EX_IOERR` of sysexits.h);
+- the fault seam: `JAXINTRO_FAIL_WRITE=N:ENOSPC` makes the Nth write of the process fail with that
+  errno (ENOSPC, EROFS, EIO, ...), as SQLite's I/O-error tests do, for the faults a test cannot
+  cause for real.
+
+Orbax reports its background failures through absl's logger, with a traceback per thread; those
+records are kept here instead of reaching the terminal, and written to `errors.log` in the run
+folder when a write fails (if the disk still takes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errnos
+import logging
+import os
+import re
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Iterator
+
+from jaxintro.errors import ConfigError, JaxintroError
+from jaxintro.i18n import _
+
+EXIT_WRITE_FAULT = 74  # EX_IOERR: the machine refused a write; distinct from a user error's 2
+FAIL_WRITE_ENV = "JAXINTRO_FAIL_WRITE"
+ERRORS_LOG = "errors.log"
+MAX_RECORDS = 200  # of Orbax's log records kept for errors.log: a failed save logs a few dozen
+
+_writes = 0  # writes of this process so far, as the seam counts them
+_identity: dict[Path, tuple[int, int]] = {}  # each watched run folder's (device, inode)
+_records: list[str] = []  # Orbax's and absl's error records, formatted
+
+
+class WriteFault(JaxintroError):
+    """The machine refused a write of a run: `what` could not be written in `run_dir`, for `reason`."""
+
+    def __init__(self, what: str, run_dir: Path, reason: str, *, vanished: bool = False) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.run_dir = run_dir
+        self.reason = reason
+        self.vanished = vanished  # the run folder itself is gone: nothing of it is left to continue from
+
+
+def os_reason(code: int | None, fallback: str = "") -> str:
+    """An errno as the OS says it, with its name: `No space left on device [ENOSPC]`."""
+    if code is None or code not in errnos.errorcode:
+        return fallback or _("unknown error")
+    return f"{os.strerror(code)} [{errnos.errorcode[code]}]"
+
+
+def errno_in(exc: BaseException) -> int | None:
+    """The OS error behind `exc`: its errno, or the one TensorStore writes into its message (`os_error_code='28'`)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    found = re.search(r"os_error_code='?(\d+)", str(exc))
+    if found:
+        return int(found.group(1))
+    for name in ("ENOSPC", "EROFS", "EIO", "ENOENT", "EDQUOT"):  # the text of an errno Orbax passed on
+        if os.strerror(getattr(errnos, name)) in str(exc):
+            return getattr(errnos, name)
+    return None
+
+
+def fault_from(exc: BaseException, what: str, run_dir: Path) -> WriteFault:
+    """`exc` (an OSError, or a library's error wrapping one) as the WriteFault of `what`; its detail goes to the log."""
+    code = errno_in(exc)
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    reason = os_reason(code, (lines[0] if lines else type(exc).__name__)[:200])
+    keep(f"{what}: {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)))
+    return WriteFault(what, run_dir, reason)
+
+
+@contextlib.contextmanager
+def run_write(what: str, run_dir: Path) -> Iterator[None]:
+    """One write of a run: counted by the seam, refused if the run folder vanished; an OSError becomes a WriteFault."""
+    check_folder(what, run_dir)
+    try:
+        inject()
+        yield
+    except OSError as exc:
+        raise fault_from(exc, what, run_dir) from None
+
+
+def inject() -> None:
+    """The fault seam: count this write, and fail it as `JAXINTRO_FAIL_WRITE=N:ERRNO` asks."""
+    global _writes
+    _writes += 1
+    wanted = os.environ.get(FAIL_WRITE_ENV)
+    if not wanted:
+        return
+    number, _colon, name = wanted.partition(":")
+    code = getattr(errnos, name, None)
+    if not number.isdigit() or not isinstance(code, int):
+        raise ConfigError(_("{env} must be N:ERRNO, like 3:ENOSPC; got {value}").format(
+            env=FAIL_WRITE_ENV, value=repr(wanted)))
+    if _writes == int(number):
+        raise OSError(code, os.strerror(code))
+
+
+def check_folder(what: str, run_dir: Path) -> None:
+    """Stop the run if `run_dir` is gone, or is not the folder this process first wrote to (deleted, then made anew).
+
+    Orbax makes missing folders again when it saves, so a deleted run folder could come back holding
+    only the newest checkpoint's debris: the folder's identity (device, inode) tells the two apart.
+    """
+    try:
+        stat = os.stat(run_dir)
+    except FileNotFoundError:
+        stat = None
+    identity = _identity.get(Path(os.path.abspath(run_dir)))
+    if stat is None or identity not in (None, (stat.st_dev, stat.st_ino)):
+        raise WriteFault(what, run_dir, _("the run folder was removed while the run was writing to it"),
+                         vanished=True)
+
+
+def watch(run_dir: Path) -> None:
+    """Take `run_dir` as it is now as the run's folder: from here on, its writes check that it is still this one."""
+    stat = os.stat(run_dir)
+    _identity[Path(os.path.abspath(run_dir))] = (stat.st_dev, stat.st_ino)
+
+
+class _Keeper(logging.Handler):
+    """Keeps log records in memory, for errors.log, instead of printing them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(_records) < MAX_RECORDS:
+            keep(self.format(record))
+
+
+def keep(text: str) -> None:
+    """Keep `text` for errors.log."""
+    _records.append(text)
+
+
+def _keep_unraisable(unraisable) -> None:
+    """TensorStore's callbacks, in threads of their own, raise into Orbax's closed event loop after a failed save."""
+    if threading.current_thread() is threading.main_thread():
+        sys.__unraisablehook__(unraisable)
+        return
+    keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
+
+
+def capture_library_logs() -> None:
+    """Route absl's records (Orbax logs its background failures there, tracebacks included) into errors.log.
+
+    So do the exceptions TensorStore's own threads cannot raise anywhere (`sys.unraisablehook`):
+    Python would print each with a traceback.
+    """
+    sys.unraisablehook = _keep_unraisable
+    logger = logging.getLogger("absl")
+    logger.setLevel(logging.ERROR)  # Orbax logs every save at INFO/WARNING; the training log says what matters
+    if not any(isinstance(handler, _Keeper) for handler in logger.handlers):
+        handler = _Keeper()
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        logger.addHandler(handler)
+    logger.propagate = False
+
+
+def write_log(run_dir: Path) -> Path | None:
+    """Write the kept records to `run_dir/errors.log` if the disk takes them; its path, or None."""
+    if not _records:
+        return None
+    path = run_dir / ERRORS_LOG
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write("\n".join(_records) + "\n")
+    except OSError:
+        return None
+    _records.clear()
+    return path
+
+
+def committed_epochs(run_dir: Path) -> list[int]:
+    """The checkpoints Orbax committed in `run_dir` (a step's folder gets its number only once complete)."""
+    try:
+        return sorted(int(child.name) for child in (run_dir / "checkpoints").iterdir() if child.name.isdigit())
+    except OSError:
+        return []
+
+
+def stopped_line(fault: WriteFault) -> str:
+    """The one line a failed write ends the run with: what failed and why, what is on disk, and how to go on."""
+    run_dir = fault.run_dir
+    failed = _("could not write {what} in {run_dir}: {reason}").format(what=fault.what, run_dir=run_dir,
+                                                                        reason=fault.reason)
+    epochs = committed_epochs(run_dir) if run_dir.is_dir() and not fault.vanished else []
+    if fault.vanished:
+        line = _("{failed}; its checkpoints went with it, so the run stopped: start it again").format(failed=failed)
+    elif epochs:
+        line = _("{failed}; epoch {epoch} is safely on disk (its checkpoint); once the cause is fixed (free space, "
+                 "a writable folder), continue with: jaxintro train --resume {run_dir}").format(
+            failed=failed, epoch=epochs[-1], run_dir=run_dir)
+    else:
+        line = _("{failed}; no epoch was on disk yet, so nothing of the run was kept: once the cause is fixed, run "
+                 "the same command again").format(failed=failed)
+    log = write_log(run_dir) if run_dir.is_dir() and not fault.vanished else None
+    return line + (" " + _("(details in {log})").format(log=log) if log else "")
