@@ -481,7 +481,7 @@ chained = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
 chained_params, chained_history = train(init_params(init_key, sizes), chained, shuffle_key, EPOCHS)
 
 # %% [markdown]
-# `jaxintro train --clip-norm 1.0 --schedule cosine` builds this chain (see `jaxintro/optim.py`),
+# `jaxintro train --clip-norm 1.0 --schedule warmup-cosine` builds this chain (see `jaxintro/optim.py`),
 # and `jaxintro experiment clipping` is the lesson's exercise 5.
 #
 # ## 10. A checkpoint with Orbax
