@@ -9,7 +9,7 @@ ARGS   ?=
 LOCALE := src/jaxintro/locale
 PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 
-.PHONY: train test test-fast bench install clean messages serve browser
+.PHONY: train test test-fast bench install clean messages serve browser notebooks
 
 $(STAMP): pyproject.toml constraints.txt setup.py $(PO)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test-fast: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/jaxintro bench $(ARGS)
+
+# The lesson's notebooks: each .ipynb regenerated from its jupytext source (notebooks/*.py, the file to edit),
+# without outputs, and .venv's Python registered as the Jupyter kernel "jaxintro (.venv)" that they ask for.
+notebooks: $(STAMP)
+	$(BIN)/python notebooks/build.py
+	$(BIN)/python -m ipykernel install --user --name jaxintro --display-name "jaxintro (.venv)"
 
 # The page for the newest finished run (after `make train`), e.g. make serve ARGS="--port 8080 --open".
 serve: $(STAMP)
