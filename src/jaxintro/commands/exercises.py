@@ -1,0 +1,230 @@
+"""`jaxintro exercises`: write the lesson's code yourself, and have it checked (init, list, check, hint, solution).
+
+A check runs in a child process with a time limit (`jaxintro.exercises.runner`); this process
+never imports JAX, so listing, hints and the watch loop stay light. Exit codes: 0 when the checked
+exercise passes (or for init, list, hint, solution), 1 when it fails, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from jaxintro.errors import ConfigError
+from jaxintro.exercises import progress
+from jaxintro.exercises.catalog import EXERCISES, Exercise, by_number
+from jaxintro.i18n import _, resolve_language
+
+DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
+DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the action (default: list)."""
+    lang = resolve_language(getattr(args, "lang", None))
+    action = getattr(args, "action", None) or "list"
+    if action == "init":
+        return init(Path(args.folder or args.dir or DEFAULT_DIRS.get(lang, "exercises")), lang)
+    folder = find_folder(getattr(args, "dir", None), lang)
+    if action == "list":
+        return show_list(folder, lang, as_json=getattr(args, "json", False), timeout=DEFAULT_TIMEOUT)
+    if action == "check":
+        if args.watch:
+            if args.json:
+                raise ConfigError(_("--watch and --json do not go together: --watch prints a verdict per save"))
+            return watch(folder, lang, args.number, timeout=args.timeout)
+        return check(folder, lang, args.number, as_json=args.json, timeout=args.timeout)
+    if action == "hint":
+        return hint(folder, lang, by_number(args.number), timeout=DEFAULT_TIMEOUT)
+    return solution(folder, lang, by_number(args.number), force=args.force, timeout=DEFAULT_TIMEOUT)
+
+
+def find_folder(flag: str | None, lang: str) -> Path:
+    """`--dir`, else the language's default folder, else the other language's if only that one exists."""
+    if flag:
+        folder = Path(flag)
+    else:
+        candidates = [Path(DEFAULT_DIRS.get(lang, "exercises"))] + [Path(d) for d in DEFAULT_DIRS.values()]
+        folder = next((c for c in candidates if (c / EXERCISES[0].filename).exists()), candidates[0])
+    if not folder.is_dir():
+        raise ConfigError(_("no exercises folder at {folder}: create it with `jaxintro exercises init`").format(
+            folder=folder))
+    return folder
+
+
+def init(folder: Path, lang: str) -> int:
+    """Write every starter file into `folder`; a file that exists is kept, never overwritten."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for exercise in EXERCISES:
+        path = folder / exercise.filename
+        if path.exists():
+            kept.append(path)
+            continue
+        path.write_text(exercise.starter(lang), encoding="utf-8")
+    print(_("{count} exercise files in {folder}/ ({new} new).").format(
+        count=len(EXERCISES), folder=folder, new=len(EXERCISES) - len(kept)))
+    if kept:
+        print(_("Kept as they were: {files}. For a fresh copy of one, rename or delete it and run init again.").format(
+            files=", ".join(p.name for p in kept)))
+    print(_("Start with {file}, then: jaxintro exercises check").format(file=folder / EXERCISES[0].filename))
+    return 0
+
+
+def load_progress(folder: Path, lang: str, *, timeout: float) -> dict[str, progress.Entry]:
+    """The progress in `folder`; a damaged file is rebuilt by checking every started exercise again."""
+    entries = progress.load(folder)
+    if entries is not None:
+        return entries
+    print(_("The progress file {file} was unreadable: checking every started exercise again to rebuild it.").format(
+        file=folder / progress.PROGRESS_FILE), file=sys.stderr)
+    entries = {}
+    items = [(e, folder / e.filename) for e in EXERCISES
+             if (folder / e.filename).exists() and not progress.is_starter(e, folder / e.filename)]
+    if items:
+        from jaxintro.exercises.runner import check_in_child
+
+        for verdict in check_in_child(items, lang, timeout=timeout):
+            exercise = EXERCISES[verdict.number - 1]
+            progress.record(entries, exercise, folder / exercise.filename, verdict.passed, verdict.key)
+    progress.save(folder, entries)
+    return entries
+
+
+def next_exercise(folder: Path, entries: dict[str, progress.Entry]) -> Exercise | None:
+    """The first exercise that does not pass as the file stands now."""
+    return next((e for e in EXERCISES if progress.state(e, folder, entries) != "passed"), None)
+
+
+def show_list(folder: Path, lang: str, *, as_json: bool, timeout: float) -> int:
+    """Every exercise with its state, and what to do next."""
+    entries = load_progress(folder, lang, timeout=timeout)
+    states = [(e, progress.state(e, folder, entries)) for e in EXERCISES]
+    upcoming = next_exercise(folder, entries)
+    if as_json:
+        print(json.dumps({"folder": str(folder), "next": upcoming.number if upcoming else None, "exercises": [
+            {"number": e.number, "file": e.filename, "state": s, "section": _(e.section)} for e, s in states]}))
+        return 0
+    passed = sum(s == "passed" for _e, s in states)
+    print(_("Exercises in {folder}/: {passed} of {total} pass").format(folder=folder, passed=passed,
+                                                                     total=len(EXERCISES)))
+    for exercise, state in states:
+        print(f"  {exercise.number:>2}  {exercise.filename:<26}{_(progress.STATES[state]):<24}{_(exercise.section)}")
+    if upcoming is None:
+        print(_("Every exercise passes. Well done!"))
+    else:
+        print(_("Next: jaxintro exercises check {n}").format(n=upcoming.number))
+    return 0
+
+
+def check(folder: Path, lang: str, number: int | None, *, as_json: bool, timeout: float) -> int:
+    """Check exercise `number` (default: the first that does not pass) in a child process; print the verdict."""
+    entries = load_progress(folder, lang, timeout=timeout)
+    exercise = by_number(number) if number else next_exercise(folder, entries)
+    if exercise is None:
+        print(_("Every exercise passes. Well done!"))
+        return 0
+    verdict = check_one(folder, lang, exercise, entries, timeout=timeout)
+    if as_json:
+        print(json.dumps({**dataclasses.asdict(verdict), "file": str(folder / exercise.filename)}))
+    else:
+        print_verdict(folder, exercise, verdict, entries)
+    return 0 if verdict.passed else 1
+
+
+def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, progress.Entry], *, timeout: float):
+    """Run the check of `exercise` and record it in the progress file."""
+    from jaxintro.exercises.runner import check_in_child
+
+    path = folder / exercise.filename
+    if not path.exists():
+        raise ConfigError(_("{file} does not exist: `jaxintro exercises init {folder}` writes it").format(
+            file=path, folder=folder))
+    verdict = check_in_child([(exercise, path)], lang, timeout=timeout)[0]
+    progress.record(entries, exercise, path, verdict.passed, verdict.key)
+    progress.save(folder, entries)
+    return verdict
+
+
+def print_verdict(folder: Path, exercise: Exercise, verdict, entries: dict[str, progress.Entry]) -> None:
+    """The verdict in a few lines: what broke and where to look, or what comes next."""
+    if verdict.printed > 2000:
+        first = (verdict.output.strip().splitlines() or [""])[0][:80]
+        print(_("Note: your file printed {count} characters while checked (the first line: {line})").format(
+            count=verdict.printed, line=first), flush=True)
+    if verdict.passed:
+        print(_("PASSED {n} {file}: every check holds.").format(n=exercise.number, file=exercise.filename), flush=True)
+        upcoming = next_exercise(folder, entries)
+        if upcoming is not None:
+            print("  " + _("Next: {file}, then jaxintro exercises check {n}").format(
+                file=folder / upcoming.filename, n=upcoming.number), flush=True)
+        return
+    print(_("FAILED {n} {file} [{key}]: {message}").format(n=exercise.number, file=exercise.filename,
+                                                          key=verdict.key, message=verdict.message), flush=True)
+    print("  " + _("Lesson: {section}. A hint: jaxintro exercises hint {n}").format(
+        section=_(exercise.section), n=exercise.number), flush=True)
+
+
+def hint(folder: Path, lang: str, exercise: Exercise, *, timeout: float) -> int:
+    """Show one more hint than last time (all of them shown so far, in order)."""
+    from jaxintro.exercises.texts import hints
+
+    entries = load_progress(folder, lang, timeout=timeout)
+    texts = hints(exercise.slug, lang)
+    entry = entries.setdefault(exercise.slug, progress.Entry())
+    entry.hints = min(entry.hints + 1, len(texts))
+    progress.save(folder, entries)
+    for i, text in enumerate(texts[: entry.hints], start=1):
+        print(f"{i}. {text}")
+    if entry.hints < len(texts):
+        print(_("(hint {shown} of {total}: run it again for the next)").format(shown=entry.hints, total=len(texts)))
+    else:
+        print(_("That was the last hint. Our solution: jaxintro exercises solution {n} (once it passes, or with "
+                "--force)").format(n=exercise.number))
+    return 0
+
+
+def solution(folder: Path, lang: str, exercise: Exercise, *, force: bool, timeout: float) -> int:
+    """Print our reference once the exercise has passed; with --force, after asking."""
+    entries = load_progress(folder, lang, timeout=timeout)
+    entry = entries.get(exercise.slug)
+    if not (entry and entry.passed_once):
+        if not force:
+            raise ConfigError(_("exercise {n} does not pass yet: the solution is shown once it passes (or with "
+                                "--force, which asks first)").format(n=exercise.number))
+        try:
+            answer = input(_("Exercise {n} does not pass yet. Show our solution anyway? [y/N] ").format(
+                n=exercise.number))
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in {"y", "yes", _("y"), _("yes")}:
+            print(_("Not shown."))
+            return 1
+    print(exercise.reference(), end="")
+    return 0
+
+
+def watch(folder: Path, lang: str, number: int | None, *, timeout: float) -> int:
+    """Check, then check again each time an exercise file is saved (the one saved); Ctrl-C stops."""
+    from watchfiles import watch as watch_changes
+
+    entries = load_progress(folder, lang, timeout=timeout)
+    exercise = by_number(number) if number else next_exercise(folder, entries)
+    try:
+        if exercise is not None:
+            print_verdict(folder, exercise, check_one(folder, lang, exercise, entries, timeout=timeout), entries)
+        print(_("Watching {folder}/ for saved files (Ctrl-C stops).").format(folder=folder), flush=True)
+        names = {e.filename: e for e in EXERCISES}
+        for changes in watch_changes(folder, debounce=400, step=100):
+            saved = sorted({names[Path(p).name] for _change, p in changes if Path(p).name in names},
+                           key=lambda e: e.number)
+            for exercise in saved:
+                if (folder / exercise.filename).exists():
+                    print_verdict(folder, exercise, check_one(folder, lang, exercise, entries, timeout=timeout),
+                                  entries)
+    except KeyboardInterrupt:
+        print(_("Stopped watching."), flush=True)
+    return 0

@@ -1,0 +1,171 @@
+"""What every check shares: the failure a learner reads, calling their code safely, random inputs, comparisons.
+
+A check is a function of the learner's module namespace that returns when everything holds and
+raises `CheckFailed(key, message)` at the first thing that does not. The key is stable (tests and
+`--json` read it); the message, in the learner's language, names the concrete input that broke.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+
+from jaxintro.i18n import _
+
+# The file being checked: tracebacks are searched for its frames, to name the learner's line.
+_learner_file: list[str] = [""]
+
+
+class CheckFailed(Exception):
+    """A check that did not hold: a stable `key` and a message for the learner."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+@contextlib.contextmanager
+def learner_file(path: str) -> Iterator[None]:
+    """Name `path` as the learner's file while its checks run (for line numbers in messages)."""
+    _learner_file[0] = path
+    try:
+        yield
+    finally:
+        _learner_file[0] = ""
+
+
+def learner_line(exc: BaseException) -> int | None:
+    """The last line of the learner's file in the traceback of `exc` (None when it never ran there)."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == _learner_file[0]]
+    return lines[-1] if lines else None
+
+
+def attempt(fn: Callable, *args: Any, name: str, inputs: str, **kwargs: Any) -> Any:
+    """Call the learner's `fn`; turn what it raises into a `CheckFailed` that says what to look at."""
+    try:
+        return fn(*args, **kwargs)
+    except CheckFailed:
+        raise
+    except NotImplementedError as exc:
+        raise CheckFailed("not_implemented", _("{name} still raises NotImplementedError: write it where the TODO "
+                                               "is").format(name=name)) from exc
+    except (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError) as exc:
+        raise CheckFailed("python_if_on_traced", _(
+            "{name}({inputs}) under jax.jit: line {line} needs a concrete value (a Python `if`, `bool()`, "
+            "`float()` or `int()` on a traced array); under jit an array is a tracer: use jax.lax.cond or "
+            "jnp.where").format(name=name, inputs=inputs, line=learner_line(exc) or "?")) from exc
+    except jax.errors.TracerArrayConversionError as exc:
+        raise CheckFailed("numpy_on_traced", _(
+            "{name}({inputs}) under jax.jit: line {line} turns a traced array into a NumPy array; use jax.numpy "
+            "(jnp) inside functions that are jitted").format(name=name, inputs=inputs,
+                                                             line=learner_line(exc) or "?")) from exc
+    except TypeError as exc:
+        if "immutable" in str(exc) or "does not support item assignment" in str(exc):
+            raise CheckFailed("item_assignment", _(
+                "{name}({inputs}): line {line} assigns into an array (a[i] = ...); JAX arrays are immutable: "
+                "a.at[i].set(...) returns the updated copy").format(name=name, inputs=inputs,
+                                                                    line=learner_line(exc) or "?")) from exc
+        raise _raised(exc, name, inputs) from exc
+    except Exception as exc:  # the learner's bug, whatever it is, is reported, not raised
+        raise _raised(exc, name, inputs) from exc
+
+
+def _raised(exc: Exception, name: str, inputs: str) -> CheckFailed:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return CheckFailed("raised", _("{name}({inputs}) raised {error}: {detail} (line {line} of your file)").format(
+        name=name, inputs=inputs, error=type(exc).__name__, detail=first, line=learner_line(exc) or "?"))
+
+
+def examples(strategy: Any, n: int = 6) -> Callable[[Callable], Callable[[], None]]:
+    """Run the decorated check on `n` inputs drawn by Hypothesis (reproducible, no database, no shrinking).
+
+    Shrinking would re-run (and re-compile) the learner's function dozens of times; the strategies
+    draw small inputs first instead, so the first failure is already a small one.
+    """
+    policy = settings(max_examples=n, deadline=None, database=None, derandomize=True,
+                      phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck),
+                      report_multiple_bugs=False, print_blob=False)
+    return lambda fn: policy(given(strategy)(fn))
+
+
+def close(a: Any, b: Any, *, tol: float = 1e-4) -> bool:
+    """Same pytree structure, shapes and values (relative and absolute tolerance `tol`)."""
+    try:
+        la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+        if jax.tree.structure(a) != jax.tree.structure(b) or len(la) != len(lb):
+            return False
+        return all(np.shape(x) == np.shape(y) and np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64),
+                                                               rtol=tol, atol=tol, equal_nan=False)
+                   for x, y in zip(la, lb))
+    except (TypeError, ValueError):
+        return False
+
+
+def shape_of(tree: Any) -> str:
+    """A short description of a pytree's shapes, for messages: {'layer1': {'b': (3,), 'w': (4, 3)}}."""
+    return str(jax.tree.map(lambda leaf: tuple(np.shape(leaf)), tree))
+
+
+def make_params(seed: int, sizes: tuple[int, ...]) -> dict:
+    """Random MLP parameters of `sizes` in the lesson's layout (biases non-zero, so a lost bias shows).
+
+    Drawn with NumPy, not jax.random: every new shape would compile a JAX program, and a check
+    should spend its time compiling the learner's function, not its own inputs.
+    """
+    rng = np.random.default_rng(seed)
+    return {f"layer{i + 1}": {"w": jnp.asarray(rng.normal(size=(a, b)) / np.sqrt(a), jnp.float32),
+                              "b": jnp.asarray(0.5 * rng.normal(size=b), jnp.float32)}
+            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))}
+
+
+def make_batch(seed: int, batch: int, features: int, classes: int) -> tuple[jax.Array, jax.Array]:
+    """A random batch (NumPy-drawn): inputs (batch, features) and integer labels (batch,)."""
+    rng = np.random.default_rng(seed + 1000)
+    return (jnp.asarray(rng.normal(size=(batch, features)), jnp.float32),
+            jnp.asarray(rng.integers(0, classes, size=batch), jnp.int32))
+
+
+def numpy_tree(tree: Any) -> Any:
+    """Every leaf as a float64 NumPy array (references are computed in NumPy: nothing to compile)."""
+    return jax.tree.map(lambda leaf: np.asarray(leaf, np.float64), tree)
+
+
+def describe(**values: Any) -> str:
+    """`name=value` pairs for a message (arrays by shape)."""
+    return ", ".join(f"{k}={_brief(v)}" for k, v in values.items())
+
+
+def _brief(value: Any) -> str:
+    if hasattr(value, "shape") and np.ndim(value) > 0:
+        return _("array of shape {shape}").format(shape=tuple(np.shape(value)))
+    if isinstance(value, dict):
+        try:  # the lesson's MLP layout reads best as its sizes
+            ws = [np.shape(value[f"layer{i + 1}"]["w"]) for i in range(len(value))]
+            return _("params of sizes {sizes}").format(sizes=(*[w[0] for w in ws], ws[-1][1]))
+        except (KeyError, IndexError, TypeError):
+            pass
+        return _("a pytree of shapes {shapes}").format(shapes=shape_of(value))
+    return repr(value)
+
+
+def key_text(seed: int) -> str:
+    """How a message names a key: jax.random.key(seed)."""
+    return f"jax.random.key({seed})"
+
+
+def unchanged(before: Any, after: Any) -> bool:
+    """True when the same values sit at the same places (the learner did not mutate an input)."""
+    return close(before, after, tol=0.0)
+
+
+def snapshot(tree: Any) -> Any:
+    """A deep copy of a pytree's structure and values, to compare after a call."""
+    return jax.tree.map(lambda leaf: np.array(leaf), tree)
+

@@ -1,0 +1,262 @@
+"""Checks of the lesson's "Build it" steps: init_params, forward, loss_fn, train_step."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from hypothesis import strategies as st
+
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
+                                         make_params, numpy_tree, snapshot, unchanged)
+from jaxintro.i18n import N_, _
+
+# Few distinct small dimensions: each new shape compiles the learner's function once more.
+sizes_st = st.lists(st.sampled_from([1, 3, 4]), min_size=2, max_size=4).map(tuple)
+mlp_st = st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4]), st.lists(st.sampled_from([2, 3, 5]), min_size=4,
+                                                                              max_size=4))
+
+
+def check_init_params(ns: dict) -> None:
+    """Shapes for any sizes; the key decides everything; one key per layer; He scale; zero biases; jittable."""
+    init_params = jax.jit(ns["init_params"], static_argnums=1)  # the sizes fix the shapes: static
+
+    @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=4)
+    def shapes(case):
+        seed, sizes = case
+        params = attempt(init_params, jax.random.key(seed), sizes, name="init_params",
+                         inputs=describe(key=key_text(seed), sizes=sizes))
+        wanted = {f"layer{i + 1}": {"b": (b,), "w": (a, b)} for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))}
+        got = jax.tree.map(lambda leaf: tuple(np.shape(leaf)), params) if isinstance(params, dict) else params
+        if got != wanted:
+            raise CheckFailed("shape", _("init_params({inputs}) gave {got}; expected {wanted}").format(
+                inputs=describe(key=key_text(seed), sizes=sizes), got=got, wanted=wanted))
+
+    shapes()
+    sizes = (16, 16, 16, 16)
+    inputs = describe(key=key_text(0), sizes=sizes)
+    a = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
+    again = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
+    if not close(a, again, tol=0.0):
+        raise CheckFailed("not_deterministic", _(
+            "init_params({inputs}) gave other weights when called twice with the same key: draw every number "
+            "from the key (jax.random), not from NumPy's or Python's global random state").format(inputs=inputs))
+    # Under jit, NumPy's random numbers are drawn once, when tracing, and then never change with the key.
+    other = attempt(init_params, jax.random.key(1), sizes, name="init_params", inputs=inputs)
+    if close(a["layer1"]["w"], other["layer1"]["w"], tol=0.0):
+        raise CheckFailed("ignores_key", _(
+            "init_params gives the same weights for {k0} and {k1}: the weights must come from the key "
+            "you are given").format(k0=key_text(0), k1=key_text(1)))
+    _check_keys_split(a, inputs)
+    for name, layer in a.items():
+        if not np.all(np.asarray(layer["b"]) == 0):
+            raise CheckFailed("bias_not_zero", _("init_params({inputs}): {layer}['b'] is not all zeros; the lesson "
+                                                 "starts biases at 0").format(inputs=inputs, layer=name))
+    _check_he_scale(init_params)
+
+
+def _check_keys_split(params: dict, inputs: str) -> None:
+    """No two layers drawn from one key, and the given key itself not used (it was split)."""
+    ws = [np.asarray(params[f"layer{i}"]["w"]) for i in (1, 2, 3)]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            if np.allclose(ws[i] / ws[i].std(), ws[j] / ws[j].std(), atol=1e-5):
+                raise CheckFailed("key_reused", _(
+                    "init_params({inputs}): layer{i} and layer{j} have the same weights (up to scale): one key "
+                    "was used twice; split the key, one new key per layer").format(inputs=inputs, i=i + 1, j=j + 1))
+    raw = np.asarray(jax.random.normal(jax.random.key(0), ws[0].shape))
+    if np.allclose(ws[0] / ws[0].std(), raw / raw.std(), atol=1e-5):
+        raise CheckFailed("key_reused", _(
+            "init_params({inputs}): layer1 is drawn with the key you were given, and that key is split too: "
+            "a key is used once; draw every layer from a split key").format(inputs=inputs))
+
+
+def _check_he_scale(init_params) -> None:
+    """The weights' spread is sqrt(2 / fan_in), layer by layer (many numbers, so the estimate is tight)."""
+    sizes = (784, 256, 64)
+    params = attempt(init_params, jax.random.key(3), sizes, name="init_params",
+                     inputs=describe(key=key_text(3), sizes=sizes))
+    for (name, layer), fan_in in zip(params.items(), sizes):
+        std, want = float(np.std(np.asarray(layer["w"]))), float(np.sqrt(2.0 / fan_in))
+        if abs(float(np.mean(np.asarray(layer["w"])))) > 0.2 * want or not 0.9 * want < std < 1.1 * want:
+            key = "missing_he_scale" if 0.8 < std < 1.2 else "wrong_scale"
+            raise CheckFailed(key, _(
+                "init_params with sizes={sizes}: {layer}['w'] has mean {mean:.3f} and std {std:.4f}; He init "
+                "wants mean 0 and std sqrt(2 / fan_in) = sqrt(2 / {fan_in}) = {want:.4f}").format(
+                sizes=sizes, layer=name, mean=float(np.mean(np.asarray(layer["w"]))), std=std, fan_in=fan_in,
+                want=want))
+
+
+def _reference_forward(params: dict, x, *, last_relu: bool = False, relu: bool = True,
+                       bias: bool = True) -> np.ndarray:
+    """The lesson's forward (and its typical mistakes), in float64 NumPy."""
+    params, h = numpy_tree(params), np.asarray(x, np.float64)
+    names = sorted(params, key=lambda n: int(n.removeprefix("layer")))
+    for k, name in enumerate(names):
+        h = h @ params[name]["w"] + (params[name]["b"] if bias else 0.0)
+        if relu and (k < len(names) - 1 or last_relu):
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def diagnose_forward(got, params: dict, x) -> str:
+    """The key of the known mistake `got` matches, else `mismatch`."""
+    variants = {
+        "relu_on_logits": _reference_forward(params, x, last_relu=True),
+        "missing_relu": _reference_forward(params, x, relu=False),
+        "missing_bias": _reference_forward(params, x, bias=False),
+        "softmax_output": _softmax(_reference_forward(params, x)),
+    }
+    return next((key for key, value in variants.items() if close(got, value)), "mismatch")
+
+
+FORWARD_MISTAKES = {
+    "relu_on_logits": N_("there is a ReLU on the last layer: logits must be free to be negative"),
+    "missing_relu": N_("there is no ReLU between the layers: without it three layers are one linear map"),
+    "missing_bias": N_("a bias (b) is not added"),
+    "softmax_output": N_("it returns probabilities (softmax); return the logits, the loss takes the softmax"),
+    "mismatch": N_("the numbers differ from the lesson's forward"),
+}
+
+
+def check_forward(ns: dict) -> None:
+    """Equal to the lesson's forward on random shapes and values, also under jit; the params are not changed."""
+    forward = ns["forward"]
+    params, (x, _y) = make_params(0, (3, 4, 4, 2)), make_batch(0, 2, 3, 2)
+    inputs = describe(params=params, x=x)
+    before = snapshot(params)
+    attempt(forward, params, x, name="forward", inputs=inputs)  # once without jit: jit would hide a mutation
+    if not unchanged(before, params):
+        raise CheckFailed("mutated_input", _("forward({inputs}) changed the params it was given; a pure "
+                                             "function only reads its inputs").format(inputs=inputs))
+
+    @examples(mlp_st, n=4)
+    def agrees(case):
+        seed, batch, sizes = case
+        params, (x, _y) = make_params(seed, tuple(sizes)), make_batch(seed, batch, sizes[0], sizes[-1])
+        inputs = describe(params=params, x=x)
+        got = attempt(jax.jit(forward), params, x, name="forward", inputs=inputs)
+        want = _reference_forward(params, x)
+        if not close(got, want):
+            key = diagnose_forward(got, params, x)
+            raise CheckFailed(key, _("forward({inputs}): {what} (first row: yours {got}, expected {want})").format(
+                inputs=inputs, what=_(FORWARD_MISTAKES[key]), got=_row(got), want=_row(want)))
+
+    agrees()
+
+
+def _row(value) -> str:
+    try:
+        return np.array2string(np.asarray(value).reshape(-1)[:4], precision=3) + ("..." if np.size(value) > 4 else "")
+    except (TypeError, ValueError):
+        return repr(value)[:60]
+
+
+def _reference_loss(params: dict, x, y) -> float:
+    """The lesson's mean cross-entropy, in float64 NumPy."""
+    logits = _reference_forward(params, x)
+    log_probs = logits - logits.max(-1, keepdims=True)
+    log_probs = log_probs - np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    return float(-np.mean(log_probs[np.arange(len(y)), np.asarray(y)]))
+
+
+def check_loss_fn(ns: dict) -> None:
+    """A scalar equal to the lesson's loss on random inputs, under jit too, and finite for huge logits."""
+    loss_fn = ns["loss_fn"]
+
+    @examples(mlp_st, n=4)
+    def agrees(case):
+        seed, batch, sizes = case
+        params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
+        inputs = describe(params=params, x=x, y=y)
+        got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=inputs)
+        if np.shape(got) != ():
+            raise CheckFailed("not_scalar", _("loss_fn({inputs}) returned shape {shape}; a loss is one number "
+                                              "(a scalar): the mean over the batch").format(
+                inputs=inputs, shape=np.shape(got)))
+        want = _reference_loss(params, x, y)
+        if not close(got, want):
+            key = _diagnose_loss(got, params, x, y)
+            why = _(_LOSS_WHY[key]) if key in _LOSS_WHY else ""
+            raise CheckFailed(key, _("loss_fn({inputs}) = {got:.5f}; the mean cross-entropy is {want:.5f}{why}").format(
+                inputs=inputs, got=float(got), want=float(want), why=why))
+
+    agrees()
+    params, (x, y) = make_params(7, (4, 8, 8, 3)), make_batch(7, 4, 4, 3)
+    params["layer3"]["w"] = params["layer3"]["w"] * 1e4  # logits in the tens of thousands
+    got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
+    if not np.isfinite(float(got)):
+        raise CheckFailed("unstable_log_softmax", _(
+            "loss_fn gives {got} when the logits are large (last layer's weights x 10000): softmax rounds a "
+            "probability to 0 and its log is -inf; jax.nn.log_softmax computes the log directly").format(got=got))
+
+
+def _diagnose_loss(got, params, x, y) -> str:
+    picked = _softmax(_reference_forward(params, x))[np.arange(len(y)), np.asarray(y)]
+    loss = _reference_loss(params, x, y)
+    variants = {
+        "softmax_not_log_softmax": (-np.mean(picked), np.mean(picked), 1 - np.mean(picked)),
+        "sum_not_mean": (loss * len(y),),
+        "wrong_sign": (-loss,),
+    }
+    return next((k for k, vs in variants.items() if any(close(got, v) for v in vs)), "mismatch")
+
+
+_LOSS_WHY = {
+    "softmax_not_log_softmax": N_(": it averages probabilities (softmax), not their logs (log_softmax)"),
+    "sum_not_mean": N_(": it sums over the batch; take the mean"),
+    "wrong_sign": N_(": the sign is flipped; the loss is minus the mean log-probability"),
+}
+
+
+def check_train_step(ns: dict) -> None:
+    """Jitted; the loss before the step; new params and optimizer state equal value_and_grad + the optimizer's."""
+    train_step, optimizer, loss_fn = ns["train_step"], ns["optimizer"], ns["loss_fn"]
+    if not hasattr(train_step, "lower"):
+        raise CheckFailed("not_jitted", _("train_step is not compiled: put @jax.jit above it (the whole step, "
+                                          "gradient and update, becomes one XLA program)"))
+
+    def reference(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, grads
+
+    reference = jax.jit(reference)
+
+    @examples(mlp_st, n=2)
+    def agrees(case):
+        seed, batch, sizes = case
+        params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch, sizes[0], sizes[-1])
+        inputs = describe(params=params, x=x, y=y)
+        state = optimizer.init(params)
+        out = attempt(train_step, params, state, x, y, name="train_step", inputs=inputs)
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
+                                           "{what}").format(what=type(out).__name__))
+        want_params, want_state, want_loss, grads = reference(params, state, x, y)
+        if not close(out[2], want_loss):
+            raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got}; the loss at the "
+                                                   "params it was given is {want:.5f}").format(
+                inputs=inputs, got=out[2], want=float(want_loss)))
+        if not close(out[0], want_params, tol=1e-5):
+            sgd = [jax.tree.map(lambda p, g: p - lr * g, params, grads) for lr in (1e-3, 1e-2, 1e-1, 1.0)]
+            key = ("params_not_updated" if close(out[0], params, tol=0.0)
+                   else "optimizer_not_used" if any(close(out[0], step) for step in sgd)
+                   else "mismatch")
+            raise CheckFailed(key, _("train_step({inputs}): the new params are not what optimizer.update and "
+                                     "optax.apply_updates give from the gradient of loss_fn{why}").format(
+                inputs=inputs, why={"params_not_updated": _(" (they did not change)"),
+                                    "optimizer_not_used": _(" (a plain p - lr * g step: use optimizer.update)"),
+                                    "mismatch": ""}[key]))
+        if not close(out[1], want_state, tol=1e-5):
+            raise CheckFailed("opt_state_not_updated", _(
+                "train_step({inputs}): the returned opt_state is not the one optimizer.update returned: return "
+                "the new opt_state (Adam's moments and step count live there)").format(inputs=inputs))
+
+    agrees()

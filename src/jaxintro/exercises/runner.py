@@ -1,0 +1,204 @@
+"""Run an exercise's checks on the learner's file: in this process (`check_file`), or in a child with a time limit.
+
+The child (`python -I -m jaxintro.exercises.runner --out FILE N=PATH ...`) checks one file after
+another and appends one JSON verdict per line to FILE as each finishes, so a time-out or a crash
+still leaves the verdicts before it. The parent (`check_in_child`) reads the child's stdout and
+stderr into bounded buffers (a file that prints without end cannot fill a pipe or the memory),
+waits at most the time limit, and kills the child's whole process group in `finally`: an infinite
+loop, a crash or Ctrl-C never leaves a process behind. The child has its own session, so a Ctrl-C
+in the terminal reaches the parent only, which then stops the child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+from typing import IO
+
+from jaxintro.exercises.catalog import EXERCISES, Exercise
+from jaxintro.i18n import _, set_language
+
+OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
+FLOOD = 2000  # more printed than this is worth a note
+_CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
+
+
+@dataclasses.dataclass
+class Verdict:
+    """The outcome of one exercise's checks: passed, or the first failure's key and message."""
+
+    number: int
+    slug: str
+    passed: bool
+    key: str | None = None
+    message: str = ""
+    printed: int = 0  # characters the learner's code printed while checked
+    output: str = ""  # the first of them
+
+    @classmethod
+    def failed(cls, exercise: Exercise, key: str, message: str) -> "Verdict":
+        """A failure of `exercise`."""
+        return cls(exercise.number, exercise.slug, False, key, message)
+
+
+class BoundedText(io.TextIOBase):
+    """A text sink that keeps the first `OUTPUT_KEPT` characters and counts the rest."""
+
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+        self.count = 0
+
+    def write(self, text: str) -> int:
+        if self.count < OUTPUT_KEPT:
+            self.kept.append(text[: OUTPUT_KEPT - self.count])
+        self.count += len(text)
+        return len(text)
+
+    def text(self) -> str:
+        """What was kept."""
+        return "".join(self.kept)
+
+
+def check_function(exercise: Exercise):
+    """The check of `exercise` (imports JAX)."""
+    module = next(name for numbers, name in _CHECK_MODULES.items() if exercise.number in numbers)
+    return getattr(importlib.import_module(f"jaxintro.exercises.{module}"), f"check_{exercise.slug}")
+
+
+def load(path: Path) -> dict:
+    """Run the learner's file as a module; its namespace."""
+    source = path.read_text(encoding="utf-8")
+    module = types.ModuleType(f"exercise_{path.stem}")
+    module.__file__ = str(path)
+    exec(compile(source, str(path), "exec"), module.__dict__)  # the learner's own file, run as `python FILE` would
+    return module.__dict__
+
+
+def check_file(exercise: Exercise, path: Path) -> Verdict:
+    """Load `path` and run `exercise`'s checks on it, here; the learner's prints are captured, not shown."""
+    from jaxintro.exercises.checking import CheckFailed, learner_file, learner_line
+
+    captured = BoundedText()
+    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), learner_file(str(path)):
+        try:
+            namespace = load(path)
+        except SyntaxError as exc:
+            verdict = Verdict.failed(exercise, "syntax_error", _("syntax error at line {line} of {file}: {error}").format(
+                line=exc.lineno, file=path.name, error=exc.msg))
+        except (Exception, SystemExit) as exc:
+            verdict = Verdict.failed(exercise, "import_error", _(
+                "{file} raised {error} at line {line} while loading: {detail}").format(
+                file=path.name, error=type(exc).__name__, line=learner_line(exc) or "?",
+                detail=(str(exc).splitlines() or [""])[0][:200]))
+        else:
+            missing = [name for name in exercise.functions if not callable(namespace.get(name))]
+            if missing:
+                verdict = Verdict.failed(exercise, "missing_function", _(
+                    "{file} defines no function {name}: keep the name and signature of the starter file").format(
+                    file=path.name, name=missing[0]))
+            else:
+                check = check_function(exercise)  # outside the `try`: a missing check is our bug, not theirs
+                try:
+                    check(namespace)
+                    verdict = Verdict(exercise.number, exercise.slug, True)
+                except CheckFailed as exc:
+                    verdict = Verdict.failed(exercise, exc.key, exc.message)
+                except Exception as exc:  # what the learner's code returned broke a comparison
+                    verdict = Verdict.failed(exercise, "unexpected", _(
+                        "the check could not use what your code returned ({error}: {detail})").format(
+                        error=type(exc).__name__, detail=(str(exc).splitlines() or [""])[0][:200]))
+    verdict.printed, verdict.output = captured.count, captured.text()
+    return verdict
+
+
+def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:
+    """Check each (exercise, file) in one child process, within `timeout` seconds per exercise."""
+    with tempfile.TemporaryDirectory(prefix="jaxintro-check-") as tmp:
+        out = Path(tmp) / "verdicts.jsonl"
+        command = [sys.executable, "-I", "-m", "jaxintro.exercises.runner", "--lang", lang, "--out", str(out),
+                   *[f"{exercise.number}={path}" for exercise, path in items]]
+        env = dict(os.environ)
+        env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, start_new_session=True)
+        readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout * len(items))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the child's own group: it and anything it started
+                proc.wait()
+            for reader in readers:
+                reader.join()
+        verdicts = [Verdict(**json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()
+                    ] if out.exists() else []
+    done = {v.number for v in verdicts}
+    for index, (exercise, _path) in enumerate(items):
+        if exercise.number in done:
+            continue
+        if timed_out:
+            verdicts.append(Verdict.failed(exercise, "timeout", _(
+                "the check did not finish within {seconds:g} s: is there a loop that never ends?").format(
+                seconds=timeout)))
+        else:
+            last = (readers[1].text().strip().splitlines() or [""])[-1][:200]
+            verdicts.append(Verdict.failed(exercise, "crashed", _(
+                "the checking process stopped (exit code {code}) while checking this file: {last}").format(
+                code=proc.returncode, last=last)))
+        break  # the exercises after the one that stopped the child were not checked
+    return verdicts
+
+
+class _Drain(threading.Thread):
+    """Read a pipe to its end, keeping the first `OUTPUT_KEPT` bytes."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.kept = pipe, bytearray()
+        self.start()
+
+    def run(self) -> None:
+        for chunk in iter(lambda: self.pipe.read(65536), b""):
+            if len(self.kept) < OUTPUT_KEPT:
+                self.kept += chunk[: OUTPUT_KEPT - len(self.kept)]
+        self.pipe.close()
+
+    def text(self) -> str:
+        """What was kept, as text."""
+        return self.kept.decode("utf-8", "replace")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: check each `N=PATH`, appending one JSON verdict per line to `--out`."""
+    parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.runner")
+    parser.add_argument("--lang", default=None)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("items", nargs="+", metavar="N=PATH")
+    args = parser.parse_args(argv)
+    set_language(args.lang)
+    with open(args.out, "a", encoding="utf-8") as out:
+        for item in args.items:
+            number, path = item.split("=", 1)
+            verdict = check_file(EXERCISES[int(number) - 1], Path(path))
+            out.write(json.dumps(dataclasses.asdict(verdict)) + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

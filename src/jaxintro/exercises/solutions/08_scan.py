@@ -1,0 +1,16 @@
+"""Core ideas: a Python loop rewritten as lax.scan (one compiled step, any length)."""
+
+import jax
+import jax.numpy as jnp
+
+
+def moving_average(xs: jax.Array, decay: float) -> jax.Array:
+    """m_t = decay * m_(t-1) + (1 - decay) * x_t, starting from m = 0: every m_t, shaped like xs."""
+    # >>> solution
+    def step(m, x):
+        m = decay * m + (1.0 - decay) * x
+        return m, m  # (the carry to the next step, this step's output)
+
+    _, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs)
+    return history
+    # <<<

@@ -1,0 +1,31 @@
+"""The long teaching texts of each exercise (statement, hints, docstrings), per language, in `text_<lang>.py`.
+
+They are paragraphs, not messages, so they live as Python dicts beside the code rather than in
+the gettext catalog; `tests/test_exercises.py` checks that both languages have every entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+TEXT_LANGUAGES = ("en", "es")
+
+
+def _table(lang: str) -> ModuleType:
+    return importlib.import_module(f"jaxintro.exercises.text_{lang if lang in TEXT_LANGUAGES else 'en'}")
+
+
+def statement(slug: str, lang: str) -> str:
+    """What exercise `slug` asks, in `lang`."""
+    return _table(lang).STATEMENTS[slug]
+
+
+def hints(slug: str, lang: str) -> list[str]:
+    """The progressive hints of `slug`, gentlest first."""
+    return _table(lang).HINTS[slug]
+
+
+def docstrings(slug: str, lang: str) -> dict[str, str]:
+    """The learner's functions' docstrings in `lang` (English ones are the solution file's own)."""
+    return getattr(_table(lang), "DOCSTRINGS", {}).get(slug, {})

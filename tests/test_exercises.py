@@ -1,0 +1,213 @@
+"""`jaxintro exercises`: every reference passes, every typical wrong answer fails with the hint it deserves,
+starters fail, the child process survives the learner's worst files, progress, hints, solutions, --watch.
+
+The checks of the references and wrong answers run in this process (`check_file`), since the time
+limit is not what they test; the child process is tested on its own, with several files per child.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxintro import i18n
+from jaxintro.cli import main
+from jaxintro.exercises import progress
+from jaxintro.exercises.catalog import EXERCISES, by_number
+from jaxintro.exercises.runner import check_file, check_in_child
+from jaxintro.exercises.texts import TEXT_LANGUAGES, docstrings, hints, statement
+
+WRONG = Path(__file__).parent / "exercises_wrong"
+
+
+def wrong_answers() -> list[tuple[Path, int, str]]:
+    """(file, exercise number, expected key) of every typical wrong answer: `NN_name.py`, first line `# expect: KEY`."""
+    found = []
+    for path in sorted(WRONG.glob("*.py")):
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        assert first.startswith("# expect: "), path.name
+        found.append((path, int(path.name[:2]), first.removeprefix("# expect: ").strip()))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def english():
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")
+
+
+def write(folder: Path, exercise, text: str) -> Path:
+    path = folder / exercise.filename
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.filename)
+def test_every_reference_passes_every_check(exercise, tmp_path):
+    verdict = check_file(exercise, write(tmp_path, exercise, exercise.reference()))
+    assert verdict.passed, (verdict.key, verdict.message)
+
+
+@pytest.mark.parametrize(("path", "number", "key"), wrong_answers(), ids=lambda v: getattr(v, "name", ""))
+def test_each_typical_wrong_answer_fails_with_the_hint_it_deserves(path, number, key, tmp_path):
+    exercise = by_number(number)
+    # The wrong definitions come after the reference's, so they replace them; the given code stays.
+    verdict = check_file(exercise, write(tmp_path, exercise, exercise.reference() + "\n\n" + path.read_text()))
+    assert (verdict.passed, verdict.key) == (False, key), verdict.message
+    assert verdict.message and "\n" not in verdict.message
+
+
+def test_every_exercise_has_at_least_three_typical_wrong_answers():
+    counts = {e.number: 0 for e in EXERCISES}
+    for _path, number, _key in wrong_answers():
+        counts[number] += 1
+    assert {n: c for n, c in counts.items() if c < 3} == {}
+
+
+@pytest.mark.parametrize("lang", TEXT_LANGUAGES)
+def test_starter_files_fail_every_check(lang, tmp_path):
+    for exercise in EXERCISES:
+        verdict = check_file(exercise, write(tmp_path, exercise, exercise.starter(lang)))
+        assert (verdict.passed, verdict.key) == (False, "not_implemented"), exercise.filename
+
+
+def test_every_exercise_has_its_texts_in_every_language():
+    for exercise in EXERCISES:
+        for lang in TEXT_LANGUAGES:
+            assert statement(exercise.slug, lang).strip(), (exercise.slug, lang)
+            assert len(hints(exercise.slug, lang)) >= 2, (exercise.slug, lang)
+        assert len(hints(exercise.slug, "es")) == len(hints(exercise.slug, "en")), exercise.slug
+        assert set(docstrings(exercise.slug, "es")) == set(exercise.functions), exercise.slug
+        for name, doc in docstrings(exercise.slug, "es").items():
+            assert f'"""{doc}"""' in exercise.starter("es"), (exercise.slug, name)
+
+
+def test_a_check_speaks_the_learners_language(tmp_path):
+    exercise = by_number(2)
+    path = write(tmp_path, exercise, exercise.reference() + "\n\n" + (WRONG / "02_relu_on_logits.py").read_text())
+    i18n.set_language("es")
+    verdict = check_file(exercise, path)
+    assert verdict.key == "relu_on_logits" and "última capa" in verdict.message
+
+
+def test_init_writes_starters_in_the_language_and_never_overwrites(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--lang", "es", "exercises", "init"]) == 0
+    first = tmp_path / "ejercicios" / EXERCISES[0].filename
+    assert first.read_text(encoding="utf-8") == EXERCISES[0].starter("es")
+    first.write_text("# my own work\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--lang", "es", "exercises", "init"]) == 0
+    assert first.read_text(encoding="utf-8") == "# my own work\n"
+    assert first.name in capsys.readouterr().out
+    assert main(["--lang", "en", "exercises", "init"]) == 0
+    assert (tmp_path / "exercises" / EXERCISES[0].filename).read_text() == EXERCISES[0].starter("en")
+
+
+def test_the_child_reports_a_loop_that_never_ends_within_the_time_limit(tmp_path):
+    exercise = by_number(5)
+    path = write(tmp_path, exercise, "while True:\n    pass\n")
+    started = time.monotonic()
+    verdict, = check_in_child([(exercise, path)], "en", timeout=3)
+    assert verdict.key == "timeout" and "3 s" in verdict.message
+    assert time.monotonic() - started < 3 + 5  # the limit, plus the time to kill and clean up
+
+
+def test_the_child_reports_a_crash_a_syntax_error_and_a_flood_of_prints(tmp_path):
+    raises, broken, chatty = by_number(1), by_number(2), by_number(5)
+    items = [(raises, write(tmp_path, raises, "import jax\n\nraise RuntimeError('boom')\n")),
+             (broken, write(tmp_path, broken, "import jax\n\ndef forward(params, x)\n    return x\n")),
+             (chatty, write(tmp_path, chatty, chatty.reference() + "\nfor i in range(300_000):\n    print(i)\n"))]
+    verdicts = {v.number: v for v in check_in_child(items, "en", timeout=60)}
+    assert verdicts[1].key == "import_error" and "line 3" in verdicts[1].message and "boom" in verdicts[1].message
+    assert verdicts[2].key == "syntax_error" and "line 3" in verdicts[2].message
+    assert verdicts[5].passed and verdicts[5].printed > 1_000_000 and verdicts[5].output.startswith("0\n1\n")
+    assert all("\n" not in v.message for v in verdicts.values())
+    os_exit = write(tmp_path, raises, "import os\nos._exit(3)\n")
+    verdict, = check_in_child([(raises, os_exit)], "en", timeout=60)
+    assert verdict.key == "crashed" and "3" in verdict.message
+
+
+def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):
+    folder = tmp_path / "ex"
+    assert main(["exercises", "init", str(folder)]) == 0
+    write(folder, EXERCISES[0], EXERCISES[0].reference())
+    capsys.readouterr()
+    assert main(["exercises", "check", "--dir", str(folder), "--json"]) == 0  # the first not passed: 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert (verdict["number"], verdict["passed"]) == (1, True)
+    assert main(["exercises", "check", "--dir", str(folder)]) == 1  # now exercise 2, a starter
+    out = capsys.readouterr().out
+    assert "FAILED 2" in out and "[not_implemented]" in out and "hint 2" in out
+    (folder / progress.PROGRESS_FILE).write_text("{not json", encoding="utf-8")
+    assert main(["exercises", "list", "--dir", str(folder), "--json"]) == 0
+    captured = capsys.readouterr()
+    listed = json.loads(captured.out)
+    assert [e["state"] for e in listed["exercises"][:3]] == ["passed", "not_started", "not_started"]
+    assert listed["next"] == 2 and "unreadable" in captured.err and "Traceback" not in captured.err
+    assert progress.load(folder)["init_params"].passed
+
+
+def test_hints_come_one_more_at_a_time_and_solutions_wait_for_a_pass(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "ex"
+    main(["exercises", "init", str(folder)])
+    capsys.readouterr()
+    texts = hints("forward", "en")
+    for shown in (1, 2, len(texts) + 1):
+        assert main(["exercises", "hint", "2", "--dir", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert all((text in out) == (i < shown) for i, text in enumerate(texts))
+    assert main(["exercises", "solution", "2", "--dir", str(folder)]) == 2
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("n\n"))
+    assert main(["exercises", "solution", "2", "--dir", str(folder), "--force"]) == 1
+    assert "def forward" not in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("y\n"))
+    assert main(["exercises", "solution", "2", "--dir", str(folder), "--force"]) == 0
+    assert "jax.nn.relu(h @ params" in capsys.readouterr().out
+
+
+def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
+    folder = tmp_path / "ex"
+    main(["exercises", "init", str(folder)])
+    exercise = by_number(2)
+    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "--lang", "en", "exercises", "check", "2",
+                             "--watch", "--dir", str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def wait_for(text: str, seconds: float = 90) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=deadline - time.monotonic())
+            except queue.Empty:
+                break
+            if text in line:
+                return line
+        raise AssertionError(f"no line with {text!r} within {seconds} s")
+
+    try:
+        assert "[not_implemented]" in wait_for("FAILED 2")
+        wait_for("Watching")
+        write(folder, exercise, exercise.reference() + "\n\n" + (WRONG / "02_relu_on_logits.py").read_text())
+        assert "[relu_on_logits]" in wait_for("FAILED 2")
+        write(folder, exercise, exercise.reference())
+        wait_for("PASSED 2")
+        proc.send_signal(signal.SIGINT)
+        wait_for("Stopped watching")
+        assert proc.wait(timeout=20) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
