@@ -249,7 +249,8 @@ per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(w, batch_x,
 by_hand = 2 * (batch_x @ w - batch_y)[:, None] * batch_x
 print("per-example gradients:", per_example.shape)
 print("equal to 2 (x·w - y) x by hand:", bool(jnp.allclose(per_example, by_hand)))
-print("their mean equals the batch gradient:", bool(jnp.allclose(per_example.mean(axis=0), jax.grad(batch_loss)(w, batch_x, batch_y))))
+batch_grad = jax.grad(batch_loss)(w, batch_x, batch_y)
+print("their mean equals the batch gradient:", bool(jnp.allclose(per_example.mean(axis=0), batch_grad)))
 
 # %% [markdown]
 # `jaxintro grads` does this for the lesson's MLP (exercise 2) and compares it with a Python loop.
@@ -350,7 +351,8 @@ def forward(params, x):
 x_batch, y_batch = x_train[:BATCH_SIZE], y_train[:BATCH_SIZE]
 logits = forward(params, scale_images(x_batch))
 print("logits:", logits.shape)
-print("same as jaxintro's mlp_forward:", bool(jnp.allclose(logits, mlp.mlp_forward(params, scale_images(x_batch)), atol=1e-5)))
+package_logits = mlp.mlp_forward(params, scale_images(x_batch))
+print("same as jaxintro's mlp_forward:", bool(jnp.allclose(logits, package_logits, atol=1e-5)))
 
 # %% [markdown]
 # **Loss.** Cross-entropy from `log_softmax`, which subtracts the largest logit before
@@ -383,7 +385,8 @@ def train_step(params, opt_state, x_u8, y, *, optimizer):
 adam = optax.adam(1e-3)
 step = jax.jit(functools.partial(train_step, optimizer=adam))
 stepped_params, _, loss = step(params, adam.init(params), x_batch, y_batch)
-print(f"loss of the first batch: {float(loss):.4f}, after one step: {float(loss_fn(stepped_params, scale_images(x_batch), y_batch)):.4f}")
+loss_after = loss_fn(stepped_params, scale_images(x_batch), y_batch)
+print(f"loss of the first batch: {float(loss):.4f}, after one step: {float(loss_after):.4f}")
 
 # %% [markdown]
 # `jaxintro train` runs this very step (`jaxintro.train.train_step`, which also counts correct
@@ -471,7 +474,8 @@ for at in (0, warmup_steps, total_steps):
 clip = optax.clip_by_global_norm(1.0)
 huge = jax.tree.map(lambda p: jnp.full_like(p, 100.0), params)
 clipped, _ = clip.update(huge, clip.init(params))
-print(f"global norm before clipping: {float(optax.tree.norm(huge)):.1f}, after: {float(optax.tree.norm(clipped)):.4f}")
+print(f"global norm before clipping: {float(optax.tree.norm(huge)):.1f},",
+      f"after: {float(optax.tree.norm(clipped)):.4f}")
 
 # %% [markdown]
 # The chain is an optimizer like any other, so the same `train` runs it, from the same start:

@@ -207,7 +207,9 @@ def check_training(notebook: nbformat.NotebookNode, values: dict[str, object]) -
                              f"{10000 if mnist else 360} test images of {pixels} pixels\n"), loaded
     init = text_of(cell_with(notebook, "params = init_params(init_key, sizes)"))
     count = pixels * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10  # 235,146 on MNIST, as in the lesson
-    assert f"\nparameters: {count}\n" in init, init
+    shapes = (f"{{'layer1': {{'b': (256,), 'w': ({pixels}, 256)}}, 'layer2': {{'b': (128,), 'w': (256, 128)}}, "
+              "'layer3': {'b': (10,), 'w': (128, 10)}}\n")
+    assert init.startswith(shapes + f"parameters: {count}\n"), init
     std, expected_std = map(float, re.search(rf"std of layer1 w: ({FLOAT}), sqrt\(2 / fan_in\) = ({FLOAT})",
                                              init).groups())
     assert expected_std == pytest.approx((2 / pixels) ** 0.5, abs=1e-4)
@@ -233,7 +235,7 @@ def check_training(notebook: nbformat.NotebookNode, values: dict[str, object]) -
     assert schedule.startswith(lines), schedule
     before_clip = float(re.fullmatch(rf"global norm before clipping: ({FLOAT}), after: 1\.0000\n",
                                      schedule[len(lines):]).group(1))
-    assert before_clip == pytest.approx(100 * count ** 0.5, rel=1e-4)  # 100 in each of the `count` scalars (float32 sum)
+    assert before_clip == pytest.approx(100 * count ** 0.5, rel=1e-4)  # 100 in each of `count` scalars, float32 sum
     labels = load_dataset(str(values["DATASET"]), values["DATA_DIR"]).y_test[:8].tolist()
     shown = text_of(cell_with(notebook, 'print("predictions:", predictions.tolist())'))
     guesses = re.fullmatch(rf"predictions: (\[[\d, ]+\])\nlabels:      {re.escape(str(labels))}\n", shown)
