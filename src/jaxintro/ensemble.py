@@ -10,8 +10,11 @@ the summaries (mean +- std per setting).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import resource
+from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -110,24 +113,42 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
 
 
 def available_memory_bytes() -> int:
-    """Memory the members could still take: the accelerator's free memory, or on a CPU, MemAvailable."""
-    if jax.default_backend() != "cpu":  # the members live in device memory, not in the host's
+    """Memory a run could still take: the accelerator's free memory, or on a CPU, the host's (see `host_memory_bytes`)."""
+    if jax.default_backend() != "cpu":  # the models live in device memory, not in the host's
         stats = jax.local_devices()[0].memory_stats() or {}
         if "bytes_limit" in stats:
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host_memory_bytes()
+
+
+def host_memory_bytes() -> int:
+    """The host memory this process could still take: MemAvailable, less where a limit says so.
+
+    A container's cgroup limit (`memory.max`) and the process's address-space limit (`ulimit -v`,
+    RLIMIT_AS) end a run as surely as the machine's size does: past them comes the kernel's OOM
+    killer, or a failed allocation in the middle of an epoch.
+    """
+    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        free = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                    if line.startswith("MemAvailable:"))
+    with contextlib.suppress(OSError, ValueError):  # cgroup v2: "max", or a byte count
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit != "max":
+            free = min(free, int(limit) - int(used))
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            mapped = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                          if line.startswith("VmSize:"))
+            free = min(free, soft - mapped)
+    return max(free, 0)
 
 
 def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, available: int | None = None,
                  devices: int = 1) -> int:
-    """Refuse, with the estimate, a run whose members would not fit in memory; return the estimate.
+    """Refuse, with the estimate and the fix, a run (one model or many) that would not fit in memory; return the estimate.
 
     CPU devices share the host's memory. Accelerators each have their own, but the first one evaluates
     every member, and a chunk's activations are most of a member's estimate, so the whole estimate is
@@ -135,6 +156,13 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, avai
     """
     need = estimate_memory_bytes(config, sizes, num_train, devices)
     available = available_memory_bytes() if available is None else available
+    if need > MEMORY_SHARE * available and config.members == 1:
+        params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        raise ConfigError(_(
+            "this model needs about {need:.1f} GiB to train ({params:,} parameters, with their gradients and "
+            "optimizer state, a batch's activations and the data; estimated from its shapes), more than {share:.0%} "
+            "of the {available:.1f} GiB available; use narrower layers (--hidden) or a smaller --batch-size"
+        ).format(need=need / 2**30, params=params, share=MEMORY_SHARE, available=available / 2**30))
     if need > MEMORY_SHARE * available:
         fit = max(int(config.members * MEMORY_SHARE * available / need), 0)
         raise ConfigError(_(

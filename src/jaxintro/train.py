@@ -257,10 +257,10 @@ class Trainer:
         steps = len(dataset.x_train) // config.batch_size
         model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
                             dropout=config.dropout)
-        if config.members > 1:  # before anything is allocated or compiled
-            from jaxintro.ensemble import check_memory
+        from jaxintro.ensemble import check_memory
 
-            check_memory(config, model.sizes, len(dataset.x_train), devices=mesh.shape[MEMBERS])
+        # Before anything is allocated or compiled: a model too big for memory is refused in a second, not grown into.
+        check_memory(config, model.sizes, len(dataset.x_train), devices=mesh.size)
         tx = build_optimizer(config, steps * config.epochs)
         return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs), mesh)
 

@@ -1,0 +1,186 @@
+"""The machine's faults: a full disk, a vanished run folder, a failed write, a model too big for memory.
+
+Each row of the fault matrix (docs/reliability.md) runs the CLI in a child process and checks what
+the user gets: one line on stderr, the exit code, no traceback from any thread; and what is left:
+the newest committed checkpoint intact, and the run continued (`--resume`, or the same command when
+nothing was kept) to exactly the uninterrupted run's final metrics. Real faults where a test can
+cause them (a small tmpfs as the run folder's disk when running as root, as CI does; the folder
+removed; RLIMIT_AS), the fault seam `JAXINTRO_FAIL_WRITE=N:ERRNO` for the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from jaxintro import checkpoint, faults
+from jaxintro.cli import main
+from jaxintro.evaluate import load_run
+from jaxintro.runs import read_metrics
+
+DIGITS = ["--dataset", "digits"]  # 3 epochs: the session's `digits_run` is the uninterrupted run
+FINAL = ("epochs", "test_accuracy", "train_accuracy", "final_loss")
+
+
+def train_child(*argv: str, env: dict[str, str] | None = None, **popen) -> subprocess.CompletedProcess:
+    """`jaxintro train ARGV` in a child process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", *argv], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300, **popen)
+
+
+def the_one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The child's single stderr line, after checking its exit code and that no traceback reached the terminal."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and "Exception in thread" not in proc.stderr
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def final(run: Path) -> dict:
+    """The final metrics of a run, from its result.json."""
+    result = json.loads((run / "result.json").read_text())
+    return {key: result[key] for key in FINAL}
+
+
+def committed(run: Path) -> list[int]:
+    """The checkpoints Orbax finished in `run`."""
+    return sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def assert_safe_and_resumable(run: Path, epoch: int, whole: Path) -> None:
+    """Epoch `epoch` is the newest committed checkpoint, it restores, metrics are not ahead, and --resume ends as `whole`."""
+    assert committed(run)[-1] == epoch
+    assert checkpoint.read_meta(run)["epoch"] == epoch and load_run(run).epoch == epoch
+    metrics = read_metrics(run)
+    assert not metrics or metrics[-1]["epoch"] <= epoch  # never ahead of the checkpoints
+    assert main(["train", "--resume", str(run)]) == 0
+    assert final(run) == final(whole)
+    assert not list((run / "checkpoints").glob("*.orbax-checkpoint-tmp*"))  # a failed save's debris is gone
+
+
+# The seam: the Nth write of a 3-epoch run. Writes: 1 the claim, 2 config.json, 3 checkpoint 1,
+# 4 metrics (epoch 1), 5 checkpoint 2, 6 metrics, 7 checkpoint 3, 8 metrics, 9 curves.png, 10 result.json.
+SEAM_ROWS = [
+    (1, "ENOSPC", "the claim of the run folder", None),
+    (3, "EROFS", "checkpoint 1", None),
+    (4, "EIO", "metrics.jsonl", 1),
+    (7, "ENOSPC", "checkpoint 3", 2),
+    (9, "EIO", "curves.png", 3),
+    (10, "ENOSPC", "result.json", 3),
+]
+
+
+@pytest.mark.parametrize("n, name, what, on_disk", SEAM_ROWS, ids=[f"{r[0]}-{r[2]}-{r[1]}" for r in SEAM_ROWS])
+def test_a_failed_write_is_one_line_and_loses_nothing(n, name, what, on_disk, tmp_path, digits_run):
+    run = tmp_path / "r"
+    proc = train_child(*DIGITS, "--epochs", "3", "--run-dir", str(run), env={faults.FAIL_WRITE_ENV: f"{n}:{name}"})
+    line = the_one_line(proc, faults.EXIT_WRITE_FAULT)
+    reason = os.strerror(getattr(__import__("errno"), name))
+    assert line.startswith(f"jaxintro train: write failed: could not write {what} in {run}: {reason} [{name}]")
+    assert "Done" not in proc.stdout
+    if on_disk is None:  # a failed start: nothing kept, and the same command then trains the whole run
+        assert "run the same command again" in line and not (run / "checkpoints").exists()
+        assert main(["train", *DIGITS, "--epochs", "3", "--run-dir", str(run)]) == 0
+        assert final(run) == final(digits_run)
+    else:
+        assert f"epoch {on_disk} is safely on disk" in line and f"jaxintro train --resume {run}" in line
+        assert_safe_and_resumable(run, on_disk, digits_run)
+
+
+# ---------------------------------------------------------------- real faults
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `folder` (root only: skipped elsewhere), unmounted afterwards."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root (CI runs the tests as root)")
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def resize(folder: Path, size: str) -> None:
+    """Free space on the tmpfs at `folder`, as a user would after a full disk."""
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("size, on_disk", [("1600k", 2), ("600k", None)], ids=["mid-run", "at-the-first-save"])
+def test_a_full_disk_is_one_line_and_loses_nothing(size, on_disk, tmp_path, digits_run):
+    """Orbax's background save meets ENOSPC: one line, no thread's traceback, and metrics never ahead of it."""
+    with tmpfs(tmp_path / "disk", size) as disk:
+        run = disk / "r"
+        proc = train_child(*DIGITS, "--epochs", "3", "--run-dir", str(run))
+        line = the_one_line(proc, faults.EXIT_WRITE_FAULT)
+        assert f"in {run}: No space left on device [ENOSPC]" in line and "Done" not in proc.stdout
+        resize(disk, "20m")
+        if on_disk is None:
+            assert "run the same command again" in line and not (run / "checkpoints").exists()
+            assert main(["train", *DIGITS, "--epochs", "3", "--run-dir", str(run)]) == 0
+            assert final(run) == final(digits_run)
+        else:
+            assert f"could not write checkpoint {on_disk + 1}" in line and f"epoch {on_disk} is safely" in line
+            assert (run / "errors.log").exists() and "No space left" in (run / "errors.log").read_text()
+            assert_safe_and_resumable(run, on_disk, digits_run)
+
+
+def stop_at_epoch(proc: subprocess.Popen, epoch: int) -> None:
+    """Freeze the child once it printed `epoch`'s line (SIGSTOP: what follows happens between two of its steps)."""
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("Epoch") and int(line.split("|")[0].split()[1]) >= epoch:
+            proc.send_signal(signal.SIGSTOP)
+            for _ in range(1000):  # the signal is delivered asynchronously: wait until every thread is stopped
+                if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+                time.sleep(0.01)
+            raise AssertionError("the training process did not stop")
+    raise AssertionError(f"training ended before epoch {epoch}: {proc.stderr.read()}")  # type: ignore[union-attr]
+
+
+def test_a_run_folder_removed_during_training_stops_the_run_with_one_line(tmp_path):
+    run = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *DIGITS, "--epochs", "400", "--run-dir",
+                             str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        stop_at_epoch(proc, 2)
+        shutil.rmtree(run)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    line = the_one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), faults.EXIT_WRITE_FAULT)
+    assert f"in {run}: the run folder was removed while the run was writing to it" in line
+    assert "start it again" in line and "Done" not in out
+
+
+def test_a_model_too_big_for_memory_is_refused_before_anything_is_allocated(tmp_path):
+    """`--hidden 60000,60000`: 3.6 billion parameters. Under an address-space limit an allocation would fail at once
+    instead of growing until the kernel kills the process, so the test is safe even without the refusal."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    run = tmp_path / "r"
+    proc = train_child(*DIGITS, "--hidden", "60000,60000", "--run-dir", str(run), preexec_fn=limit)
+    line = the_one_line(proc, 2)
+    assert "this model needs about 13" in line and "3,604,560,010 parameters" in line
+    assert "GiB available; use narrower layers (--hidden) or a smaller --batch-size" in line
+    assert not run.exists()
