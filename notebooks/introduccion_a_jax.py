@@ -406,7 +406,8 @@ print("same parameters as jaxintro.train.train_step:",
 # %% [markdown]
 # **Entrenamiento.** Cada época saca una permutación nueva de una clave nueva, la corta en lotes de
 # 128 (descartando el último lote incompleto) y ejecuta el paso compilado en cada uno; después
-# evalúa todo el conjunto de prueba. La línea de cada época es la de la lección.
+# evalúa todo el conjunto de prueba. Cada época imprime una línea al estilo de la lección: la pérdida
+# media de entrenamiento y la precisión en test.
 
 # %%
 x_train_device, y_train_device = jnp.asarray(x_train), jnp.asarray(y_train)

@@ -401,7 +401,8 @@ print("same parameters as jaxintro.train.train_step:",
 # %% [markdown]
 # **Training.** Each epoch draws a new permutation from a fresh key, cuts it into batches of 128
 # (dropping the last partial batch), and runs the compiled step on each; then the whole test set
-# is scored. The per-epoch line is the lesson's.
+# is scored. Each epoch prints a line in the lesson's style: the mean training loss, then the test
+# accuracy.
 
 # %%
 x_train_device, y_train_device = jnp.asarray(x_train), jnp.asarray(y_train)
