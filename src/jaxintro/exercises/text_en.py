@@ -32,6 +32,46 @@ pass; optimizer.update turns the gradient into updates (Adam keeps its moments i
 optax.apply_updates adds them to the params. Return (new params, new opt_state, loss), the loss
 measured before the step. Nothing is changed in place: the new state is returned.
 @jax.jit above it compiles the whole step into one XLA program.""",
+    "dropout": """Exercise 1: dropout, with a key split per layer
+
+Add dropout to the 3-layer forward pass. With a key (training), after each hidden ReLU keep every
+unit with probability 1 - rate (jax.random.bernoulli) and divide what is kept by (1 - rate)
+("inverted" dropout: the expected activation is unchanged, so nothing changes at evaluation).
+Each layer needs its own key, split from the one you are given: with the same key both layers
+would drop the same units. Without a key (evaluation), no dropout at all.
+The same key must give the same masks (it is a pure function); another key, other masks.""",
+    "per_example_grads": """Exercise 2: per-example gradients with vmap(grad), and their norms
+
+jax.grad(loss_fn) gives ONE gradient, of the batch's mean loss. To get each example's own gradient,
+write the loss of one example (a batch of one: x[None], y[None]), take its jax.grad, and map it over
+the batch with jax.vmap: the params are shared (in_axes None), x and y are mapped (in_axes 0).
+The result is shaped like params with a leading batch axis on every leaf: the same numbers as a
+Python loop of jax.grad over the examples, in one program.
+Then grad_norms: each example's global L2 norm, over every layer's w and b together.""",
+    "any_depth": """Exercise 3: an MLP of any depth
+
+Write mlp_forward for params with any number of layers ("layer1" ... "layerN", N from 1 up):
+ReLU between layers, none after the last. jax.tree.leaves(params) lists the arrays in a fixed
+order: layers in key order and, inside each layer, "b" before "w" (keys are sorted). With three
+layers it must agree with the lesson's forward.""",
+    "jit_timing": """Exercise 4: jit against no jit, timed honestly
+
+Two traps make JIT timings wrong. The first call of a jitted function traces and compiles it:
+time it and you measure the compiler; call f once first (a warm-up). And JAX dispatches work
+asynchronously: f(x) returns before the result is computed; stop the clock only after
+jax.block_until_ready(result).
+Write time_call(f, *args, repeats): mean seconds per call over `repeats` calls, after one warm-up,
+each result waited for. Then compare_jit(f, *args, repeats): {"nojit": ..., "jit": ...}, timing f
+itself and jax.jit(f) with time_call.""",
+    "clipping": """Exercise 5: gradient clipping with optax.chain, and the gradient-norm curve
+
+clip_by_global_norm(max_norm) rescales the whole gradient, all the leaves by one factor, when its
+global norm (the norm of every entry together) is above max_norm: the direction is kept, only the
+length shrinks; smaller gradients pass unchanged. optax.chain(clip, optimizer) clips first and then
+hands the clipped gradient to the optimizer.
+Write global_norm(grads), clipped(optimizer, max_norm) and grad_norm_curve(params, batches,
+optimizer), which trains one step per batch and returns each step's gradient norm BEFORE clipping
+(the curve to plot: how often would the clip act?).""",
 }
 
 HINTS = {
@@ -57,5 +97,32 @@ HINTS = {
         "updates, opt_state = optimizer.update(grads, opt_state, params), then "
         "params = optax.apply_updates(params, updates).",
         "Return the NEW opt_state too: Adam's running moments live in it, and the next step needs them.",
+    ],
+    "dropout": [
+        "k1, k2 = jax.random.split(key) when a key is given: one key for each hidden layer.",
+        "keep = jax.random.bernoulli(k1, 1.0 - rate, h.shape); h = jnp.where(keep, h / (1.0 - rate), 0.0)",
+        "`if key is not None:` is fine under jit: it asks about a Python value (None or not), not an array's value.",
+    ],
+    "per_example_grads": [
+        "def example_loss(p, xi, yi): return loss_fn(p, xi[None], yi[None])  # a batch of one",
+        "jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y): None = shared, 0 = mapped.",
+        "grad_norms: for each leaf g, jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1); add them over the leaves, "
+        "then jnp.sqrt.",
+    ],
+    "any_depth": [
+        "leaves = jax.tree.leaves(params) is [b1, w1, b2, w2, ...].",
+        "layers = list(zip(leaves[1::2], leaves[0::2])) gives [(w1, b1), (w2, b2), ...].",
+        "ReLU after every layer but the last: loop over layers[:-1], then apply layers[-1] alone.",
+    ],
+    "jit_timing": [
+        "Warm-up: jax.block_until_ready(f(*args)) once before time.perf_counter().",
+        "In the loop: jax.block_until_ready(f(*args)) (a result that is ready is returned at once).",
+        "Divide the elapsed time by repeats. compare_jit: time_call(f, ...) and time_call(jax.jit(f), ...).",
+    ],
+    "clipping": [
+        "global_norm: jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))) (optax.tree.norm does the same).",
+        "clipped: optax.chain(optax.clip_by_global_norm(max_norm), optimizer): the clip first.",
+        "grad_norm_curve: grads = jax.grad(loss_fn)(params, x, y); record global_norm(grads) before "
+        "optimizer.update, which is where the clipping happens.",
     ],
 }

@@ -35,6 +35,46 @@ una sola pasada; optimizer.update convierte el gradiente en actualizaciones (Ada
 momentos en opt_state); optax.apply_updates las suma a los parámetros. Devuelve (params nuevos,
 opt_state nuevo, pérdida), la pérdida medida antes del paso. Nada se cambia en el sitio: el
 estado nuevo se devuelve. @jax.jit encima compila el paso entero en un solo programa XLA.""",
+    "dropout": """Ejercicio 1: dropout, con una clave dividida por capa
+
+Añade dropout a la pasada hacia delante de 3 capas. Con una clave (entrenamiento), tras cada ReLU
+oculta conserva cada unidad con probabilidad 1 - rate (jax.random.bernoulli) y divide lo que se
+conserva por (1 - rate) (dropout «invertido»: la activación esperada no cambia, así que nada cambia
+al evaluar). Cada capa necesita su propia clave, dividida de la que recibes: con la misma clave
+las dos capas apagarían las mismas unidades. Sin clave (evaluación), nada de dropout.
+La misma clave debe dar las mismas máscaras (es una función pura); otra clave, otras máscaras.""",
+    "per_example_grads": """Ejercicio 2: gradientes por ejemplo con vmap(grad), y sus normas
+
+jax.grad(loss_fn) da UN gradiente, el de la pérdida media del lote. Para tener el gradiente propio
+de cada ejemplo, escribe la pérdida de un ejemplo (un lote de uno: x[None], y[None]), toma su
+jax.grad y mapéala sobre el lote con jax.vmap: los parámetros se comparten (in_axes None), x e y se
+mapean (in_axes 0). El resultado tiene la forma de params con un eje de lote delante en cada hoja:
+los mismos números que un bucle de Python de jax.grad sobre los ejemplos, en un solo programa.
+Después grad_norms: la norma L2 global de cada ejemplo, sobre w y b de todas las capas juntas.""",
+    "any_depth": """Ejercicio 3: un MLP de cualquier profundidad
+
+Escribe mlp_forward para params con cualquier número de capas ("layer1" ... "layerN", N desde 1):
+ReLU entre capas, ninguna tras la última. jax.tree.leaves(params) lista los arrays en un orden
+fijo: las capas por orden de clave y, dentro de cada capa, "b" antes que "w" (las claves se
+ordenan). Con tres capas debe coincidir con el forward de la lección.""",
+    "jit_timing": """Ejercicio 4: jit contra sin jit, medido con honradez
+
+Dos trampas falsean los tiempos de JIT. La primera llamada a una función con jit la traza y la
+compila: si la cronometras mides el compilador; llama antes a f una vez (calentamiento). Y JAX
+despacha el trabajo de forma asíncrona: f(x) vuelve antes de que el resultado esté calculado;
+para el reloj solo tras jax.block_until_ready(resultado).
+Escribe time_call(f, *args, repeats): segundos medios por llamada en `repeats` llamadas, tras un
+calentamiento, esperando cada resultado. Después compare_jit(f, *args, repeats):
+{"nojit": ..., "jit": ...}, midiendo f tal cual y jax.jit(f) con time_call.""",
+    "clipping": """Ejercicio 5: recorte del gradiente con optax.chain, y la curva de normas del gradiente
+
+clip_by_global_norm(max_norm) reescala el gradiente entero, todas las hojas por un mismo factor,
+cuando su norma global (la norma de todas las entradas juntas) supera max_norm: se conserva la
+dirección, solo se acorta la longitud; los gradientes más pequeños pasan sin cambios.
+optax.chain(clip, optimizer) recorta primero y luego pasa el gradiente recortado al optimizador.
+Escribe global_norm(grads), clipped(optimizer, max_norm) y grad_norm_curve(params, batches,
+optimizer), que entrena un paso por lote y devuelve la norma del gradiente de cada paso ANTES del
+recorte (la curva que dibujar: ¿cuántas veces actuaría el recorte?).""",
 }
 
 HINTS = {
@@ -61,6 +101,35 @@ HINTS = {
         "params = optax.apply_updates(params, updates).",
         "Devuelve también el opt_state NUEVO: ahí viven los momentos de Adam y el paso siguiente los necesita.",
     ],
+    "dropout": [
+        "k1, k2 = jax.random.split(key) cuando hay clave: una clave para cada capa oculta.",
+        "keep = jax.random.bernoulli(k1, 1.0 - rate, h.shape); h = jnp.where(keep, h / (1.0 - rate), 0.0)",
+        "`if key is not None:` está bien bajo jit: pregunta por un valor de Python (None o no), no por el valor de "
+        "un array.",
+    ],
+    "per_example_grads": [
+        "def example_loss(p, xi, yi): return loss_fn(p, xi[None], yi[None])  # un lote de uno",
+        "jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y): None = compartido, 0 = mapeado.",
+        "grad_norms: para cada hoja g, jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1); súmalas sobre las hojas "
+        "y luego jnp.sqrt.",
+    ],
+    "any_depth": [
+        "leaves = jax.tree.leaves(params) es [b1, w1, b2, w2, ...].",
+        "layers = list(zip(leaves[1::2], leaves[0::2])) da [(w1, b1), (w2, b2), ...].",
+        "ReLU tras cada capa menos la última: recorre layers[:-1] y aplica luego layers[-1] sola.",
+    ],
+    "jit_timing": [
+        "Calentamiento: jax.block_until_ready(f(*args)) una vez antes de time.perf_counter().",
+        "En el bucle: jax.block_until_ready(f(*args)) (un resultado ya listo se devuelve al instante).",
+        "Divide el tiempo transcurrido por repeats. compare_jit: time_call(f, ...) y time_call(jax.jit(f), ...).",
+    ],
+    "clipping": [
+        "global_norm: jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))) (optax.tree.norm hace lo "
+        "mismo).",
+        "clipped: optax.chain(optax.clip_by_global_norm(max_norm), optimizer): el recorte primero.",
+        "grad_norm_curve: grads = jax.grad(loss_fn)(params, x, y); guarda global_norm(grads) antes de "
+        "optimizer.update, que es donde ocurre el recorte.",
+    ],
 }
 
 DOCSTRINGS = {
@@ -69,4 +138,24 @@ DOCSTRINGS = {
     "forward": {"forward": "Logits (batch, classes): ReLU tras las capas 1 y 2, nada tras la capa 3."},
     "loss_fn": {"loss_fn": "La media sobre el lote de -log p(etiqueta), un escalar; y contiene etiquetas enteras."},
     "train_step": {"train_step": "(params nuevos, opt_state nuevo, la pérdida antes del paso)."},
+    "dropout": {"forward": "Logits del MLP de 3 capas; con clave, dropout invertido (conserva 1 - rate, escala por "
+                           "1 / (1 - rate)) tras cada ReLU oculta, una clave nueva por capa; sin clave, sin dropout."},
+    "per_example_grads": {
+        "per_example_grads": "El gradiente de la pérdida de cada ejemplo: con la forma de params y un eje de lote "
+                             "delante en cada hoja.",
+        "grad_norms": "La norma L2 global del gradiente de cada ejemplo (sobre todas las capas, w y b): forma (batch,).",
+    },
+    "any_depth": {"mlp_forward": 'Logits de un MLP con cualquier número de capas {"layer1": {"w", "b"}, ..., "layerN"}: '
+                                 "ReLU entre capas."},
+    "jit_timing": {
+        "time_call": "Segundos medios por llamada de f(*args) en `repeats` llamadas, tras un calentamiento, esperando "
+                     "cada resultado.",
+        "compare_jit": '{"nojit": segundos por llamada de f tal cual, "jit": de jax.jit(f)}, ambos con time_call.',
+    },
+    "clipping": {
+        "global_norm": "La norma L2 de todas las hojas de `grads` juntas: raíz de la suma de cada entrada al cuadrado.",
+        "clipped": "`optimizer`, alimentado con gradientes cuya norma global se recorta antes a max_norm.",
+        "grad_norm_curve": "Un paso de entrenamiento por cada (x, y) de batches; devuelve la norma global del "
+                           "gradiente de cada paso, antes del recorte.",
+    },
 }

@@ -1,0 +1,361 @@
+"""Checks of the lesson's five exercises: dropout, per-example gradients, any depth, timing, clipping."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from hypothesis import strategies as st
+
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
+                                         make_params)
+from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
+from jaxintro.i18n import _
+
+RATE, WIDTH = 0.2, 1024  # with 1024 units a kept fraction is known to +-0.015: 0.64 and 0.8 never mix up
+
+
+def check_dropout(ns: dict) -> None:
+    """No key: the plain forward. A key: same key same masks, other key other masks, one mask per layer, scaled."""
+    forward = ns["forward"]
+    params, (x, _y) = make_params(0, (3, 5, 4, 2)), make_batch(0, 2, 3, 2)
+    got = attempt(jax.jit(lambda p, v: forward(p, v)), params, x, name="forward", inputs=describe(params=params, x=x))
+    if not close(got, _reference_forward(params, x)):
+        raise CheckFailed("dropout_without_key", _(
+            "forward({inputs}) without a key differs from the plain forward: without a key (at evaluation) there "
+            "is no dropout").format(inputs=describe(params=params, x=x)))
+    # A probe: identity layers on inputs of ones, so the logits are the product of both layers' masks, scaled.
+    eye = jnp.eye(WIDTH)
+    probe = {name: {"w": eye, "b": jnp.zeros(WIDTH)} for name in ("layer1", "layer2", "layer3")}
+    ones = jnp.ones((2, WIDTH))
+    run = jax.jit(lambda k: forward(probe, ones, key=k, rate=RATE))
+    inputs = describe(x=ones, rate=RATE)
+    a, again, other = (np.asarray(attempt(run, jax.random.key(s), name="forward", inputs=inputs + ", key=" + key_text(s)))
+                       for s in (0, 0, 1))
+    if not np.array_equal(a, again):
+        raise CheckFailed("not_deterministic", _("forward({inputs}) twice with {key} gave other masks: draw them "
+                                                 "from the key only").format(inputs=inputs, key=key_text(0)))
+    if np.array_equal(a, other):
+        raise CheckFailed("ignores_key", _("with key {k0} and key {k1} your dropout masks are identical: are the "
+                                           "masks drawn from the key you are given?").format(k0=key_text(0),
+                                                                                         k1=key_text(1)))
+    if np.array_equal(a[0], a[1]):
+        raise CheckFailed("mask_shared_across_batch", _(
+            "forward({inputs}): both examples of the batch got the same mask: draw a mask of h.shape, "
+            "(batch, units), not (units,)").format(inputs=inputs))
+    _check_masks(a, inputs)
+
+
+def _check_masks(out: np.ndarray, inputs: str) -> None:
+    """The kept fraction and the kept value tell how many masks were applied, from how many keys, and the scale."""
+    kept = float(np.mean(out != 0))
+    scale = 1.0 / (1.0 - RATE) ** 2
+    expected = {"ok": (1 - RATE) ** 2, "key_reused": 1 - RATE, "dropout_on_logits": (1 - RATE) ** 3,
+                "keep_is_rate": RATE ** 2}
+    found = min(expected, key=lambda k: abs(expected[k] - kept))
+    if abs(expected[found] - kept) > 0.06:
+        found = "wrong_fraction"
+    messages = {
+        "key_reused": _("with one key, the masks of layer 1 and layer 2 are identical (kept {kept:.0%} of units, "
+                        "as one mask would; two independent masks keep {want:.0%}): is the key split per layer?"),
+        "dropout_on_logits": _("three masks were applied (kept {kept:.0%}; two keep {want:.0%}): dropout goes after "
+                               "the hidden ReLUs only, not on the logits"),
+        "keep_is_rate": _("units are kept with probability rate, not 1 - rate (kept {kept:.0%}; {want:.0%} "
+                          "expected): bernoulli(key, 1 - rate, shape) gives the mask of kept units"),
+        "wrong_fraction": _("kept {kept:.0%} of units through two layers; with rate {rate} it should be about "
+                            "{want:.0%}"),
+    }
+    if found != "ok":
+        raise CheckFailed(found, _("forward({inputs}): ").format(inputs=inputs) + messages[found].format(
+            kept=kept, want=(1 - RATE) ** 2, rate=RATE))
+    values = np.unique(np.round(out[out != 0], 4))
+    if not np.allclose(values, scale, rtol=1e-3):
+        raise CheckFailed("not_scaled", _(
+            "forward({inputs}): kept activations of 1 came out as {values}; inverted dropout divides by (1 - rate) "
+            "at each layer, here {scale:.4f} after two, so the expected activation stays the same").format(
+            inputs=inputs, values=values[:3], scale=scale))
+
+
+def _loop_grads(params: dict, x, y) -> dict:
+    """Each example's gradient by a Python loop over the batch (what vmap must agree with)."""
+    grad = jax.jit(jax.grad(lambda p, xi, yi: _jax_loss(p, xi[None], yi[None])))
+    grads = [grad(params, x[i], y[i]) for i in range(x.shape[0])]
+    return jax.tree.map(lambda *g: jnp.stack(g), *grads)
+
+
+def _jax_loss(params: dict, x, y):
+    h = x
+    for k, name in enumerate(("layer1", "layer2", "layer3")):
+        h = h @ params[name]["w"] + params[name]["b"]
+        h = jax.nn.relu(h) if k < 2 else h
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], axis=1))
+
+
+def _reference_norms(grads: dict) -> np.ndarray:
+    leaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
+    return np.sqrt(sum(np.sum(g.reshape(g.shape[0], -1) ** 2, axis=1) for g in leaves))
+
+
+def check_per_example_grads(ns: dict) -> None:
+    """vmap(grad) equals a Python loop of grads, has a batch axis, is one program for any batch; the norms are global."""
+    per_example, norms = ns["per_example_grads"], ns["grad_norms"]
+
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([1, 3])), n=3)
+    def agrees(case):
+        seed, batch = case
+        params, (x, y) = make_params(seed, (5, 4, 6, 3)), make_batch(seed, batch, 5, 3)
+        inputs = describe(params=params, x=x, y=y)
+        try:
+            got = attempt(jax.jit(per_example), params, x, y, name="per_example_grads", inputs=inputs)
+        except CheckFailed as exc:
+            if "inconsistent sizes" in exc.message or "vmap got" in exc.message:
+                raise CheckFailed("in_axes_params_batched", _(
+                    "per_example_grads({inputs}): vmap tried to map over the params too (in_axes=(0, 0, 0)?): the "
+                    "params are shared by every example, so their axis is None: in_axes=(None, 0, 0)").format(
+                    inputs=inputs)) from exc
+            raise
+        want = _loop_grads(params, x, y)
+        if jax.tree.map(np.shape, got) == jax.tree.map(np.shape, params):
+            raise CheckFailed("no_batch_axis", _(
+                "per_example_grads({inputs}) returned gradients shaped like the params, without a batch axis: that "
+                "is the gradient of the whole batch; vmap grad over the examples").format(inputs=inputs))
+        if not close(got, want):
+            raise CheckFailed("mismatch", _(
+                "per_example_grads({inputs}) differs from a Python loop of jax.grad over the examples (shapes: "
+                "yours {got}, expected {want})").format(inputs=inputs, got=jax.tree.map(np.shape, got),
+                                                        want=jax.tree.map(np.shape, want)))
+        got_norms = attempt(jax.jit(norms), want, name="grad_norms", inputs=_("the gradients above"))
+        _check_norms(got_norms, want, inputs)
+
+    agrees()
+    params = make_params(0, (5, 4, 6, 3))
+    sizes = [len(jax.make_jaxpr(per_example)(params, *make_batch(0, b, 5, 3)).eqns) for b in (2, 6)]
+    if sizes[0] != sizes[1]:
+        raise CheckFailed("python_loop", _(
+            "per_example_grads builds a bigger program for a bigger batch ({small} operations for 2 examples, "
+            "{big} for 6): a Python loop over the examples; jax.vmap gives one program for any batch").format(
+            small=sizes[0], big=sizes[1]))
+
+
+def _check_norms(got, grads: dict, inputs: str) -> None:
+    want = _reference_norms(grads)
+    if np.shape(got) != want.shape:
+        raise CheckFailed("norms_shape", _("grad_norms returned shape {got}; one norm per example is {want}").format(
+            got=np.shape(got), want=want.shape))
+    if close(got, want):
+        return
+    leaves = [np.asarray(g, np.float64).reshape(np.shape(g)[0], -1) for g in jax.tree.leaves(grads)]
+    variants = {"norm_squared": want ** 2, "norm_not_global": sum(np.linalg.norm(g, axis=1) for g in leaves)}
+    key = next((k for k, v in variants.items() if close(got, v)), "mismatch")
+    why = {"norm_squared": _(" (the square root is missing)"),
+           "norm_not_global": _(" (a sum of per-layer norms: the global norm is the square root of the sum of all "
+                                "the squares)"), "mismatch": ""}[key]
+    raise CheckFailed(key, _("grad_norms of the per-example gradients of ({inputs}) gave {got}, expected "
+                             "{want}{why}").format(inputs=inputs, got=np.round(np.asarray(got), 4),
+                                                   want=np.round(want, 4), why=why))
+
+
+def check_any_depth(ns: dict) -> None:
+    """Agrees with the lesson's 3-layer forward, then with the reference at every depth from 1 to 6."""
+    mlp_forward = jax.jit(ns["mlp_forward"])
+    for depth in (3, 1, 2, 4, 5, 6):
+        sizes = (4, *[5 + (i % 2) for i in range(depth - 1)], 3)
+        params, (x, _y) = make_params(depth, sizes), make_batch(depth, 2, 4, 3)
+        inputs = describe(params=params, x=x)
+        try:
+            got = attempt(mlp_forward, params, x, name="mlp_forward", inputs=inputs)
+        except CheckFailed as exc:
+            if depth != 3:
+                raise CheckFailed("depth_hard_coded", _(
+                    "mlp_forward works with 3 layers but not with {depth}: {error}; loop over however many "
+                    "layers the params hold").format(depth=depth, error=exc.message)) from exc
+            raise
+        if not close(got, _reference_forward(params, x)):
+            key = diagnose_forward(got, params, x)
+            if key == "mismatch" and depth != 3:
+                key = "depth_hard_coded"
+            what = (_("the depth is fixed at 3: it must follow the params") if key == "depth_hard_coded"
+                    else _(FORWARD_MISTAKES[key]))
+            raise CheckFailed(key, _("mlp_forward({inputs}), {depth} layers: {what}").format(
+                inputs=inputs, depth=depth, what=what))
+
+
+class _FakeJitted:
+    """A stand-in for a jitted function whose cost we know.
+
+    Its first call "compiles" (`compile_s`, synchronous, as tracing and compiling are); every call
+    then returns at once, with a result that is ready `work_s` later, and calls queue behind each
+    other as they do on a device (asynchronous dispatch). So an honest timing measures `work_s`
+    per call; one without a warm-up adds compile_s / repeats; one that never waits measures ~0.
+    """
+
+    def __init__(self, compile_s: float, work_s: float) -> None:
+        self.compile_s, self.work_s = compile_s, work_s
+        self.calls = self.waits = 0
+        self.busy_until = 0.0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.compile_s)
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s
+        return _FakeResult(self, self.busy_until)
+
+
+class _FakeResult:
+    """A result that is ready at `ready_at`; `block_until_ready` waits until then."""
+
+    def __init__(self, owner: _FakeJitted, ready_at: float) -> None:
+        self.owner, self.ready_at = owner, ready_at
+
+    def block_until_ready(self) -> "_FakeResult":
+        self.owner.waits += 1
+        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+        return self
+
+
+def check_jit_timing(ns: dict) -> None:
+    """time_call waits for results, leaves the compile out, and returns seconds per call; compare_jit times both."""
+    time_call, compare_jit = ns["time_call"], ns["compare_jit"]
+    compile_s, work_s, repeats = 0.5, 0.04, 5
+    fake = _FakeJitted(compile_s, work_s)
+    inputs = _("f (compiles in {compile_s} s, then {work_s} s of work per call), repeats={repeats}").format(
+        compile_s=compile_s, work_s=work_s, repeats=repeats)
+    seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
+    report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
+        inputs=inputs, seconds=seconds, calls=fake.calls)
+    if fake.waits == 0 or seconds < 0.5 * work_s:
+        raise CheckFailed("no_block_until_ready", report + _(
+            ": it never waits for a result; JAX returns before the work is done, so call "
+            "jax.block_until_ready(result) (or result.block_until_ready()) before stopping the clock"))
+    if seconds > 0.8 * repeats * work_s:
+        raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
+    if fake.calls <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
+        raise CheckFailed("no_warmup", report + _(
+            "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "
+            "clock").format(compile_s=compile_s))
+    if seconds > 1.5 * work_s:
+        raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
+    runs = []
+
+    def f(x):
+        runs.append(isinstance(x, jax.core.Tracer))  # traced: inside jax.jit; concrete: run eagerly
+        return jnp.tanh(x) @ jnp.tanh(x).T
+
+    result = attempt(compare_jit, f, jnp.ones((8, 8)), repeats=2, name="compare_jit", inputs="f, x, repeats=2")
+    if not (isinstance(result, dict) and {"nojit", "jit"} <= set(result)):
+        raise CheckFailed("returns", _('compare_jit must return {{"nojit": seconds, "jit": seconds}}; it returned '
+                                       '{got}').format(got=repr(result)[:80]))
+    if not any(runs):
+        raise CheckFailed("jit_not_used", _("compare_jit never ran f under jax.jit: time jax.jit(f) too"))
+    if all(runs):
+        raise CheckFailed("nojit_missing", _("compare_jit only ran f under jax.jit: time f itself too, "
+                                             "without jit"))
+
+
+def _tree_st():
+    """Small pytrees of gradients: a dict of arrays of a few shapes (NumPy-drawn)."""
+    shapes = st.lists(st.sampled_from([(3,), (2, 2), (4, 1)]), min_size=1, max_size=3)
+    return st.tuples(st.integers(0, 2**16), shapes)
+
+
+def _grads(seed: int, shapes, scale: float = 1.0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {f"g{i}": jnp.asarray(scale * (i + 1) * rng.normal(size=s), jnp.float32) for i, s in enumerate(shapes)}
+
+
+def check_clipping(ns: dict) -> None:
+    """global_norm over all leaves; clipped = clip then the optimizer, keeping the direction; the curve is raw norms."""
+    global_norm, clipped, curve = ns["global_norm"], ns["clipped"], ns["grad_norm_curve"]
+
+    @examples(_tree_st(), n=4)
+    def norms(case):
+        grads = _grads(*case)
+        got = attempt(jax.jit(global_norm), grads, name="global_norm", inputs=describe(grads=grads))
+        leaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
+        want = np.sqrt(sum(np.sum(g ** 2) for g in leaves))
+        if not close(got, want):
+            key = ("norm_not_global" if close(got, sum(np.linalg.norm(g) for g in leaves))
+                   else "norm_squared" if close(got, want ** 2) else "mismatch")
+            raise CheckFailed(key, _("global_norm({inputs}) = {got}; the norm of all the leaves together is "
+                                     "{want:.4f}").format(inputs=describe(grads=grads), got=got, want=want))
+
+    norms()
+    _check_clipped(clipped)
+    _check_curve(curve)
+
+
+def _updates(tx, grads: dict) -> dict:
+    updates, _state = tx.update(grads, tx.init(grads), grads)
+    return updates
+
+
+def _check_clipped(clipped) -> None:
+    grads = _grads(1, [(3,), (2, 2)], scale=10.0)  # global norm about 40, its leaves' norms far apart
+    norm = float(optax.tree.norm(grads))
+    inputs = describe(optimizer="optax.sgd(1.0)", max_norm=1.0)
+    tx = attempt(clipped, optax.sgd(1.0), 1.0, name="clipped", inputs=inputs)
+    updates = attempt(_updates, tx, grads, name="clipped", inputs=inputs)
+    got = float(optax.tree.norm(updates))
+    if got > 1.0 + 1e-4 and all(float(jnp.linalg.norm(u)) <= 1.0 + 1e-4 for u in jax.tree.leaves(updates)):
+        raise CheckFailed("clipped_per_leaf", _(
+            "clipped({inputs}) on gradients of global norm {norm:.1f}: every leaf was clipped to norm 1.0 on its "
+            "own, so together they have norm {got:.3f}; clip_by_global_norm scales all the leaves by one factor, "
+            "keeping the direction").format(inputs=inputs, norm=norm, got=got))
+    if got > 1.0 + 1e-4:
+        raise CheckFailed("not_clipped", _("clipped({inputs}) on gradients of global norm {norm:.1f}: the update's "
+                                           "norm is {got:.3f}, more than 1.0").format(inputs=inputs, norm=norm, got=got))
+    flat_g = np.concatenate([np.ravel(g) for g in jax.tree.leaves(grads)])
+    flat_u = np.concatenate([np.ravel(u) for u in jax.tree.leaves(updates)])
+    cosine = -float(flat_g @ flat_u / (np.linalg.norm(flat_g) * np.linalg.norm(flat_u) + 1e-12))
+    if cosine < 0.999 or got < 1.0 - 1e-3:
+        raise CheckFailed("clipped_per_leaf", _(
+            "clipped({inputs}): the clipped gradient (norm {got:.3f}) no longer points where the gradient did "
+            "(cosine {cosine:.3f}): each leaf was clipped alone; clip_by_global_norm scales all of them by one "
+            "factor").format(inputs=inputs, got=got, cosine=cosine))
+    small = _grads(2, [(3,)], scale=0.05)
+    if not close(attempt(_updates, tx, small, name="clipped", inputs=inputs), jax.tree.map(lambda g: -g, small)):
+        raise CheckFailed("clipped_small_grads", _("clipped({inputs}) changed a gradient whose norm is below 1.0: "
+                                                   "clipping only shrinks the big ones").format(inputs=inputs))
+    inputs = describe(optimizer="optax.sgd(0.5)", max_norm=2.0)
+    got = float(optax.tree.norm(attempt(_updates, attempt(clipped, optax.sgd(0.5), 2.0, name="clipped",
+                                                          inputs=inputs), grads, name="clipped", inputs=inputs)))
+    if abs(got - 1.0) > 1e-3:
+        key = "clip_after_optimizer" if abs(got - 2.0) < 1e-3 else "max_norm_ignored"
+        raise CheckFailed(key, _("clipped({inputs}) on gradients of norm {norm:.1f}: the update's norm is {got:.3f}, "
+                                 "expected 0.5 x 2.0 = 1.0{why}").format(
+            inputs=inputs, norm=norm, got=got,
+            why=_(" (the clip comes after the optimizer: in optax.chain the clip goes first)")
+            if key == "clip_after_optimizer" else _(" (is max_norm passed on?)")))
+
+
+def _check_curve(curve) -> None:
+    rng = np.random.default_rng(5)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 1)), jnp.float32), "b": jnp.zeros(1)}
+    batches = [(jnp.asarray(rng.normal(size=(8, 4)) * 3, jnp.float32), jnp.asarray(rng.normal(size=(8, 1)) * 5,
+                                                                                      jnp.float32))
+               for _ in range(4)]
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05))
+    inputs = describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
+                      optimizer="clip_by_global_norm(1.0) + sgd(0.05)")
+    got = np.asarray(attempt(curve, params, batches, tx, name="grad_norm_curve", inputs=inputs), np.float64)
+    want, state, p = [], tx.init(params), params
+    loss = lambda q, x, y: jnp.mean((x @ q["w"] + q["b"] - y) ** 2)  # noqa: E731 (the given loss_fn)
+    for x, y in batches:
+        g = jax.grad(loss)(p, x, y)
+        want.append(float(optax.tree.norm(g)))
+        updates, state = tx.update(g, state, p)
+        p = optax.apply_updates(p, updates)
+    if got.shape != (len(batches),):
+        raise CheckFailed("curve_length", _("grad_norm_curve({inputs}) returned shape {got}: one norm per batch "
+                                            "is ({n},)").format(inputs=inputs, got=got.shape, n=len(batches)))
+    if not np.allclose(got, want, rtol=1e-3):
+        key = "norm_after_clipping" if np.all(got <= 1.0 + 1e-4) else "mismatch"
+        raise CheckFailed(key, _("grad_norm_curve({inputs}) = {got}; the gradients' norms before clipping are "
+                                 "{want}{why}").format(
+            inputs=inputs, got=np.round(got, 3), want=np.round(want, 3),
+            why=_(" (yours never exceed 1.0: measured after clipping?)") if key == "norm_after_clipping" else ""))
+

@@ -1,0 +1,6 @@
+# expect: relu_on_logits
+def mlp_forward(params, x):
+    leaves = jax.tree.leaves(params)
+    for w, b in zip(leaves[1::2], leaves[0::2]):
+        x = jax.nn.relu(x @ w + b)
+    return x
