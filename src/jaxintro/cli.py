@@ -11,22 +11,43 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import time
 import warnings
 from typing import Sequence
 
 from jaxintro import __version__
-from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL, SCHEDULES,
-                             TrainConfig)
+from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL,
+                             PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault, stopped_line
-from jaxintro.i18n import LANGUAGES, _, set_language
+from jaxintro.i18n import LANGUAGES, N_, _, ngettext, set_language
 
 # Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`;
 # 74, a write the machine refused, in `jaxintro.faults`).
 EXIT_ERROR = 2
 EXIT_DIVERGED = 1
+# argparse's own messages that a user can meet, marked here so `make messages` puts them in our catalog;
+# `main` points argparse's `_` at ours, so a Spanish error reads Spanish from end to end.
+ARGPARSE_MESSAGES = (
+    N_("argument %(argument_name)s: %(message)s"),
+    N_("expected one argument"),
+    N_("expected at most one argument"),
+    N_("expected at least one argument"),
+    N_("invalid choice: %(value)r (choose from %(choices)s)"),
+    N_("invalid %(type)s value: %(value)r"),
+    N_("unrecognized arguments: %s"),
+    N_("the following arguments are required: %s"),
+    N_("ambiguous option: %(option)s could match %(matches)s"),
+    N_("ignored explicit argument %r"),
+    N_("not allowed with argument %s"),
+    N_("one of the arguments %s is required"),
+)
+# A value that starts with "-" yet reads as numbers (`--lr -1,1e-3`) is a value, not an unknown flag: then
+# the config's check names the flag and its range, as it does for `--lr=-1,1e-3`.
+NEGATIVE_NUMBERS = re.compile(r"^-\.?\d[\d.eE+,-]*$")
+HIGHEST_PORT = 65535
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -51,6 +72,7 @@ class ArgumentParser(argparse.ArgumentParser):
         add_help = kwargs.pop("add_help", True)
         super().__init__(*args, add_help=False, **kwargs)
         self.add_help = add_help
+        self._negative_number_matcher = NEGATIVE_NUMBERS
         self._positionals.title = _("positional arguments")
         self._optionals.title = _("options")
         if add_help:
@@ -70,6 +92,15 @@ def positive_int(text: str) -> int:
 def natural_int(text: str) -> int:
     """An integer >= 0."""
     return _int_at_least(text, 0)
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    value = _int_at_least(text, 0)
+    if value > HIGHEST_PORT:
+        raise argparse.ArgumentTypeError(_("expected a port from 0 to {highest}, got {value}").format(
+            highest=HIGHEST_PORT, value=value))
+    return value
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -95,6 +126,12 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="auto", choices=DATASETS, help=_("which dataset"))
     p.add_argument("--data-dir", default=None,
                    help=_("folder with the four IDX files (or set JAXINTRO_DATA_DIR); an error if it holds none"))
+
+
+def add_setting_flag(p: argparse.ArgumentParser) -> None:
+    """`--setting`, for every command that uses a trained run (a sweep's run is used through one setting)."""
+    p.add_argument("--setting", default=None, metavar="lr=LR[,wd=WD]",
+                   help=_("a sweep's run: use this setting's models (default: the best setting's)"))
 
 
 def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: bool = True) -> None:
@@ -146,7 +183,7 @@ def build_parser() -> ArgumentParser:
                         help=_("show program's version number and exit"))
     parser.add_argument("--lang", choices=LANGUAGES, default=None,
                         help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
 
     p = sub.add_parser("train", help=_("train the lesson's MLP (default: pure JAX + Optax on MNIST)"))
     add_train_flags(p)
@@ -172,7 +209,7 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("profile",
                        help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
     add_train_flags(p, members=False)
-    p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace"))
+    p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace (at most {most})").format(most=PROFILE_MAX_STEPS))
     p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
@@ -200,17 +237,20 @@ def build_parser() -> ArgumentParser:
 
     p = sub.add_parser("evaluate", help=_("test accuracy, per-class accuracy and a confusion matrix of a run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
+    add_setting_flag(p)
     p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset (default: where it trained)"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
     p = sub.add_parser("predict", help=_("classify PNG/JPEG images with a trained run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("images", nargs="+", metavar="IMAGE")
+    add_setting_flag(p)
     p.add_argument("--json", action="store_true", help=_("one JSON object per image"))
 
     p = sub.add_parser("grads", help=_("exercise 2: per-example gradients and their norms"))
     add_data_flags(p)
     p.add_argument("--run", default=None, metavar="RUN_DIR", help=_("a trained pure-JAX run (default: train briefly)"))
+    add_setting_flag(p)
     p.add_argument("--n", type=positive_int, default=32, help=_("how many test images"))
     p.add_argument("--seed", type=natural_int, default=0, help=_("seed of the brief training"))
     p.add_argument("--out", default="runs/grads", help=_("folder for the plots"))
@@ -239,9 +279,37 @@ def build_parser() -> ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None,
                    help=_("the run to serve (default: the newest finished run under runs/)"))
     p.add_argument("--host", default="127.0.0.1", help=_("address to listen on; 0.0.0.0 opens it to the network"))
-    p.add_argument("--port", type=natural_int, default=8000, help=_("port (0: any free one)"))
+    p.add_argument("--port", type=port_number, default=8000, help=_("port (0: any free one)"))
     p.add_argument("--open", action="store_true", help=_("open the page in the default browser"))
     p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset, for the mistakes panel"))
+    add_setting_flag(p)
+
+    p = sub.add_parser("exercises", help=_("write the lesson's code yourself and have it checked: init, list, check, "
+                                           "hint, solution (default: list)"))
+    actions = p.add_subparsers(dest="action", parser_class=ArgumentParser)
+    folder_help = _("the exercises folder (default: ./ejercicios in Spanish, else ./exercises)")
+    q = actions.add_parser("init", help=_("write one starter file per exercise; existing files are kept"))
+    q.add_argument("folder", nargs="?", default=None, metavar="DIR", help=folder_help)
+    q = actions.add_parser("list", help=_("every exercise with its state, and what to do next"))
+    q.add_argument("--json", action="store_true", help=_("print the list as JSON"))
+    q = actions.add_parser("check", help=_("check exercise N (default: the first that does not pass); exit code 1 "
+                                           "when it fails"))
+    q.add_argument("number", nargs="?", type=positive_int, default=None, metavar="N")
+    q.add_argument("--watch", action="store_true", help=_("check again each time an exercise file is saved"))
+    q.add_argument("--timeout", type=number, default=60.0, help=_("seconds a check may take"))
+    q.add_argument("--json", action="store_true", help=_("print the verdict as JSON"))
+    q = actions.add_parser("hint", help=_("one more hint for exercise N each time"))
+    q.add_argument("number", type=positive_int, metavar="N")
+    q = actions.add_parser("solution", help=_("our solution of exercise N, once it passes"))
+    q.add_argument("number", type=positive_int, metavar="N")
+    q.add_argument("--force", action="store_true", help=_("show it before it passes (asks first)"))
+    for q in actions.choices.values():
+        q.add_argument("--dir", default=None, help=folder_help)
+        q.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,
+                       help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
+    for command in sub.choices.values():  # `jaxintro tour --lang es` as well as `jaxintro --lang es tour`
+        command.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,
+                             help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
     return parser
 
 
@@ -288,7 +356,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     warnings.formatwarning = _format_warning
     set_language(language_flag(argv))  # first: the parser's help and errors are in this language
-    args = build_parser().parse_args(argv)
+    argparse._, argparse.ngettext = _, ngettext  # argparse's own words too (ARGPARSE_MESSAGES)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `jaxintro`: the commands, rather than "a command is required"
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
     args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
     args.started = started  # `train --json` reports the time from here on, phase by phase
     command = importlib.import_module(f"jaxintro.commands.{args.command}")

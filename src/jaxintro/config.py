@@ -23,6 +23,8 @@ EVAL_CHUNK = 2000
 # what does gain is running members side by side on the cores (`parallel.member_devices`). An
 # accelerator, which one small model leaves idle, vmaps them all.
 CPU_MEMBER_GROUP = 1
+# `jaxintro profile --steps`: a trace of every op of every step, bounded (as `sweep --seeds` is) before anything starts.
+PROFILE_MAX_STEPS = 1000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).
 BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "spread-seeds-8", "matmul-only", "torch-eager",
               "torch-compile")

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jaxintro.config import config_from_flags
+from jaxintro.config import PROFILE_MAX_STEPS, config_from_flags
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, ngettext
 
@@ -26,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.runs import writable_dir
 
     config = config_from_flags(args)
+    if args.steps > PROFILE_MAX_STEPS:
+        raise ConfigError(_("--steps {steps} is more than {most}: the trace records every op of every step, held in "
+                            "memory and then read back whole; the op table is per step, so a few dozen steps are "
+                            "what it needs").format(steps=args.steps, most=PROFILE_MAX_STEPS))
     if config.devices > 1:
         raise ConfigError(_("profile traces one device; drop --devices (each CPU device would show its own copy "
                             "of every op)"))
