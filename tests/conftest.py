@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import tempfile
 import http.server
 import threading
 from pathlib import Path
@@ -14,8 +13,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-# No example database and no cache in the checkout: test runs leave nothing behind there.
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="jaxintro-hypothesis-"))
+# No example database: test runs leave nothing behind in the checkout (its home is set per session below).
 settings.register_profile("jaxintro", database=None)
 settings.load_profile("jaxintro")
 
@@ -25,10 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 MNIST_DIR = REPO.parent / "shared" / "data" / "mnist"
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Every test gets its own empty user cache and no inherited data folder or mirrors."""
-    cache = tmp_path_factory.mktemp("xdg-cache")
+def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """An empty user cache, no inherited data folder, no reachable mirror, English: what every test starts from."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.delenv("JAXINTRO_DATA_DIR", raising=False)
     # Unreachable by construction: a test never touches the network by accident.
@@ -37,6 +33,25 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
     for name in ("LC_ALL", "LC_MESSAGES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LANG", "C.UTF-8")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_session(tmp_path_factory) -> Iterator[None]:
+    """The same isolation for session and module fixtures (trained runs), which start before any test's own.
+
+    Hypothesis keeps its files in pytest's tmp folder too, so a run leaves nothing in the checkout or /tmp.
+    """
+    set_hypothesis_home_dir(str(tmp_path_factory.mktemp("hypothesis")))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate_environment(monkeypatch, tmp_path_factory.mktemp("session-cache"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own empty user cache and no inherited data folder or mirrors."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    isolate_environment(monkeypatch, cache)
     return cache
 
 

@@ -286,7 +286,33 @@ def search_dirs(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> list[P
     explicit = explicit_data_dir(data_dir)
     if explicit is not None:
         return [explicit]
-    return [default_cache_dir() / spec.name, *(Path(d) for d in spec.system_dirs)]
+    remembered = remembered_dir(spec)
+    return [default_cache_dir() / spec.name, *([remembered] if remembered else []),
+            *(Path(d) for d in spec.system_dirs)]
+
+
+def remembered_dir(spec: DatasetSpec) -> Path | None:
+    """The folder where `spec` last verified from a `--data-dir` (recorded in the user cache), or None."""
+    try:
+        text = (default_cache_dir() / f"{spec.name}.location").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def remember_dir(spec: DatasetSpec, folder: Path) -> None:
+    """Record where `spec` verified, so one `--data-dir` is enough for every later command.
+
+    Like a download, it is remembered in the user cache; a cache that cannot be written only loses the
+    convenience, never the command.
+    """
+    record = default_cache_dir() / f"{spec.name}.location"
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        if remembered_dir(spec) != folder.resolve():
+            record.write_text(f"{folder.resolve()}\n", encoding="utf-8")
+    except OSError:
+        pass
 
 
 def mirrors_for(spec: DatasetSpec) -> tuple[str, ...]:
@@ -428,6 +454,8 @@ def load_idx_dataset(
         if found is None:
             raise DataNotFoundError(_("{dataset}: downloaded into {folder}, yet not found there").format(
                 dataset=spec.name, folder=cache))
+    if explicit_data_dir(data_dir) is not None:  # verified just now: later commands find it without the flag
+        remember_dir(spec, found.folder)
     x_train, y_train, x_test, y_test = found.arrays
     return Dataset(
         name=spec.name,
@@ -467,10 +495,9 @@ def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, 
             return load_idx_dataset(MNIST, data_dir, download=download)
         except DataNotFoundError as exc:
             warnings.warn(
+                # The error already says how to get MNIST (--data-dir, or the internet once): no second fix here.
                 _("MNIST is not available ({error}). Falling back to scikit-learn's small 8x8 'digits' set, "
-                  "whose accuracies are not comparable with MNIST's. To use MNIST, connect to the internet "
-                  "(it downloads once into the cache), or pass --data-dir (or set JAXINTRO_DATA_DIR) to a "
-                  "folder with the four IDX files.").format(error=exc),
+                  "whose accuracies are not comparable with MNIST's.").format(error=exc),
                 UserWarning,
                 stacklevel=2,
             )
