@@ -12,8 +12,12 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 .PHONY: train test test-fast bench install clean messages serve browser notebooks
 
 $(STAMP): pyproject.toml constraints.txt setup.py $(PO)
+	@echo "Setting up $(VENV): jaxintro and its pinned dependencies (JAX, Optax, Flax, Equinox, Orbax; PyTorch's CPU"
+	@echo "build for the benchmark; the test tools), about 2 GB once installed. First time only: about 2 minutes."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[torch,dev]'
+	$(BIN)/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[torch,dev]'
+	@$(BIN)/python -c "from importlib.metadata import version as v; print('Installed in $(VENV): jaxintro', v('jaxintro'), \
+		'with', ', '.join(f'{p} {v(p)}' for p in ('jax', 'optax', 'flax', 'equinox', 'orbax-checkpoint', 'torch')))"
 	@# An editable install turns a failed catalog compile into a mere warning: check that Spanish loads.
 	$(BIN)/python -c "import sys; from jaxintro.i18n import set_language; \
 		sys.exit(0 if set_language('es') == 'es' else 'the Spanish catalog did not compile (setup.py build hook)')"
