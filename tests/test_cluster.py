@@ -189,11 +189,31 @@ def test_a_wrong_process_count_on_one_side_ends_both(tmp_path, counts):
         # Once joined, jaxintro compares the counts (exit 2, one line). A coordinator that waits for a third
         # process never lets the others join: JAX ends them at the join time-out (SIGABRT), or jaxintro does.
         assert code in (2, -signal.SIGABRT) and "Epoch" not in out, err[-2000:]
-        assert any(words in err for words in ("disagree on --num-processes", "could not join",
+        assert any(words in err for words in ("disagree on --num-processes", "could not join", "did not join",
                                               "detected fatal errors")), err[-2000:]
         assert took < TIMEOUT_S * 3
     TIMES.append((f"--num-processes {counts[0]} on process 0, {counts[1]} on process 1",
                   ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
+
+
+def test_a_resume_past_a_damaged_checkpoint_completes_on_every_process(tmp_path):
+    # Discarding the damaged newest checkpoint ends in Orbax's barrier of every process: all must take part.
+    run, port = tmp_path / "r", free_port()
+    with processes(*[pair_argv(port, rank, run, "--dataset", "digits", "--epochs", "3") for rank in (0, 1)]) as procs:
+        for code, _, err, _ in finish(procs, time.monotonic(), 300):
+            assert code == 0, err[-2000:]
+    for path in (run / "checkpoints" / "3" / "state").rglob("*"):
+        if path.is_file() and path.stat().st_size > 1000:
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    port = free_port()
+    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--epochs", "4", "--no-compile-cache",
+                      "--json"] for rank in (0, 1)]) as procs:
+        results = finish(procs, time.monotonic(), TIMEOUT_S * 5)
+    for code, out, err, took in results:
+        assert code == 0, err[-2000:]
+        assert "from epoch 2 to 4" in out and took < TIMEOUT_S * 5
+    assert load_run(run).epoch == 4
+    TIMES.append(("resume past a damaged newest checkpoint", ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
 
 
 def slurm_env(rank: int, port: int) -> dict[str, str]:

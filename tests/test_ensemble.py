@@ -295,7 +295,7 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     # Where the process's time went: every phase measured, and the phases add up to the whole.
     times = summary["time_breakdown"]
     assert times["train"] == summary["train_seconds"] and times["compile"] == summary["compile_seconds"]
-    assert all(times[name] > 0 for name in ("setup", "data", "compile", "train", "eval", "checkpoint", "plot"))
+    assert all(times[name] > 0 for name in ("setup", "data", "init", "compile", "train", "eval", "checkpoint", "plot"))
     assert sum(v for k, v in times.items() if k != "total") == pytest.approx(times["total"])
     assert (run / "curves.png").stat().st_size > 0
 
@@ -326,7 +326,7 @@ def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
     Image.fromarray(pixels).save(image)
     assert main(["predict", str(run), str(image)]) == 0
     out = capsys.readouterr().out
-    assert "holds 2 models" in out and "averaged probabilities" in out
+    assert "holds 2 models: these are the probabilities of the ensemble of its 2 members" in out
 
 
 @pytest.mark.parametrize("style", ["linen", "nnx", "equinox"])
@@ -414,7 +414,7 @@ def test_serve_predicts_with_the_ensemble_and_says_so(tmp_path, capsys):
              "--no-compile-cache")
     app = serve.load_app(run)
     info = app.run_info()
-    assert info["members"] == 2 and info["model"].startswith("ensemble of 2 x jax MLP")
+    assert info["members"] == 2 and info["model"] == "jax MLP 64-256-128-10: the ensemble of its 2 members"
     x = np.linspace(0, 1, 64, dtype=np.float32)
     answer = app.predict("input", x)
     loaded = load_run(run)

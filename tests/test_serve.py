@@ -559,10 +559,31 @@ def page_state(driver) -> dict[str, Any]:
         };""")
 
 
+def chart_layout(driver) -> dict[str, Any]:
+    """Each chart's axis labels, and its legends' extent against the chart's own width (viewBox units)."""
+    return driver.execute_script("""
+        const out = {};
+        for (const id of ['chart-loss', 'chart-accuracy']) {
+            const svg = document.getElementById(id);
+            const legends = [...svg.querySelectorAll('text.legend')].map((t) => {
+                const b = t.getBBox(); return {text: t.textContent, left: b.x, right: b.x + b.width}; });
+            out[id] = {top: svg.querySelector('.y-top')?.textContent, bottom: svg.querySelector('.y-bottom')?.textContent,
+                       width: svg.viewBox.baseVal.width, legends};
+        }
+        return out;""")
+
+
+def assert_legends_fit(layout: dict[str, Any]) -> None:
+    for chart in layout.values():
+        assert chart["legends"], chart
+        for legend in chart["legends"]:
+            assert 0 <= legend["left"] and legend["right"] <= chart["width"], (legend, chart)
+
+
 def test_the_page_in_a_real_browser(mnist_run, tmp_path):
     chromium, driver_path = browser_paths()
     proc, url = start_serve([str(mnist_run)], tmp_path)
-    driver = None
+    driver = spanish = None
     try:
         driver = open_browser(chromium, driver_path)
         driver.get(url)
@@ -571,6 +592,13 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         accuracy = json.loads((mnist_run / runs.METRICS_FILE).read_text().splitlines()[-1])["test_accuracy"]
         assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f} %"
         assert driver.execute_script("return document.querySelectorAll('#chart-loss circle').length") >= 2
+        # Accuracy spans the data, not 0-1 (where train and test would lie flat along the top): curves.png's rule.
+        layout = chart_layout(driver)
+        bottom, top = float(layout["chart-accuracy"]["bottom"]), float(layout["chart-accuracy"]["top"])
+        rows = [json.loads(line) for line in (mnist_run / runs.METRICS_FILE).read_text().splitlines()]
+        values = [r[k] for r in rows for k in ("train_accuracy", "test_accuracy")]
+        assert 0 < bottom <= min(values) and max(values) <= top <= 1 and top - bottom < 0.5, layout
+        assert_legends_fit(layout)
         assert driver.execute_script("return document.querySelectorAll('#mistakes li canvas').length") > 0
 
         draw(driver, ONE)  # a "1": one vertical stroke
@@ -598,8 +626,17 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         assert not severe, severe
         driver.quit()
 
-        # A phone: the pad and its buttons fit the width, nothing scrolls sideways, a finger draws.
+        # A phone, in Spanish: the pad and its buttons fit the width, nothing scrolls sideways, a finger draws,
+        # the longer legends fit, and until the run's data arrives its panels say they are loading.
+        spanish, url = start_serve([str(mnist_run), "--lang", "es"], tmp_path)
         driver = open_browser(chromium, driver_path, mobile=True)
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/api/metrics*", "*/api/mistakes*"]})
+        driver.get(url)
+        loading = wait_until(lambda: driver.find_element("id", "fact-model").text, what="the loading state")
+        assert loading == "cargando…" and driver.find_element("css selector", "#mistakes li").text == loading
+        assert loading in driver.find_element("id", "chart-accuracy").text
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
         driver.get(url)
         wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
         layout = driver.execute_script("""
@@ -613,12 +650,18 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         draw(driver, ONE, touch=True)
         state = page_state(driver)
         assert state["pointer"] == "touch" and state["digit"] == "1", state
+        layout = chart_layout(driver)
+        assert "entrenamiento" in [legend["text"] for legend in layout["chart-accuracy"]["legends"]]
+        assert_legends_fit(layout)
         driver.save_screenshot(str(tmp_path / "serve-phone.png"))
     finally:
         if driver is not None:
             driver.quit()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        finally:
-            stop(proc)
+        for server in (proc, spanish):
+            if server is None:
+                continue
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=30)
+            finally:
+                stop(server)

@@ -51,14 +51,16 @@ def member_grid(config: TrainConfig) -> list[Member]:
 def average_probabilities(log_probs: Array) -> Array:
     """The log of the members' averaged probabilities, `(members, batch, classes) -> (batch, classes)`.
 
-    A member whose probabilities for an image are not finite (its training diverged) is left out of
-    that image's average, so one bad learning rate in a sweep does not erase the others' ensemble.
-    The choice is made image by image, so it does not depend on how images are chunked.
+    A member whose log-probabilities for an image are NaN or +inf (its training diverged) is left out
+    of that image's average, so one bad learning rate in a sweep does not erase the others' ensemble.
+    The choice is made image by image, so it does not depend on how images are chunked. The average
+    is taken in log space (`logsumexp` - log count): probabilities below e^-87 would underflow to 0
+    in float32, and the log of their mean to -inf, exactly for the confident mistakes.
     """
-    probs = jnp.exp(log_probs)
-    valid = jnp.all(jnp.isfinite(probs), axis=-1)  # (members, batch)
-    total = jnp.sum(jnp.where(valid[..., None], probs, 0.0), 0)
-    return jnp.log(total / jnp.maximum(jnp.sum(valid, 0), 1)[:, None])
+    valid = jnp.all(log_probs < jnp.inf, axis=-1)  # (members, batch): False for NaN and +inf
+    safe = jnp.where(valid[..., None], log_probs, -jnp.inf)  # the left-out member's gradient is 0, not NaN * 0
+    count = jnp.maximum(jnp.sum(valid, 0), 1)
+    return jax.nn.logsumexp(safe, axis=0) - jnp.log(count)[:, None]
 
 
 def ensemble_model(model: Model) -> Model:
@@ -208,3 +210,103 @@ def summarize_settings(members: Sequence[Member], accuracies: Sequence[float]) -
 def best_setting(settings: Sequence[Setting]) -> Setting:
     """The setting with the highest mean test accuracy (diverged settings last)."""
     return max(settings, key=lambda s: s.mean if math.isfinite(s.mean) else -math.inf)
+
+
+def members_diverged(params: Any, accuracies: Sequence[float | None]) -> list[int]:
+    """The members that diverged: their parameters are not all finite, or training recorded no accuracy for them."""
+    leaves = [np.asarray(leaf).reshape(len(accuracies), -1) for leaf in jax.tree.leaves(params)]
+    finite = np.all([np.all(np.isfinite(leaf), axis=1) for leaf in leaves], axis=0)
+    return [k for k, (ok, acc) in enumerate(zip(finite, accuracies))
+            if not ok or acc is None or not math.isfinite(acc)]
+
+
+def parse_setting(text: str) -> tuple[float, float | None]:
+    """`--setting lr=3e-4` or `lr=3e-4,wd=1e-4`: the learning rate and (None: any) the weight decay."""
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        name, _equals, value = part.strip().partition("=")
+        try:
+            if name not in ("lr", "wd") or name in values:
+                raise ValueError(name)
+            values[name] = float(value)
+        except ValueError:
+            raise ConfigError(_("--setting must read lr=VALUE or lr=VALUE,wd=VALUE (e.g. lr=3e-4); got {text}")
+                              .format(text=repr(text))) from None
+    if "lr" not in values:
+        raise ConfigError(_("--setting names no learning rate; e.g. --setting lr=3e-4"))
+    return values["lr"], values.get("wd")
+
+
+class Choice(NamedTuple):
+    """Which members a run is used through: their indices, and the sweep's setting they share (or None)."""
+
+    used: list[int]
+    setting: Setting | None
+    diverged: list[int]  # every member that diverged
+    left_out: int  # how many of them belong with `used` (in a sweep, to its setting), yet cannot be used
+
+
+def choose_members(config: TrainConfig, accuracies: Sequence[float | None], diverged: Sequence[int],
+                   setting: str | None = None) -> Choice:
+    """The members a run predicts with: every member that trained, or in a sweep one setting's (default the best).
+
+    Averaging models trained with different hyper-parameters is no ensemble anyone wants: a sweep picks
+    a setting, and its seeds are averaged. A diverged member is never used.
+    """
+    members = member_grid(config)
+    if setting is not None and not config.sweep:
+        raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+    chosen = None
+    if config.sweep:
+        settings = summarize_settings(members, [math.nan if a is None else a for a in accuracies])
+        if setting is None:
+            chosen = best_setting(settings)
+        else:
+            lr, wd = parse_setting(setting)
+            matches = [s for s in settings if math.isclose(s.lr, lr, rel_tol=1e-6)
+                       and (wd is None or math.isclose(s.weight_decay, wd, rel_tol=1e-6, abs_tol=1e-12))]
+            if len(matches) != 1:
+                grid = ", ".join(setting_name(config, s) for s in settings)
+                raise ConfigError(_("--setting {setting} is not one of this sweep's settings: {grid}").format(
+                    setting=setting, grid=grid))
+            chosen = matches[0]
+    used = [k for k, m in enumerate(members) if k not in diverged
+            and (chosen is None or (m.lr, m.weight_decay) == (chosen.lr, chosen.weight_decay))]
+    if not used and chosen is not None:
+        raise ConfigError(_("every model of the setting {setting} diverged, so there is nothing to predict with; "
+                            "choose another with --setting").format(setting=setting_name(config, chosen)))
+    if not used:
+        raise ConfigError(_("every member of this run diverged, so there is nothing to predict with; retrain it "
+                            "with a lower --lr"))
+    left_out = [k for k in diverged if chosen is None or (members[k].lr, members[k].weight_decay) ==
+                (chosen.lr, chosen.weight_decay)]
+    return Choice(used, chosen, list(diverged), len(left_out))
+
+
+def ensemble_accuracy(model: Model, params: Any, used: Sequence[int], x_u8: Array, y: Array) -> float:
+    """Test accuracy of the ensemble of the members `used` (one member: that model's own)."""
+    from jaxintro.train import jit_count_correct
+
+    index = np.asarray(used)
+    chosen = jax.tree.map(lambda leaf: jax.device_get(leaf)[index], params)
+    correct, _loss = jit_count_correct(ensemble_model(model))(chosen, jnp.asarray(x_u8), jnp.asarray(y))
+    return int(correct) / len(y)
+
+
+def headline_accuracy(config: TrainConfig, row: dict[str, Any]) -> float | None:
+    """A run's one test accuracy, from its newest `metrics.jsonl` row, as `train`, `runs` and the page show it.
+
+    One model: its accuracy. Several seeds: their mean (diverged members left out). A sweep: the mean
+    of its best setting's seeds, the setting it is used through.
+    """
+    if not config.sweep or "members" not in row:
+        return row.get("test_accuracy")
+    accuracies = [math.nan if a is None else a for a in row["members"]["test_accuracy"]]
+    best = best_setting(summarize_settings(member_grid(config), accuracies))
+    return best.mean if math.isfinite(best.mean) else None
+
+
+def setting_name(config: TrainConfig, setting: Setting) -> str:
+    """`lr=0.001` (and `,wd=0.0001` with adamw, the only optimizer that decays weights): how `--setting` names it."""
+    name = f"lr={setting.lr:g}"
+    return name + f",wd={setting.weight_decay:g}" if config.optimizer == "adamw" else name

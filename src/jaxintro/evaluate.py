@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -13,31 +14,54 @@ import numpy as np
 from jaxintro.checkpoint import abstract_state, config_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
-from jaxintro.errors import CheckpointError
-from jaxintro.i18n import _
+from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.i18n import _, ngettext
 from jaxintro.models import Model, build_model
 from jaxintro.train import scale_images
 
 
 class LoadedRun(NamedTuple):
-    """A trained model ready to use (several members: their ensemble, `model` averaging their probabilities)."""
+    """A trained model ready to use: one model, or the average of the members it is used through.
+
+    A run of several members predicts with their ensemble (`model` averages their probabilities); a
+    sweep with its best setting's seeds (or the setting chosen with `--setting`); never a diverged member.
+    """
 
     config: TrainConfig
     model: Model
-    params: Any
+    params: Any  # what `model` applies: one model's, or the used members' stacked
     epoch: int
     dataset: dict[str, Any]
     member_model: Model | None = None  # one member, for per-member reports; None for a single run
+    all_params: Any = None  # every member, stacked (several members), for per-member reports
+    choice: Any = None  # `ensemble.Choice`: the members used, the setting, the diverged (several members)
 
     @property
     def members(self) -> int:
         """How many models the run holds."""
         return self.config.members
 
+    def describe_use(self) -> str:
+        """What predictions come from, in words: e.g. `the ensemble of its 8 members`."""
+        from jaxintro.ensemble import setting_name
 
-def load_run(run_dir: Path) -> LoadedRun:
-    """Rebuild the model a run trained and restore its latest parameters (all members, stacked)."""
-    from jaxintro.ensemble import ensemble_model
+        if self.choice is None:
+            return _("one model")
+        used = len(self.choice.used)
+        if self.choice.setting is None:
+            text = ngettext("its one member that trained", "the ensemble of its {n} members", used).format(n=used)
+        else:
+            text = ngettext("the setting {setting}, one model", "the setting {setting}, its {n} seeds averaged",
+                            used).format(setting=setting_name(self.config, self.choice.setting), n=used)
+        if self.choice.left_out:
+            text += ", " + ngettext("{n} diverged member left out", "{n} diverged members left out",
+                                    self.choice.left_out).format(n=self.choice.left_out)
+        return text
+
+
+def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
+    """Rebuild the model a run trained and restore its latest parameters (several members: those it is used through)."""
+    from jaxintro.ensemble import choose_members, ensemble_model, members_diverged
     from jaxintro.optim import build_optimizer
 
     meta = read_meta(run_dir)
@@ -48,10 +72,18 @@ def load_run(run_dir: Path) -> LoadedRun:
                               .format(run_dir=run_dir))
     model = build_model(config.model, int(info["features"]), config.hidden, len(info["classes"]),
                         dropout=config.dropout)
-    state, _meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
-    if config.members > 1:
-        return LoadedRun(config, ensemble_model(model), state.params, state.epoch, info, member_model=model)
-    return LoadedRun(config, model, state.params, state.epoch, info)
+    state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
+    if config.members == 1:
+        if setting is not None:
+            raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+        return LoadedRun(config, model, state.params, state.epoch, info)
+    last = meta["metrics"][-1]["members"] if meta.get("metrics") else {}
+    accuracies = last.get("test_accuracy", [None] * config.members)
+    choice = choose_members(config, accuracies, members_diverged(state.params, accuracies), setting)
+    used = np.asarray(choice.used)
+    params = jax.tree.map(lambda leaf: leaf[used] if len(used) > 1 else leaf[used[0]], state.params)
+    return LoadedRun(config, ensemble_model(model) if len(used) > 1 else model, params, state.epoch, info,
+                     member_model=model, all_params=state.params, choice=choice)
 
 
 def predict_proba(run: LoadedRun, x_u8: np.ndarray) -> np.ndarray:
@@ -96,5 +128,7 @@ def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
     from jaxintro.train import jit_count_correct
 
     correct = jit_count_correct(members_and_ensemble(run.member_model))
-    counts, _losses = correct(run.params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
-    return [int(c) / len(dataset.x_test) for c in np.asarray(counts)[:-1]]  # the last row is the ensemble
+    counts, _losses = correct(run.all_params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
+    # The last row is the ensemble of all members; a diverged member scores nothing: its accuracy is NaN.
+    return [math.nan if k in run.choice.diverged else int(c) / len(dataset.x_test)
+            for k, c in enumerate(np.asarray(counts)[:-1])]

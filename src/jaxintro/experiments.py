@@ -119,7 +119,7 @@ def check_count(n: int, dataset: Dataset) -> None:
 
 
 def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
-                  out: Path) -> tuple[dict[str, Any], list[str], GradsSubject]:
+                  out: Path, setting: str | None = None) -> tuple[dict[str, Any], list[str], GradsSubject]:
     """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them.
 
     Returns the JSON report, the lines to print, and what was examined.
@@ -135,12 +135,14 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
 
     lines = []
     if run_dir is not None:
-        run = load_run(Path(run_dir))
+        run = load_run(Path(run_dir), setting)
         model, params = run.model, run.params
         dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir)
         check_count(n, dataset)
         lines.append(_("Model: {run_dir} ({model}, epoch {epoch}) on {dataset}").format(
             run_dir=run_dir, model=run.config.model, epoch=run.epoch, dataset=dataset.name))
+        if run.members > 1:  # which of its models the gradients go through (never a diverged one)
+            lines.append(_("Of its {count} models: {what}").format(count=run.members, what=run.describe_use()))
     else:
         from jaxintro.train import Trainer
 

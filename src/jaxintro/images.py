@@ -78,17 +78,24 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
         has = " " + _("(it has {pixels:,} pixels)").format(pixels=int(pixels[1])) if pixels else ""
         raise DataError(too_big + has) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        # Pillow names the in-memory file it was given (`<_io.BytesIO object at 0x...>`): say what is wrong instead.
+        error = _("not a format Pillow knows") if isinstance(exc, UnidentifiedImageError) else exc
         raise DataError(_("{name}: not a readable image ({error}); give a PNG or JPEG file").format(
-            name=label, error=exc)) from None
+            name=label, error=error)) from None
     # Ink on paper is dark on light: MNIST is light on dark. The border is the paper: judge by it.
     border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
     if np.median(border) > 127:
         gray, border = 255.0 - gray, 255.0 - border
     ink = np.clip(gray - np.median(border), 0.0, 255.0)
-    if ink.max() < NO_INK_LEVEL:
-        raise DataError(_("{name}: no ink found (the image is blank or uniform); "
-                          "give a picture of one digit, dark on light or light on dark").format(name=label))
+    check_ink(ink, label)
     return _fit_in_canvas(ink, canvas) / 255.0
+
+
+def check_ink(ink: np.ndarray, name: str) -> None:
+    """Refuse an input with no ink (0..255, light on dark): a blank image has no digit to guess, image or pixels."""
+    if float(np.max(ink, initial=0.0)) < NO_INK_LEVEL:
+        raise DataError(_("{name}: no ink found (the image is blank or uniform); "
+                          "give a picture of one digit, dark on light or light on dark").format(name=name))
 
 
 def _on_white(img):

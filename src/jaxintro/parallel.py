@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -36,6 +38,8 @@ from jaxintro.i18n import _
 AXIS = "data"
 MEMBERS = "members"
 DISTRIBUTED_TIMEOUT_S = 60
+JOIN_GRACE_S = 10  # JAX's own joining bound lies this far past ours, so ours always speaks first
+EXIT_NOT_JOINED = 2  # a peer that never joined: most often a mistake in one of the commands (docs/reliability.md)
 SHARED_FOLDER_WAIT_S = 10  # how long a process waits to see process 0's token in the run folder
 CPU_QUOTA = Path("/sys/fs/cgroup/cpu.max")  # a container's CPU limit (cgroup v2), where there is one
 
@@ -178,7 +182,8 @@ def detect_cluster() -> tuple[str, int, int]:
     ))
 
 
-def initialize_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
+def initialize_distributed(coordinator: str, num_processes: int, process_id: int,
+                           on_give_up: Callable[[], None] = lambda: None) -> None:
     """Join a multi-process run (`jax.distributed`, gloo collectives on CPU) with every wait bounded.
 
     `coordinator="auto"` lets JAX read SLURM's or Open MPI's variables itself; an address is used as
@@ -188,14 +193,21 @@ def initialize_distributed(coordinator: str, num_processes: int, process_id: int
     then ends every other process (exit 134).
     """
     timeout = distributed_timeout()
+    print(_("Process {id} of {n}: waiting up to {timeout}s for the others at {coordinator} ...").format(
+        id=process_id, n=num_processes, timeout=timeout, coordinator=coordinator), file=sys.stderr, flush=True)
     # Read by XLA when the CPU backend starts, which is after this point.
     flag = f"--xla_cpu_collective_timeout_seconds={timeout}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    bounds = dict(initialization_timeout=timeout, heartbeat_timeout_seconds=max(10, timeout // 2),
+    # JAX's own bound on joining is set past ours: when a peer never arrives, JAX's coordination service ends
+    # the process with a C++ abort and a page of stack frames; our watchdog speaks first, in one line.
+    bounds = dict(initialization_timeout=timeout + JOIN_GRACE_S, heartbeat_timeout_seconds=max(10, timeout // 2),
                   shutdown_timeout_seconds=timeout)
     where = {} if coordinator == "auto" else dict(coordinator_address=coordinator, num_processes=num_processes,
                                                   process_id=process_id, cluster_detection_method="deactivate")
+    watchdog = threading.Timer(timeout, _give_up_joining, (coordinator, num_processes, process_id, timeout, on_give_up))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         jax.distributed.initialize(**where, **bounds)
     except Exception as exc:  # gRPC and XLA raise assorted types
@@ -204,6 +216,28 @@ def initialize_distributed(coordinator: str, num_processes: int, process_id: int
             "process was started with the same --coordinator and --num-processes and a distinct --process-id"
         ).format(n=num_processes, coordinator=coordinator, timeout=timeout,
                  error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")) from None
+    finally:
+        watchdog.cancel()
+
+
+def _give_up_joining(coordinator: str, num_processes: int, process_id: int, timeout: int,
+                     on_give_up: Callable[[], None]) -> None:
+    """The watchdog of `initialize_distributed`: one line naming who did not arrive, then exit (JAX cannot be
+    interrupted while it waits in C++, and would otherwise abort)."""
+    if num_processes > 2:  # the coordinator cannot say who is missing, only that someone is
+        missing = _("at least one of the other {others} processes").format(others=num_processes - 1)
+    elif process_id == 0:
+        missing = _("process 1")
+    else:
+        missing = _("process 0, the coordinator at {coordinator},").format(coordinator=coordinator)
+    print(_("jaxintro train: error: {missing} did not join the {n}-process run at {coordinator} within {timeout}s "
+            "(JAXINTRO_DISTRIBUTED_TIMEOUT); start it with the same --coordinator and --num-processes and its own "
+            "--process-id").format(missing=missing, n=num_processes, coordinator=coordinator, timeout=timeout),
+          file=sys.stderr, flush=True)
+    try:
+        on_give_up()
+    finally:
+        os._exit(EXIT_NOT_JOINED)
 
 
 def check_cluster(folder: Path, flag: str, num_processes: int) -> None:

@@ -39,8 +39,9 @@ from jaxintro.errors import ConfigError, DataError, JaxintroError
 from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _, ngettext
-from jaxintro.images import load_image, warm_up
-from jaxintro.runs import RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics
+from jaxintro.images import check_ink, load_image, warm_up
+from jaxintro.runs import (RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics,
+                           run_kind)
 from jaxintro.signals import GracefulStop
 from jaxintro.train import scale_images
 
@@ -114,6 +115,7 @@ def page_strings() -> dict[str, str]:
         "next": _("Next"),
         "of": _("of"),
         "no_mistakes": _("No mistakes to show."),
+        "loading": _("loading…"),
         "draw_first": _("Draw something first."),
         "error": _("Error"),
     }
@@ -209,6 +211,10 @@ def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
     if bad.size:
         raise ApiError(400, _('"pixels"[{i}] = {value} is outside [0, 1]').format(i=bad[0], value=repr(pixels[bad[0]])))
+    try:  # the rule for an image too: no ink, no guess
+        check_ink(255.0 * x, _('"pixels"'))
+    except DataError as exc:
+        raise ApiError(400, str(exc)) from None
     return "pixels", x.astype(np.float32)
 
 
@@ -294,9 +300,8 @@ class App:
         config = self.run.config
         info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
         model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
-        if self.run.members > 1:  # the page predicts with the members' averaged probabilities, and says so
-            model = _("ensemble of {count} x {model} (their averaged probabilities)").format(
-                count=self.run.members, model=model)
+        if self.run.members > 1:  # the page says which members it predicts with (a sweep: one setting's)
+            model = _("{model}: {what}").format(model=model, what=self.run.describe_use())
         return {
             "run_dir": str(self.run_dir),
             "model": model,
@@ -318,7 +323,9 @@ class App:
         rows = read_metrics(self.run_dir)
         result = self.run_dir / RESULT_FILE
         return {"rows": rows, "finished": is_finished(read_json(result) if result.is_file() else None,
-                                                      self.run.config.epochs)}
+                                                      self.run.config.epochs),
+                # The headline, by the rule `jaxintro runs` uses (a sweep: its best setting's mean).
+                "test_accuracy": run_kind(self.run.config.to_json(), rows[-1])["test_accuracy"] if rows else None}
 
     def mistakes_page(self, offset: int, limit: int, sort: str) -> dict[str, Any]:
         """The answer to `GET /api/mistakes`: one page of the run's mistakes in the chosen order."""
@@ -515,9 +522,9 @@ def bind(host: str, port: int) -> Server:
     return server
 
 
-def load_app(run_dir: Path, data_dir: str | None = None) -> App:
+def load_app(run_dir: Path, data_dir: str | None = None, setting: str | None = None) -> App:
     """Load the run, compile its functions and find its mistakes on the test set (when the data is at hand)."""
-    run = load_run(run_dir)
+    run = load_run(run_dir, setting)
     try:
         dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir, download=False)
         mistakes = find_mistakes(run, dataset.x_test, dataset.y_test)
@@ -528,7 +535,7 @@ def load_app(run_dir: Path, data_dir: str | None = None) -> App:
 
 
 def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, open_browser: bool = False,
-          data_dir: str | None = None, runs_root: Path = Path("runs")) -> int:
+          data_dir: str | None = None, runs_root: Path = Path("runs"), setting: str | None = None) -> int:
     """`jaxintro serve`: serve the page for a run (default: the newest finished one) until Ctrl-C or SIGTERM."""
     if run_dir is None:
         run_dir = newest_finished_run(runs_root)
@@ -543,7 +550,7 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         warning = host_warning(host)
         if warning:
             print(warning, file=sys.stderr, flush=True)
-        server.app = load_app(run_dir, data_dir)  # type: ignore[attr-defined]
+        server.app = load_app(run_dir, data_dir, setting)  # type: ignore[attr-defined]
         # Every interface includes this machine's own: that is the address to open here.
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
         app: App = server.app  # type: ignore[attr-defined]

@@ -267,8 +267,8 @@ class Trainer:
     def init_state(self) -> TrainState:
         """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state.
 
-        Several members: the same function vmapped over their seeds (a leading member axis on every
-        leaf), and in a sweep each optimizer state then gets its member's learning rate and weight decay.
+        Several members: the same function for each seed, stacked (a leading member axis on every leaf),
+        and in a sweep each optimizer state then gets its member's learning rate and weight decay.
         """
         if self.config.members == 1:
             return TrainState(*self._init_member(self.config.seed), 0)
@@ -276,10 +276,12 @@ class Trainer:
         from jaxintro.optim import with_hyperparams
 
         members = member_grid(self.config)
-        seeds = jnp.asarray([m.seed for m in members], jnp.uint32)
-        # Not jitted, like the single run's init: XLA's fusions would round a few initial weights one ulp
-        # apart, and member k's start would no longer be bit for bit the run `--seed k`'s.
-        params, opt_state, key = jax.vmap(self._init_member)(seeds)
+        # Each member by the single run's own init, then stacked. Not jitted, like the single run's: XLA's
+        # fusions would round a few initial weights one ulp apart, and member k's start would no longer be bit
+        # for bit the run `--seed k`'s. Nor vmapped: op by op, a vmap compiles a batched program per op, where
+        # a loop reuses the single run's programs after the first member.
+        per_member = [self._init_member(m.seed) for m in members]
+        params, opt_state, key = jax.tree.map(lambda *leaves: jnp.stack(leaves), *per_member)
         if self.config.sweep:
             opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
                                          jnp.asarray([m.weight_decay for m in members], jnp.float32))
@@ -306,7 +308,8 @@ class Trainer:
     def jit_epoch(self) -> Callable:
         """The whole epoch compiled as one program over the mesh, parameters and optimizer state donated.
 
-        One device or many, it is the same code: a mesh of one device makes `pmean` a no-op.
+        Several devices split each batch (`shard_map` with `pmean`, or sharded `jit`); one device runs the
+        plain epoch, with no collective.
         """
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
@@ -332,6 +335,10 @@ class Trainer:
             members_epoch = jax.shard_map(members_epoch, mesh=self.mesh, in_specs=(spread,) * 3 + (shared,) * 2,
                                           out_specs=(spread,) * 4)
             return jax.jit(members_epoch, donate_argnums=(0, 1))
+        if self.mesh.size == 1:
+            # One device: the lesson's epoch as it is. Inside `shard_map` the `pmean` over one device would still
+            # compile to an all-reduce that XLA keeps (replica_groups={{0}}), a collective with nothing to collect.
+            return jax.jit(functools.partial(train_epoch, step=self.step_fn(), **common), donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
                                       batch_sharding=NamedSharding(self.mesh, P(AXIS)))
@@ -348,7 +355,8 @@ class Trainer:
         One model: every device of the mesh holds the parameters and the data, as uint8 (the step
         scales each batch); the lesson's loop uses the default device. Several members: each device
         holds its share of them and the training data, and the first device the test set, since it
-        evaluates them all (`jit_eval`).
+        evaluates them all (`jit_eval`). The lesson's loop (`--loop python`) leaves the training set on
+        the host, where it slices each batch: a device copy would only cost memory.
         """
         from jaxintro.parallel import replicate, spread_members
 
@@ -361,7 +369,7 @@ class Trainer:
         if self.config.loop == "scan":
             return (TrainState(*replicate(carried, self.mesh), state.epoch), replicate(train, self.mesh),
                     replicate(test, self.mesh))
-        return state, jax.device_put(train), jax.device_put(test)
+        return state, train, jax.device_put(test)  # the lesson's loop slices its batches from the host arrays
 
     def jit_eval(self) -> Callable:
         """Correct count and summed loss over a chunked set, compiled; with several members, one row per
@@ -394,8 +402,9 @@ class EpochMetrics(NamedTuple):
     members: dict[str, list[float]] | None = None
     ensemble_test_accuracy: float | None = None
 
-    def line(self, total_epochs: int) -> str:
-        """The lesson's per-epoch line, plus the epoch's seconds (several members: mean +- std, and the ensemble)."""
+    def line(self, total_epochs: int, *, ensemble: bool = True) -> str:
+        """The lesson's per-epoch line, plus the epoch's seconds (several members: mean +- std, and the ensemble
+        unless `ensemble` is False: a sweep's members differ in hyper-parameters, and averaging them means nothing)."""
         width = len(str(total_epochs))
         if self.members is None:
             return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
@@ -407,9 +416,9 @@ class EpochMetrics(NamedTuple):
 
         lrs = self.members["learning_rate"]
         lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
+        average = f" | Ensemble: {self.ensemble_test_accuracy:.4f}" if ensemble else ""
         return (f"Epoch {self.epoch:{width + 1}d} | Loss: {spread('loss')} | Train Acc: {spread('train_accuracy')} | "
-                f"Test Acc: {spread('test_accuracy')} | Ensemble: {self.ensemble_test_accuracy:.4f} | lr {lr} | "
-                f"{self.seconds:.2f}s")
+                f"Test Acc: {spread('test_accuracy')}{average} | lr {lr} | {self.seconds:.2f}s")
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
@@ -431,6 +440,7 @@ class FitResult:
     samples_per_second: float  # all members together, with several
     compile_cache: str = "off"  # the training program came from the persistent cache ("hit"), or not
     eval_seconds: float = 0.0  # evaluating after every epoch (the first time includes compiling the evaluation)
+    init_seconds: float = 0.0  # initialising (or restoring: placing) the state and putting it and the data on devices
     stopped_early: bool = False
 
 
@@ -489,7 +499,10 @@ def fit(
     from jaxintro.runtime import compile_cache_counts, release_free_memory
 
     trainer = Trainer.create(config, dataset)
+    init_start = time.perf_counter()
     state, (x_train, y_train), (x_test, y_test) = trainer.place(state or trainer.init_state(), dataset)
+    jax.block_until_ready(state)
+    init_seconds = time.perf_counter() - init_start
     members = config.members
     eval_fn = trainer.jit_eval()
     diverged: set[int] = set()
@@ -548,7 +561,7 @@ def fit(
         history.append(row)
         step_metrics.append(metrics)
         with tqdm.external_write_mode():  # the line goes above the progress bar, not through it
-            log(row.line(config.epochs))
+            log(row.line(config.epochs, ensemble=not config.sweep))
         if on_epoch is not None:
             on_epoch(state, row)
         if should_stop(epoch) and epoch < config.epochs:  # asked after every epoch: it may be a collective
@@ -567,6 +580,7 @@ def fit(
         samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
         compile_cache=compile_cache,
         eval_seconds=eval_seconds,
+        init_seconds=init_seconds,
         stopped_early=stopped,
     )
 

@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.i18n import _
 
     report, lines, subject = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed,
-                                           out=out_dir)
+                                           out=out_dir, setting=args.setting)
     for line in lines:
         print(line)
     if args.bench:

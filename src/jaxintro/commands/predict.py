@@ -16,15 +16,14 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.evaluate import load_run, predict_proba
     from jaxintro.images import load_image
 
-    loaded = load_run(Path(args.run_dir))
+    loaded = load_run(Path(args.run_dir), args.setting)
     shape = tuple(loaded.dataset["image_shape"])
     images = np.stack([load_image(Path(p), shape) for p in args.images])
     probs = predict_proba(loaded, images)
     classes = loaded.dataset["classes"]
-    if loaded.members > 1:
-        # Always several models here (a single run takes the other branch), so no singular form is needed.
-        print(_("{run_dir} holds {count} models: these are their ensemble's averaged probabilities").format(
-            run_dir=args.run_dir, count=loaded.members))
+    if loaded.members > 1:  # say which of its models answer (a sweep: one setting's; never a diverged one)
+        print(_("{run_dir} holds {count} models: these are the probabilities of {what}").format(
+            run_dir=args.run_dir, count=loaded.members, what=loaded.describe_use()))
     results = []
     for path, p in zip(args.images, probs):
         top = np.argsort(p)[::-1][:3]

@@ -14,7 +14,7 @@ from jaxintro.errors import ConfigError
 def run(args: argparse.Namespace) -> int:
     """List the runs under `--root`; with `--remove-unfinished`, delete those neither finished nor running."""
     from jaxintro.i18n import _, ngettext
-    from jaxintro.runs import list_runs, status_text
+    from jaxintro.runs import kind_text, list_runs, status_text
 
     root = Path(args.root)
     runs = list_runs(root)
@@ -25,11 +25,13 @@ def run(args: argparse.Namespace) -> int:
         print(_("No runs under {root}/ (train one with: make train)").format(root=root))
         return 0
     width = max(len(r["run_dir"]) for r in runs)
+    kinds = [kind_text(r) for r in runs]
+    kind_width = max(len(k) for k in kinds)
     # The words between the columns, each translated alone (outside the f-string, where extraction finds them).
     epochs_word, test_word = _("epochs"), _("test")
-    for r in runs:
+    for r, kind in zip(runs, kinds):
         acc = f"{100 * r['test_accuracy']:.2f}%" if r["test_accuracy"] is not None else "-"
-        print(f"{r['run_dir']:<{width}}  {r['dataset']:<13} {r['model']:<8} "
+        print(f"{r['run_dir']:<{width}}  {r['dataset']:<13} {r['model']:<8} {kind:<{kind_width}}  "
               f"{r['epochs']:>3}/{r['planned_epochs']:<3} {epochs_word}  {test_word} {acc:>7}  {status_text(r)}")
     if not args.remove_unfinished:
         return 0

@@ -11,4 +11,4 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.serve import serve
 
     return serve(Path(args.run_dir) if args.run_dir else None, host=args.host, port=args.port,
-                 open_browser=args.open, data_dir=args.data_dir)
+                 open_browser=args.open, data_dir=args.data_dir, setting=args.setting)

@@ -27,7 +27,8 @@ CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
                "miss": N_("training program compiled, then stored in the persistent cache"),
                "off": N_("persistent cache off")}
 # The phases of `time_breakdown`, as the summary line names them.
-TIME_WORDS = {"setup": N_("set-up"), "data": N_("data"), "compile": N_("compile"), "train": N_("training"),
+TIME_WORDS = {"setup": N_("set-up"), "data": N_("data"), "init": N_("init"), "compile": N_("compile"),
+              "train": N_("training"),
               "eval": N_("evaluation"), "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
 
@@ -79,7 +80,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
         known = TrainConfig.from_json(saved_json).validate()
     except (OSError, ValueError, TypeError, AttributeError, ConfigError):  # the checkpoint's config speaks below
         known = TrainConfig()
-    check_members_alone(known, cluster)  # before joining: the others must not wait for a refused process
+    check_processes(known, cluster)  # before joining: the others must not wait for a refused process
     configure_jax(devices=known.devices, cpu_devices=cpu_devices_wanted(known), compile_cache=not args.no_compile_cache)
     _join(cluster, run_dir, "--resume")
     meta = read_meta(run_dir)
@@ -119,19 +120,31 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
         ).format(run_dir=run_dir, schedule=config.schedule, epochs=config.epochs, wanted=args.epochs))
 
 
-def check_members_alone(config: TrainConfig, cluster: Cluster) -> None:
-    """Several members train in one process: its devices hold them all (several processes would each hold a part)."""
-    if config.members > 1 and cluster.num_processes > 1:
+def check_processes(config: TrainConfig, cluster: Cluster) -> None:
+    """Refuse, before joining (the others must not wait for a refused process), what several processes cannot run.
+
+    Several members train in one process: its devices hold them all. The lesson's `--loop python` has no mesh:
+    every process would train the whole batch alone, and the first checkpoint could not be written.
+    """
+    if cluster.num_processes == 1:
+        return
+    if config.members > 1:
         raise ConfigError(_("several members (--seeds > 1, or a sweep) train in one process, spread over its "
                             "devices; drop --coordinator, --num-processes and --process-id"))
+    if config.loop == "python":
+        raise ConfigError(_("--loop python is the lesson's single-device loop; a multi-process run splits each batch "
+                            "over the processes' devices in the compiled epoch: drop --loop python (or --coordinator)"))
 
 
-def _join(cluster: Cluster, run_dir: Path, flag: str) -> None:
-    """Join the other processes, then check that they agree on their count and all see `run_dir`."""
+def _join(cluster: Cluster, run_dir: Path, flag: str, on_give_up=lambda: None) -> None:
+    """Join the other processes, then check that they agree on their count and all see `run_dir`.
+
+    `on_give_up` runs when a peer never arrives, just before the process exits (a new run frees its folder).
+    """
     if cluster.coordinator is not None:
         from jaxintro.parallel import check_cluster, initialize_distributed
 
-        initialize_distributed(cluster.coordinator, cluster.num_processes, cluster.process_id)
+        initialize_distributed(cluster.coordinator, cluster.num_processes, cluster.process_id, on_give_up)
         check_cluster(run_dir, flag, cluster.num_processes)
 
 
@@ -144,10 +157,9 @@ def run(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args)
     if args.resume:
         config, run_dir = resume_config(args, cluster)
-        check_members_alone(config, cluster)
         return train_run(args, config, run_dir, resuming=True)
     config = config_from_flags(args)
-    check_members_alone(config, cluster)
+    check_processes(config, cluster)
     if cluster.coordinator is not None and args.run_dir is None:
         raise ConfigError(_("multi-process training needs --run-dir DIR, the same folder for every process"))
     # The run folder is claimed before JAX starts or data loads (process 0 claims, before joining: a refusal
@@ -158,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         configure_jax(devices=config.devices, cpu_devices=cpu_devices_wanted(config),
                       compile_cache=not args.no_compile_cache)
-        _join(cluster, run_dir, "--run-dir")
+        _join(cluster, run_dir, "--run-dir",
+              on_give_up=lambda: discard_run_dir(run_dir, created=created) if owner else None)
         return train_run(args, config, run_dir, resuming=False)
     except BaseException:
         if owner:
@@ -203,8 +216,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     # First the state, then the metrics that describe it: metrics.jsonl is written once a step is on disk.
     checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir) if primary else None)
-    if state is not None and primary:
+    if state is not None:  # every process: Orbax's delete ends in a barrier of all of them (only process 0 deletes)
         checkpointer.discard_after(state.epoch)
+        if primary:  # the metrics of the checkpoint resumed from: a failed write may have left them behind it
+            runs.write_metrics(run_dir, rows)
 
     def on_epoch(state, row) -> None:
         nonlocal checkpoint_seconds
@@ -297,6 +312,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     }
     if config.members > 1:
         summary.update(members_summary(config, last, result.samples_per_second), member_devices=spread)
+        if config.sweep:  # the ensemble a sweep's run is used through: its best setting's seeds, not every member
+            start = time.perf_counter()
+            summary["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
+            clock["eval_after"] = time.perf_counter() - start
         if primary and config.sweep:
             from jaxintro.plots import plot_sweep
 
@@ -323,10 +342,11 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     accuracy = f"{100 * last['test_accuracy']:.2f}%"
     if config.sweep:
         best = summary["best"]
-        accuracy = _("{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g}; ensemble of all {members} members "
-                     "{ensemble:.2f}%)").format(mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"],
-                                                lr=best["lr"], members=config.members,
-                                                ensemble=100 * summary["ensemble_test_accuracy"])
+        accuracy = ngettext("{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g})",
+                            "{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g}; its {seeds} seeds' ensemble "
+                            "{ensemble:.2f}%)", config.seeds).format(
+            mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], lr=best["lr"], seeds=config.seeds,
+            ensemble=100 * summary["ensemble_test_accuracy"])
     elif config.members > 1:
         accuracy = _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)")
         accuracy = accuracy.format(
@@ -364,6 +384,19 @@ def describe_members(config: TrainConfig) -> str:
         lrs=lrs, decays=", ".join(f"{v:g}" for v in config.weight_decay_grid), seeds=seeds)
 
 
+def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
+    """Test accuracy of the ensemble of the best setting's seeds that trained (one seed: that model's own)."""
+    from jaxintro.ensemble import choose_members, ensemble_accuracy
+    from jaxintro.models import build_model
+
+    accuracies = last["members"]["test_accuracy"]
+    choice = choose_members(config, accuracies, [k for k, a in enumerate(accuracies) if a is None])
+    if len(choice.used) == 1:
+        return accuracies[choice.used[0]]
+    model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes, dropout=config.dropout)
+    return ensemble_accuracy(model, params, choice.used, dataset.x_test, dataset.y_test)
+
+
 def sweep_settings(config: TrainConfig, last: dict[str, Any]) -> list:
     """The sweep's settings, each summarised over its seeds, from the last epoch's row."""
     from jaxintro.ensemble import member_grid, summarize_settings
@@ -378,7 +411,10 @@ def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_secon
 
     per = last["members"]
     mean, std = mean_std(per["test_accuracy"])
-    members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay, "test_accuracy": per["test_accuracy"][k],
+    # Only adamw decays weights: another optimizer's members and settings have no weight decay (null), not a value.
+    decays = config.optimizer == "adamw"
+    members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay if decays else None,
+                "test_accuracy": per["test_accuracy"][k],
                 "train_accuracy": per["train_accuracy"][k], "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
                for k, m in enumerate(member_grid(config))]
     summary: dict[str, Any] = {
@@ -389,10 +425,11 @@ def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_secon
     }
     if config.sweep:
         settings = sweep_settings(config, last)
-        summary["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay, "test_accuracy": s.mean,
+        summary["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay if decays else None, "test_accuracy": s.mean,
                                 "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
         best = best_setting(settings)
-        summary["best"] = {"lr": best.lr, "weight_decay": best.weight_decay, "test_accuracy": best.mean,
+        summary["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
+                           "test_accuracy": best.mean,
                            "test_accuracy_std": best.std}
         # A sweep's headline is its best setting (as the summary line says), not a mean across settings.
         summary["test_accuracy"], summary["test_accuracy_std"] = best.mean, best.std
@@ -418,9 +455,9 @@ def print_members(config: TrainConfig, summary: dict[str, Any]) -> None:
         cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
                  pct(m["train_accuracy"]), loss]
         print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
-    print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
-        accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
     if not config.sweep:
+        print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
+            accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
         return
     spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
                       config.seeds).format(n=config.seeds)
@@ -439,6 +476,9 @@ def print_members(config: TrainConfig, summary: dict[str, Any]) -> None:
         line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
     print(line.format(lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
                       std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
+    if config.seeds > 1:  # what `predict`, `serve` and `evaluate` use: the best setting's seeds, averaged
+        print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
+                "test accuracy").format(seeds=config.seeds, accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
     verdict = compare_with_lesson(summary["settings"], best) if config.seeds > 1 else None  # one seed: no spread
     if verdict:
         print(verdict)
@@ -465,12 +505,15 @@ def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) ->
 def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpoint_seconds: float) -> dict[str, float]:
     """Where the process's time went, in seconds, from the command line's start to the summary.
 
-    `setup` is imports, JAX's start and the run folder; `train` the epochs alone; `eval` the evaluation
-    after every epoch; `checkpoint` the saves and metrics files; `plot` the curves (and importing
-    matplotlib); `other` what is left (the first epoch's wait for the compiled program, the loop itself).
+    `setup` is imports, JAX's start and the run folder; `init` the initial parameters and optimizer state
+    (op by op, member by member) and placing them and the data on the devices; `train` the epochs alone;
+    `eval` the evaluation after every epoch (and a sweep's best setting's ensemble); `checkpoint` the saves
+    and metrics files; `plot` the curves (and importing matplotlib); `other` what is left (building the
+    model and optimizer, the summary, the loop itself).
     """
     total = clock["plot_done"] - started
     parts = {"setup": clock["data"] - started, "data": clock["data_done"] - clock["data"],
-             "compile": result.compile_seconds, "train": result.train_seconds, "eval": result.eval_seconds,
+             "init": result.init_seconds, "compile": result.compile_seconds, "train": result.train_seconds,
+             "eval": result.eval_seconds + clock.get("eval_after", 0.0),
              "checkpoint": checkpoint_seconds, "plot": clock["plot_done"] - clock["plot"]}
     return {**parts, "other": max(total - sum(parts.values()), 0.0), "total": total}

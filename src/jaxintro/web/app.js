@@ -43,7 +43,25 @@ function renderFacts(info, metrics) {
   $("fact-dataset").textContent = info.dataset;
   $("fact-epochs").textContent =
     `${last ? last.epoch : 0} / ${info.epochs_planned} (${metrics.finished ? text.finished : text.training})`;
-  $("fact-accuracy").textContent = last ? `${(100 * last.test_accuracy).toFixed(2)} %` : "–";
+  // The run's one headline number, as `jaxintro runs` gives it (a sweep: its best setting's), not the row's mean.
+  const accuracy = metrics.test_accuracy;
+  $("fact-accuracy").textContent = Number.isFinite(accuracy) ? `${(100 * accuracy).toFixed(2)} %` : "–";
+}
+
+// Until the run's data arrives, its panels say so instead of standing empty.
+function renderLoading() {
+  for (const id of ["fact-model", "fact-dataset", "fact-epochs", "fact-accuracy"]) $(id).textContent = text.loading;
+  for (const id of ["chart-loss", "chart-accuracy"]) {
+    const note = document.createElementNS(SVG, "text");
+    note.setAttribute("x", 160);
+    note.setAttribute("y", 90);
+    note.setAttribute("text-anchor", "middle");
+    note.textContent = text.loading;
+    $(id).replaceChildren(note);
+  }
+  const li = document.createElement("li");
+  li.textContent = text.loading;
+  $("mistakes").replaceChildren(li);
 }
 
 function renderBars() {
@@ -226,7 +244,8 @@ function drawSaliency(canvas, input, saliency) {
 
 // ---------------------------------------------------------------- training curves (live while training)
 
-function chart(svg, series, label, yMax) {
+// `tight`: the axis spans the data (with a margin), as curves.png does; else it starts at 0.
+function chart(svg, series, label, { tight = false } = {}) {
   const W = 320, H = 180, L = 36, R = 8, T = 14, B = 24;
   svg.replaceChildren();
   const add = (name, attrs, parent = svg) => {
@@ -238,14 +257,18 @@ function chart(svg, series, label, yMax) {
   const all = series.flatMap((s) => s.points.map((p) => p[1]));
   const epochs = series.flatMap((s) => s.points.map((p) => p[0]));
   if (!all.length) return;
-  const top = yMax ?? Math.max(...all) * 1.05;
+  const [low, high] = [Math.min(...all), Math.max(...all)];
+  const margin = Math.max(0.1 * (high - low), 0.005);
+  const bottom = tight ? Math.max(0, low - margin) : 0;
+  const top = tight ? Math.min(1, high + margin) : high * 1.05;
   const lastEpoch = Math.max(1, ...epochs);
   const x = (e) => L + ((W - L - R) * (lastEpoch === 1 ? 0.5 : (e - 1) / (lastEpoch - 1)));
-  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const y = (v) => T + (H - T - B) * (1 - (v - bottom) / (top - bottom || 1));
   add("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#999" });
   add("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#999" });
-  add("text", { x: 2, y: T + 4 }).textContent = top.toFixed(top < 10 ? 2 : 0);
-  add("text", { x: 2, y: H - B }).textContent = "0";
+  const digits = top < 10 ? (tight ? 3 : 2) : 0;
+  add("text", { x: 2, y: T + 4, class: "y-top" }).textContent = top.toFixed(digits);
+  add("text", { x: 2, y: H - B, class: "y-bottom" }).textContent = bottom === 0 ? "0" : bottom.toFixed(digits);
   add("text", { x: L, y: H - 6 }).textContent = `${text.epoch} 1`;
   if (lastEpoch > 1) add("text", { x: W - R - 40, y: H - 6 }).textContent = `${text.epoch} ${lastEpoch}`;
   add("text", { x: L + 4, y: 10 }).textContent = label;
@@ -253,7 +276,8 @@ function chart(svg, series, label, yMax) {
     const points = s.points.map(([e, v]) => `${x(e).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
     add("polyline", { points, fill: "none", stroke: s.color, "stroke-width": 2 });
     for (const [e, v] of s.points) add("circle", { cx: x(e), cy: y(v), r: 2.5, fill: s.color });
-    const legend = add("text", { x: W - R - 60, y: T + 12 + 12 * k });
+    // Anchored at its end, inside the frame: a longer word ("entrenamiento") grows leftwards, never off the edge.
+    const legend = add("text", { x: W - R - 2, y: T + 12 + 12 * k, "text-anchor": "end", class: "legend" });
     legend.textContent = s.name;
     legend.style.fill = s.color; // CSSOM, not a style attribute: the page's CSP allows no inline styles
   });
@@ -268,7 +292,7 @@ function renderCurves(rows) {
   chart($("chart-accuracy"), [
     { name: text.train, color: "#2f6fdf", points: pick("train_accuracy") },
     { name: text.test, color: "#d9480f", points: pick("test_accuracy") },
-  ], text.accuracy, 1);
+  ], text.accuracy, { tight: true });
 }
 
 async function pollMetrics() {
@@ -332,8 +356,10 @@ $("next").addEventListener("click", () => {
 // ---------------------------------------------------------------- start
 
 async function start() {
-  [text, run] = await Promise.all([getJSON("/api/strings"), getJSON("/api/run")]);
+  text = await getJSON("/api/strings");
   renderLabels();
+  renderLoading();
+  run = await getJSON("/api/run");
   renderBars();
   repaint();
   await Promise.all([pollMetrics(), loadMistakes()]);
