@@ -122,7 +122,7 @@ def resize(folder: Path, size: str) -> None:
     subprocess.run(["mount", "-o", f"remount,size={size}", str(folder)], check=True)
 
 
-@pytest.mark.parametrize("size, on_disk", [("1600k", 2), ("600k", None)], ids=["mid-run", "at-the-first-save"])
+@pytest.mark.parametrize("size, on_disk", [("1100k", 1), ("600k", None)], ids=["mid-run", "at-the-first-save"])
 def test_a_full_disk_is_one_line_and_loses_nothing(size, on_disk, tmp_path, digits_run):
     """Orbax's background save meets ENOSPC: one line, no thread's traceback, and metrics never ahead of it."""
     with tmpfs(tmp_path / "disk", size) as disk:
@@ -184,3 +184,18 @@ def test_a_model_too_big_for_memory_is_refused_before_anything_is_allocated(tmp_
     assert "this model needs about 13" in line and "3,604,560,010 parameters" in line
     assert "GiB available; use narrower layers (--hidden) or a smaller --batch-size" in line
     assert not run.exists()
+
+
+def test_a_half_written_step_is_removed_once_a_later_save_succeeds(tiny, tmp_path):
+    """What a failed save left (`N.orbax-checkpoint-tmp...`, which a restore passes over) goes once a save succeeds."""
+    from jaxintro.config import TrainConfig
+    from jaxintro.train import Trainer
+
+    config = TrainConfig(dataset="digits", epochs=1)
+    state = Trainer.create(config, tiny).init_state()
+    partial = tmp_path / "checkpoints" / "5.orbax-checkpoint-tmp-1234567"
+    (partial / "state").mkdir(parents=True)
+    saver = checkpoint.Checkpointer(tmp_path)
+    saver.save(state._replace(epoch=1), config, [{"epoch": 1}])
+    saver.close()
+    assert committed(tmp_path) == [1] and not partial.exists()

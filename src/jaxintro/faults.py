@@ -80,6 +80,9 @@ def fault_from(exc: BaseException, what: str, run_dir: Path) -> WriteFault:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     reason = os_reason(code, (lines[0] if lines else type(exc).__name__)[:200])
     keep(f"{what}: {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)))
+    if folder_changed(run_dir):  # Orbax's thread found the folder gone: that is the fault to name
+        return WriteFault(what, run_dir, _("the run folder was removed while the run was writing to it"),
+                          vanished=True)
     return WriteFault(what, run_dir, reason)
 
 
@@ -116,14 +119,18 @@ def check_folder(what: str, run_dir: Path) -> None:
     Orbax makes missing folders again when it saves, so a deleted run folder could come back holding
     only the newest checkpoint's debris: the folder's identity (device, inode) tells the two apart.
     """
-    try:
-        stat = os.stat(run_dir)
-    except FileNotFoundError:
-        stat = None
-    identity = _identity.get(Path(os.path.abspath(run_dir)))
-    if stat is None or identity not in (None, (stat.st_dev, stat.st_ino)):
+    if folder_changed(run_dir):
         raise WriteFault(what, run_dir, _("the run folder was removed while the run was writing to it"),
                          vanished=True)
+
+
+def folder_changed(run_dir: Path) -> bool:
+    """Whether `run_dir` is gone, or is another folder than the one `watch` saw."""
+    try:
+        stat = os.stat(run_dir)
+    except OSError:
+        return True
+    return _identity.get(Path(os.path.abspath(run_dir)), (stat.st_dev, stat.st_ino)) != (stat.st_dev, stat.st_ino)
 
 
 def watch(run_dir: Path) -> None:
