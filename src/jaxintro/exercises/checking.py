@@ -143,6 +143,8 @@ def describe(**values: Any) -> str:
 
 
 def _brief(value: Any) -> str:
+    if isinstance(value, str):
+        return value
     if hasattr(value, "shape") and np.ndim(value) > 0:
         return _("array of shape {shape}").format(shape=tuple(np.shape(value)))
     if isinstance(value, dict):
@@ -153,6 +155,12 @@ def _brief(value: Any) -> str:
             pass
         return _("a pytree of shapes {shapes}").format(shapes=shape_of(value))
     return repr(value)
+
+
+def numbers(value: Any) -> str:
+    """An array's values for a message, 3 decimals."""
+    text = np.array2string(np.asarray(value, np.float64), precision=3, separator=", ", threshold=12)
+    return " ".join(text.split())  # one line, whatever the shape
 
 
 def key_text(seed: int) -> str:

@@ -11,7 +11,7 @@ import optax
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
-                                         make_params)
+                                         make_params, numbers)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
 from jaxintro.i18n import _
 
@@ -76,7 +76,7 @@ def _check_masks(out: np.ndarray, inputs: str) -> None:
         raise CheckFailed("not_scaled", _(
             "forward({inputs}): kept activations of 1 came out as {values}; inverted dropout divides by (1 - rate) "
             "at each layer, here {scale:.4f} after two, so the expected activation stays the same").format(
-            inputs=inputs, values=values[:3], scale=scale))
+            inputs=inputs, values=numbers(values[:3]), scale=scale))
 
 
 def _loop_grads(params: dict, x, y) -> dict:
@@ -154,8 +154,7 @@ def _check_norms(got, grads: dict, inputs: str) -> None:
            "norm_not_global": _(" (a sum of per-layer norms: the global norm is the square root of the sum of all "
                                 "the squares)"), "mismatch": ""}[key]
     raise CheckFailed(key, _("grad_norms of the per-example gradients of ({inputs}) gave {got}, expected "
-                             "{want}{why}").format(inputs=inputs, got=np.round(np.asarray(got), 4),
-                                                   want=np.round(want, 4), why=why))
+                             "{want}{why}").format(inputs=inputs, got=numbers(got), want=numbers(want), why=why))
 
 
 def check_any_depth(ns: dict) -> None:
@@ -356,6 +355,6 @@ def _check_curve(curve) -> None:
         key = "norm_after_clipping" if np.all(got <= 1.0 + 1e-4) else "mismatch"
         raise CheckFailed(key, _("grad_norm_curve({inputs}) = {got}; the gradients' norms before clipping are "
                                  "{want}{why}").format(
-            inputs=inputs, got=np.round(got, 3), want=np.round(want, 3),
+            inputs=inputs, got=numbers(got), want=numbers(want),
             why=_(" (yours never exceed 1.0: measured after clipping?)") if key == "norm_after_clipping" else ""))
 

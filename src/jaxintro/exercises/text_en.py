@@ -72,6 +72,46 @@ hands the clipped gradient to the optimizer.
 Write global_norm(grads), clipped(optimizer, max_norm) and grad_norm_curve(params, batches,
 optimizer), which trains one step per batch and returns each step's gradient norm BEFORE clipping
 (the curve to plot: how often would the clip act?).""",
+    "immutable_update": """Core ideas: arrays are immutable
+
+A JAX array never changes: a[i] = v raises a TypeError. a.at[i].set(v) returns a NEW array with
+row (or element) i replaced, and leaves a as it was; under jit XLA often does it in place anyway,
+when it can prove nobody needs the old array. .at[i].add(v), .mul(v), .min(v) work the same way.
+Write set_row(a, i, value); it must work under jax.jit, with i and value traced.""",
+    "tree_map": """Core ideas: pytrees and jax.tree.map
+
+Parameters are a pytree: nested dicts, lists and tuples with arrays at the leaves. jax.tree.map(f,
+tree1, tree2) calls f on each pair of leaves and rebuilds the same structure, whatever it is.
+Write sgd_update(params, grads, lr), a plain gradient-descent step p - lr * g at every leaf, for
+ANY structure (not only the lesson's layer dict), returning a new pytree: the params passed in
+must not change (a pure function).""",
+    "vmap_in_axes": """Core ideas: vmap and in_axes
+
+predict(w, b, x) handles ONE example x of shape (features,). jax.vmap turns it into a function of a
+batch: in_axes says, for each argument, which axis is the batch axis, or None when the argument is
+the same for every example. Write batched_predict(w, b, xs) with jax.vmap: w and b are shared,
+xs is mapped over its rows. (predict centres x on its own mean, so calling it on the whole batch
+at once is not the same thing.)""",
+    "scan": """Core ideas: a loop as lax.scan
+
+A Python for loop inside a jitted function is unrolled: the program grows with the length.
+jax.lax.scan(step, carry, xs) compiles step once and runs it over xs: step(carry, x) returns
+(new_carry, output), and scan returns (final_carry, all the outputs stacked).
+Write moving_average(xs, decay): m starts at 0, and m_t = decay * m_(t-1) + (1 - decay) * x_t;
+return every m_t (shaped like xs). It must work under jit, with decay traced.""",
+    "cond": """Core ideas: a branch as lax.cond
+
+Under jit an array is a tracer, an abstract value with a shape and a dtype but no number: a Python
+`if x >= 0:` cannot decide and raises TracerBoolConversionError. jax.lax.cond(pred, f_true,
+f_false, operand) picks the branch when the program runs. (jnp.where computes both branches and
+picks elementwise: fine for values, but a NaN in the branch not taken poisons the gradient.)
+Write signed_sqrt(x) for a scalar x: sqrt(x) when x >= 0, else -sqrt(-x).""",
+    "split_keys": """Core ideas: PRNG keys
+
+JAX has no hidden random state: every random function takes a key, and the same key always gives
+the same numbers. So a key is used once: jax.random.split(key, n) gives n new independent keys,
+and after splitting, the old key is not used again. Write noisy_copies(key, x, n): n copies of x,
+each plus its own standard normal noise (shape (n, *x.shape)).""",
 }
 
 HINTS = {
@@ -124,5 +164,29 @@ HINTS = {
         "clipped: optax.chain(optax.clip_by_global_norm(max_norm), optimizer): the clip first.",
         "grad_norm_curve: grads = jax.grad(loss_fn)(params, x, y); record global_norm(grads) before "
         "optimizer.update, which is where the clipping happens.",
+    ],
+    "immutable_update": [
+        "a.at[i] selects row i without changing anything; .set(value) returns the updated copy.",
+        "return a.at[i].set(value)",
+    ],
+    "tree_map": [
+        "jax.tree.map(f, params, grads) calls f(p, g) for every pair of leaves.",
+        "return jax.tree.map(lambda p, g: p - lr * g, params, grads): no loop over keys, no assignment.",
+    ],
+    "vmap_in_axes": [
+        "in_axes has one entry per argument of predict: (w, b, x).",
+        "jax.vmap(predict, in_axes=(None, None, 0))(w, b, xs): None = the same for every example.",
+    ],
+    "scan": [
+        "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, output)",
+        "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
+    ],
+    "cond": [
+        "jax.lax.cond(x >= 0, lambda v: ..., lambda v: ..., x): the first function runs when the condition holds.",
+        "The negative branch: lambda v: -jnp.sqrt(-v).",
+    ],
+    "split_keys": [
+        "keys = jax.random.split(key, n): one key per copy; do not use `key` itself afterwards.",
+        "jax.vmap(lambda k: x + jax.random.normal(k, x.shape))(keys), or a loop over keys and jnp.stack.",
     ],
 }

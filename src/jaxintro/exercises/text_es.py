@@ -75,6 +75,49 @@ optax.chain(clip, optimizer) recorta primero y luego pasa el gradiente recortado
 Escribe global_norm(grads), clipped(optimizer, max_norm) y grad_norm_curve(params, batches,
 optimizer), que entrena un paso por lote y devuelve la norma del gradiente de cada paso ANTES del
 recorte (la curva que dibujar: ¿cuántas veces actuaría el recorte?).""",
+    "immutable_update": """Ideas clave: los arrays son inmutables
+
+Un array de JAX nunca cambia: a[i] = v lanza un TypeError. a.at[i].set(v) devuelve un array NUEVO
+con la fila (o el elemento) i sustituida, y deja a como estaba; bajo jit XLA a menudo lo hace en el
+sitio de todos modos, cuando puede probar que nadie necesita el array viejo. .at[i].add(v),
+.mul(v), .min(v) funcionan igual.
+Escribe set_row(a, i, value); debe funcionar bajo jax.jit, con i y value trazados.""",
+    "tree_map": """Ideas clave: pytrees y jax.tree.map
+
+Los parámetros son un pytree: dicts, listas y tuplas anidados con arrays en las hojas.
+jax.tree.map(f, arbol1, arbol2) llama a f con cada par de hojas y reconstruye la misma estructura,
+sea cual sea. Escribe sgd_update(params, grads, lr), un paso de descenso de gradiente p - lr * g en
+cada hoja, para CUALQUIER estructura (no solo el dict de capas de la lección), que devuelva un
+pytree nuevo: los params recibidos no deben cambiar (una función pura).""",
+    "vmap_in_axes": """Ideas clave: vmap e in_axes
+
+predict(w, b, x) trata UN ejemplo x de forma (features,). jax.vmap lo convierte en una función de
+un lote: in_axes dice, para cada argumento, qué eje es el del lote, o None cuando el argumento es
+el mismo para todos los ejemplos. Escribe batched_predict(w, b, xs) con jax.vmap: w y b se
+comparten, xs se mapea por filas. (predict centra x en su propia media, así que llamarla con todo
+el lote a la vez no es lo mismo.)""",
+    "scan": """Ideas clave: un bucle como lax.scan
+
+Un bucle for de Python dentro de una función con jit se desenrolla: el programa crece con la
+longitud. jax.lax.scan(step, carry, xs) compila step una vez y lo ejecuta sobre xs:
+step(carry, x) devuelve (carry_nuevo, salida), y scan devuelve (carry_final, todas las salidas
+apiladas). Escribe moving_average(xs, decay): m empieza en 0 y m_t = decay * m_(t-1) +
+(1 - decay) * x_t; devuelve cada m_t (con la forma de xs). Debe funcionar bajo jit, con decay
+trazado.""",
+    "cond": """Ideas clave: una rama como lax.cond
+
+Bajo jit un array es un tracer, un valor abstracto con forma y dtype pero sin número: un `if x >= 0:`
+de Python no puede decidir y lanza TracerBoolConversionError. jax.lax.cond(pred, f_cierto,
+f_falso, operando) elige la rama cuando el programa se ejecuta. (jnp.where calcula las dos ramas y
+elige elemento a elemento: vale para los valores, pero un NaN en la rama no tomada envenena el
+gradiente.) Escribe signed_sqrt(x) para un escalar x: sqrt(x) si x >= 0, si no -sqrt(-x).""",
+    "split_keys": """Ideas clave: claves PRNG
+
+JAX no tiene estado aleatorio oculto: cada función aleatoria recibe una clave, y la misma clave da
+siempre los mismos números. Así que una clave se usa una vez: jax.random.split(key, n) da n claves
+nuevas independientes y, tras dividirla, la clave vieja no se vuelve a usar. Escribe
+noisy_copies(key, x, n): n copias de x, cada una con su propio ruido normal estándar (forma
+(n, *x.shape)).""",
 }
 
 HINTS = {
@@ -130,6 +173,31 @@ HINTS = {
         "grad_norm_curve: grads = jax.grad(loss_fn)(params, x, y); guarda global_norm(grads) antes de "
         "optimizer.update, que es donde ocurre el recorte.",
     ],
+    "immutable_update": [
+        "a.at[i] selecciona la fila i sin cambiar nada; .set(value) devuelve la copia actualizada.",
+        "return a.at[i].set(value)",
+    ],
+    "tree_map": [
+        "jax.tree.map(f, params, grads) llama a f(p, g) con cada par de hojas.",
+        "return jax.tree.map(lambda p, g: p - lr * g, params, grads): sin bucle sobre claves, sin asignaciones.",
+    ],
+    "vmap_in_axes": [
+        "in_axes tiene una entrada por argumento de predict: (w, b, x).",
+        "jax.vmap(predict, in_axes=(None, None, 0))(w, b, xs): None = igual para todos los ejemplos.",
+    ],
+    "scan": [
+        "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, salida)",
+        "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
+    ],
+    "cond": [
+        "jax.lax.cond(x >= 0, lambda v: ..., lambda v: ..., x): la primera función se ejecuta si se cumple la "
+        "condición.",
+        "La rama negativa: lambda v: -jnp.sqrt(-v).",
+    ],
+    "split_keys": [
+        "keys = jax.random.split(key, n): una clave por copia; no uses `key` después.",
+        "jax.vmap(lambda k: x + jax.random.normal(k, x.shape))(keys), o un bucle sobre keys y jnp.stack.",
+    ],
 }
 
 DOCSTRINGS = {
@@ -158,4 +226,14 @@ DOCSTRINGS = {
         "grad_norm_curve": "Un paso de entrenamiento por cada (x, y) de batches; devuelve la norma global del "
                            "gradiente de cada paso, antes del recorte.",
     },
+    "immutable_update": {"set_row": "Una copia de `a` cuya fila (o elemento) `i` vale `value`; `a` queda como estaba."},
+    "tree_map": {"sgd_update": "Un pytree nuevo con la forma de `params`: cada hoja p pasa a ser p - lr * g; `params` "
+                               "no cambia."},
+    "vmap_in_axes": {"batched_predict": "Las puntuaciones (batch, classes) de cada fila de xs: `predict` mapeada sobre "
+                                        "el lote, con w y b compartidos."},
+    "scan": {"moving_average": "m_t = decay * m_(t-1) + (1 - decay) * x_t, empezando en m = 0: cada m_t, con la forma "
+                               "de xs."},
+    "cond": {"signed_sqrt": "sqrt(x) si x >= 0, si no -sqrt(-x), para un escalar x; debe funcionar bajo jax.jit."},
+    "split_keys": {"noisy_copies": "n copias de x (forma (n, *x.shape)), cada una más su propio ruido normal "
+                                   "estándar."},
 }

@@ -1,0 +1,251 @@
+"""Checks of the core-idea puzzles: .at[].set, jax.tree.map, vmap's in_axes, lax.scan, lax.cond, splitting keys."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import strategies as st
+
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, numbers, snapshot,
+                                         unchanged)
+from jaxintro.i18n import _
+
+
+def _array(seed: int, shape: tuple[int, ...]) -> jax.Array:
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def _program_size(fn, *args) -> int:
+    """How many operations `fn` traces to: a Python loop over a batch grows with it, vmap and scan do not."""
+    return len(jax.make_jaxpr(fn)(*args).eqns)
+
+
+def check_immutable_update(ns: dict) -> None:
+    """Equal to a NumPy copy with row i replaced, under jit with i and value traced; `a` unchanged."""
+    set_row = jax.jit(ns["set_row"])
+
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([(4,), (3, 2)]), st.integers(0, 2),
+                        st.sampled_from([5.0, -1.5])), n=4)
+    def agrees(case):
+        seed, shape, i, value = case
+        a = _array(seed, shape)
+        before = np.array(a)
+        inputs = describe(a=a, i=i, value=value)
+        got = attempt(set_row, a, i, value, name="set_row", inputs=inputs)
+        want = before.copy()
+        want[i] = value
+        if not np.array_equal(np.asarray(a), before):
+            raise CheckFailed("mutated_input", _("set_row({inputs}) changed `a`").format(inputs=inputs))
+        if not close(got, want):
+            added = before.copy()
+            added[i] += value
+            at_zero = before.copy()
+            at_zero[0] = value
+            key = ("add_not_set" if close(got, added) else "wrong_index" if i != 0 and close(got, at_zero)
+                   else "mismatch")
+            why = {"add_not_set": _(" (.at[i].add adds; .at[i].set replaces)"),
+                   "wrong_index": _(" (row 0 changed, not row i)"), "mismatch": ""}[key]
+            raise CheckFailed(key, _("set_row({inputs}) gave {got}, expected {want}{why}").format(
+                inputs=inputs, got=numbers(got), want=numbers(want), why=why))
+
+    agrees()
+
+
+def _tree_case(seed: int, kind: str) -> tuple:
+    """Params and grads of one of several shapes of pytree (not only the lesson's layout)."""
+    rng = np.random.default_rng(seed)
+    leaf = lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)  # noqa: E731
+    trees = {
+        "mlp": lambda: {"layer1": {"w": leaf(3, 2), "b": leaf(2)}, "layer2": {"w": leaf(2, 1), "b": leaf(1)}},
+        "list": lambda: [leaf(3), (leaf(2, 2), leaf(1))],
+        "nested": lambda: {"encoder": [{"w": leaf(2)}, {"w": leaf(4)}], "scale": leaf()},
+    }
+    return trees[kind](), trees[kind]()
+
+
+def check_tree_map(ns: dict) -> None:
+    """p - lr * g at every leaf, for any nesting; same structure; the params passed in are not changed."""
+    sgd_update = ns["sgd_update"]
+    params, grads = _tree_case(0, "mlp")
+    before = snapshot(params)
+    inputs = describe(params=params, grads=_("a pytree like params"), lr=0.1)
+    attempt(sgd_update, params, grads, 0.1, name="sgd_update", inputs=inputs)  # without jit: jit hides mutation
+    if not unchanged(before, params):
+        raise CheckFailed("mutated_input", _(
+            "sgd_update({inputs}) changed the params dict it was given: build a new pytree (jax.tree.map returns "
+            "one) instead of assigning into the old").format(inputs=inputs))
+    update = jax.jit(sgd_update)
+
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from(["mlp", "list", "nested"]),
+                        st.sampled_from([0.1, 0.5])), n=5)
+    def agrees(case):
+        seed, kind, lr = case
+        params, grads = _tree_case(seed, kind)
+        inputs = describe(params=params, lr=lr)
+        try:
+            got = attempt(update, params, grads, lr, name="sgd_update", inputs=inputs)
+        except CheckFailed as exc:
+            if kind != "mlp" and exc.key == "raised":
+                raise CheckFailed("hard_coded_structure", _(
+                    "sgd_update works on the lesson's params but not on another pytree ({error}): jax.tree.map "
+                    "walks any nesting of dicts, lists and tuples for you").format(error=exc.message)) from exc
+            raise
+        want = jax.tree.map(lambda p, g: np.asarray(p, np.float64) - lr * np.asarray(g, np.float64), params, grads)
+        if jax.tree.structure(got) != jax.tree.structure(params):
+            raise CheckFailed("structure", _("sgd_update({inputs}) returned a pytree of another structure: "
+                                             "{got}").format(inputs=inputs, got=jax.tree.structure(got)))
+        if not close(got, want):
+            plus = jax.tree.map(lambda p, g: np.asarray(p, np.float64) + lr * np.asarray(g, np.float64), params, grads)
+            key = "wrong_sign" if close(got, plus) else "mismatch"
+            raise CheckFailed(key, _("sgd_update({inputs}): the new leaves are not p - lr * g{why}").format(
+                inputs=inputs, why=_(" (p + lr * g climbs the loss)") if key == "wrong_sign" else ""))
+
+    agrees()
+
+
+def _predict(w, b, x):
+    """The given `predict`, in NumPy, for one example."""
+    return (x - x.mean()) @ w + b
+
+
+def check_vmap_in_axes(ns: dict) -> None:
+    """Equal to `predict` on each row, under jit; one program for any batch (vmap, not a Python loop)."""
+    batched = ns["batched_predict"]
+
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([3, 4])), n=3)
+    def agrees(case):
+        seed, batch = case
+        w, b, xs = _array(seed, (5, 2)), _array(seed + 1, (2,)), _array(seed + 2, (batch, 5))
+        inputs = describe(w=w, b=b, xs=xs)
+        try:
+            got = attempt(jax.jit(batched), w, b, xs, name="batched_predict", inputs=inputs)
+        except CheckFailed as exc:
+            if "vmap" in exc.message:
+                raise CheckFailed("in_axes_params_batched", _(
+                    "batched_predict({inputs}): vmap tried to map over w or b too ({error}): w and b are the same "
+                    "for every example, in_axes=(None, None, 0)").format(inputs=inputs, error=exc.message)) from exc
+            raise
+        rows = [np.asarray(x, np.float64) for x in np.asarray(xs)]
+        want = np.stack([_predict(np.asarray(w, np.float64), np.asarray(b, np.float64), x) for x in rows])
+        if not close(got, want):
+            whole = (np.asarray(xs, np.float64) - np.asarray(xs).mean()) @ np.asarray(w) + np.asarray(b)
+            key = "applied_to_batch" if close(got, whole) else "mismatch"
+            raise CheckFailed(key, _("batched_predict({inputs}) differs from predict on each row{why}").format(
+                inputs=inputs, why=_(": predict was applied to the whole batch at once, so each example was "
+                                     "centred on the batch's mean, not its own; vmap runs it one example at a time")
+                if key == "applied_to_batch" else ""))
+
+    agrees()
+    w, b = _array(0, (5, 2)), _array(1, (2,))
+    small, big = (_program_size(batched, w, b, _array(2, (n, 5))) for n in (2, 6))
+    if small != big:
+        raise CheckFailed("python_loop", _(
+            "batched_predict builds a bigger program for a bigger batch ({small} operations for 2 rows, {big} for "
+            "6): a Python loop; jax.vmap gives one program for any batch").format(small=small, big=big))
+
+
+def _moving_average(xs: np.ndarray, decay: float) -> np.ndarray:
+    m, out = 0.0, []
+    for x in xs:
+        m = decay * m + (1 - decay) * x
+        out.append(m)
+    return np.asarray(out)
+
+
+def check_scan(ns: dict) -> None:
+    """Equal to the Python loop's averages, under jit with decay traced; one program for any length (a scan)."""
+    moving_average = ns["moving_average"]
+
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4, 7]), st.sampled_from([0.5, 0.9])), n=4)
+    def agrees(case):
+        seed, length, decay = case
+        xs = _array(seed, (length,))
+        inputs = describe(xs=xs, decay=decay)
+        got = attempt(jax.jit(moving_average), xs, decay, name="moving_average", inputs=inputs)
+        want = _moving_average(np.asarray(xs, np.float64), decay)
+        if not close(got, want):
+            shifted = np.concatenate([[0.0], want[:-1]])
+            swapped = _moving_average(np.asarray(xs, np.float64), 1 - decay)
+            key = ("returns_final_only" if np.shape(got) == () else "history_shifted" if close(got, shifted)
+                   else "decay_swapped" if close(got, swapped) else "mismatch")
+            why = {"returns_final_only": _(" (only the last average: return every step's, the scan's outputs)"),
+                   "history_shifted": _(" (each output is the previous step's average: output the new carry)"),
+                   "decay_swapped": _(" (decay and 1 - decay are swapped)"), "mismatch": ""}[key]
+            raise CheckFailed(key, _("moving_average({inputs}) = {got}, expected {want}{why}").format(
+                inputs=inputs, got=numbers(got), want=numbers(want), why=why))
+
+    agrees()
+    small, big = (_program_size(moving_average, _array(0, (n,)), 0.9) for n in (4, 12))
+    if small != big:
+        raise CheckFailed("python_loop", _(
+            "moving_average builds a bigger program for a longer input ({small} operations for 4 values, {big} for "
+            "12): the Python loop is unrolled when traced; jax.lax.scan compiles the step once").format(
+            small=small, big=big))
+
+
+def check_cond(ns: dict) -> None:
+    """sqrt with the sign kept, under jit and vmap, and gradients without NaN on both sides."""
+    signed_sqrt = ns["signed_sqrt"]
+    jitted = jax.jit(signed_sqrt)
+
+    @examples(st.sampled_from([4.0, -9.0, 0.0, 2.25, -0.25, 100.0]), n=6)
+    def agrees(x):
+        got = attempt(jitted, jnp.float32(x), name="signed_sqrt", inputs=f"x={x}")
+        want = np.sign(x) * np.sqrt(abs(x))
+        if not close(got, want):
+            key = ("lost_sign" if close(got, np.sqrt(abs(x))) else "branches_swapped" if not np.isfinite(float(got))
+                   else "mismatch")
+            why = {"lost_sign": _(" (the sign is lost)"),
+                   "branches_swapped": _(" (the branches are swapped: sqrt of a negative number is NaN)"),
+                   "mismatch": ""}[key]
+            raise CheckFailed(key, _("signed_sqrt({x}) = {got}, expected {want}{why}").format(
+                x=x, got=float(got), want=want, why=why))
+
+    agrees()
+    xs = jnp.asarray([4.0, -4.0, 1.0])
+    got = attempt(jax.vmap(signed_sqrt), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs))
+    if not close(got, np.asarray([2.0, -2.0, 1.0])):
+        raise CheckFailed("mismatch", _("jax.vmap(signed_sqrt)([4, -4, 1]) = {got}, expected [2, -2, 1]").format(
+            got=numbers(got)))
+    for x in (4.0, -4.0):
+        grad = float(attempt(jax.grad(signed_sqrt), jnp.float32(x), name="jax.grad(signed_sqrt)", inputs=f"x={x}"))
+        if not np.isfinite(grad):
+            raise CheckFailed("nan_gradient", _(
+                "jax.grad(signed_sqrt)({x}) is {grad}: both branches were computed (jnp.where does that) and the "
+                "one not taken is NaN here, which poisons the gradient; jax.lax.cond runs only the branch taken"
+            ).format(x=x, grad=grad))
+        if not close(grad, 0.25):
+            raise CheckFailed("mismatch", _("jax.grad(signed_sqrt)({x}) = {grad}, expected 0.25").format(x=x, grad=grad))
+
+
+def check_split_keys(ns: dict) -> None:
+    """Shape (n, *x.shape); the key decides; every copy its own key; the parent key unused; standard normal noise."""
+    noisy = jax.jit(ns["noisy_copies"], static_argnums=2)
+    x, n = jnp.arange(128.0), 16  # 2048 numbers: their mean and std are known to +-0.05
+    inputs = describe(key=key_text(0), x=x, n=n)
+    out = attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)
+    if np.shape(out) != (n, 128):
+        raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected (16, 128)").format(
+            inputs=inputs, got=np.shape(out)))
+    noise = np.asarray(out) - np.asarray(x)
+    if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)),
+                          np.asarray(out)):
+        raise CheckFailed("not_deterministic", _("noisy_copies({inputs}) twice gave other noise: draw it from the "
+                                                 "key only").format(inputs=inputs))
+    other = np.asarray(attempt(noisy, jax.random.key(1), x, n, name="noisy_copies", inputs=inputs))
+    if np.array_equal(other, np.asarray(out)):
+        raise CheckFailed("ignores_key", _("noisy_copies gives the same noise with {k0} and {k1}: the noise must "
+                                           "come from the key you are given").format(k0=key_text(0), k1=key_text(1)))
+    if np.allclose(noise[0], noise[1]):
+        raise CheckFailed("key_reused", _("noisy_copies({inputs}): copies 0 and 1 have the same noise: one key was "
+                                          "used for several copies; split it, one key per copy").format(inputs=inputs))
+    parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape))
+    if any(np.allclose(row, parent, atol=1e-5) for row in noise):
+        raise CheckFailed("parent_key_used", _(
+            "noisy_copies({inputs}): a copy's noise was drawn with the key you were given, which you also split: "
+            "after a split, use only the new keys").format(inputs=inputs))
+    if abs(noise.mean()) > 0.15 or not 0.85 < noise.std() < 1.15:
+        raise CheckFailed("not_standard_normal", _(
+            "noisy_copies({inputs}): the noise has mean {mean:.2f} and std {std:.2f}; jax.random.normal gives mean 0 "
+            "and std 1 (is x added to it?)").format(inputs=inputs, mean=noise.mean(), std=noise.std()))

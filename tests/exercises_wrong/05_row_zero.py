@@ -1,0 +1,3 @@
+# expect: wrong_index
+def set_row(a, i, value):
+    return a.at[0].set(value)

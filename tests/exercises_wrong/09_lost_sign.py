@@ -1,0 +1,3 @@
+# expect: lost_sign
+def signed_sqrt(x):
+    return jnp.sqrt(jnp.abs(x))
