@@ -104,9 +104,12 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
     refused = sorted(getattr(args, "given", frozenset()) - RESUME_FLAGS)
     if refused:
         flags = ", ".join("--" + name.replace("_", "-") for name in refused)
-        raise ConfigError(_(
+        raise ConfigError(ngettext(
+            "--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop it, "
+            "or start a new run with it (--resume takes --epochs, --data-dir, --json, --no-compile-cache)",
             "--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop them, "
-            "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache)"
+            "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache)",
+            len(refused),
         ).format(run_dir=run_dir, flags=flags))
     if args.epochs is not None and args.epochs != config.epochs and config.schedule != "constant":
         # The schedule's shape depends on the total: resumed with another total, the learning rate would jump
