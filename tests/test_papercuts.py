@@ -69,7 +69,13 @@ def test_bare_jaxintro_lists_the_commands(capsys):
         assert f"\n    {command} " in err
 
 
-def test_profile_steps_are_bounded_before_anything_starts(tmp_path, capsys):
+def test_profile_steps_are_bounded_before_anything_starts(tmp_path, capsys, monkeypatch):
+    from jaxintro import runtime
+
+    def started(**kwargs):
+        raise AssertionError("profile went on to start JAX")
+
+    monkeypatch.setattr(runtime, "configure_jax", started)
     code, err = error_of(capsys, ["profile", "--steps", "100000", "--dataset", "digits", "--out", str(tmp_path / "p")])
     assert code == 2 and "--steps 100000 is more than 1000" in err and not (tmp_path / "p").exists()
 
