@@ -137,6 +137,7 @@ def watch(run_dir: Path) -> None:
     """Take `run_dir` as it is now as the run's folder: from here on, its writes check that it is still this one."""
     stat = os.stat(run_dir)
     _identity[Path(os.path.abspath(run_dir))] = (stat.st_dev, stat.st_ino)
+    _records.clear()  # an earlier run's records (in this process) are not this run's errors.log
 
 
 class _Keeper(logging.Handler):
