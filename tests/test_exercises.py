@@ -211,3 +211,15 @@ def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_init_list_and_hint_do_not_import_jax(tmp_path):
+    # Only a check imports JAX, and in its child process: the command itself stays light (and so does --watch).
+    code = ("import sys; from jaxintro.cli import main\n"
+            f"folder = {str(tmp_path / 'ex')!r}\n"
+            "main(['exercises', 'init', folder]); main(['exercises', 'list', '--dir', folder])\n"
+            "main(['exercises', 'hint', '3', '--dir', folder])\n"
+            "try:\n    main(['exercises', 'check', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().splitlines()[-1] == "False"

@@ -216,9 +216,14 @@ def watch(folder: Path, lang: str, number: int | None, *, timeout: float) -> int
     try:
         if exercise is not None:
             print_verdict(folder, exercise, check_one(folder, lang, exercise, entries, timeout=timeout), entries)
-        print(_("Watching {folder}/ for saved files (Ctrl-C stops).").format(folder=folder), flush=True)
         names = {e.filename: e for e in EXERCISES}
-        for changes in watch_changes(folder, debounce=400, step=100):
+        announced = False
+        # With yield_on_timeout the first (perhaps empty) batch comes once the watcher is running: only then
+        # is "Watching" true, and a file saved after it is seen.
+        for changes in watch_changes(folder, debounce=400, step=100, rust_timeout=500, yield_on_timeout=True):
+            if not announced:
+                print(_("Watching {folder}/ for saved files (Ctrl-C stops).").format(folder=folder), flush=True)
+                announced = True
             saved = sorted({names[Path(p).name] for _change, p in changes if Path(p).name in names},
                            key=lambda e: e.number)
             for exercise in saved:

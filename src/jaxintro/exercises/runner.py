@@ -1,8 +1,8 @@
 """Run an exercise's checks on the learner's file: in this process (`check_file`), or in a child with a time limit.
 
-The child (`python -I -m jaxintro.exercises.runner --out FILE N=PATH ...`) checks one file after
-another and appends one JSON verdict per line to FILE as each finishes, so a time-out or a crash
-still leaves the verdicts before it. The parent (`check_in_child`) reads the child's stdout and
+The child (`python -I -m jaxintro.exercises.runner --out-fd FD N=PATH ...`) checks one file after
+another and writes one JSON verdict per line to the pipe FD as each finishes, so a time-out or a
+crash still leaves the verdicts before it. The parent (`check_in_child`) reads the child's stdout and
 stderr into bounded buffers (a file that prints without end cannot fill a pipe or the memory),
 waits at most the time limit, and kills the child's whole process group in `finally`: an infinite
 loop, a crash or Ctrl-C never leaves a process behind. The child has its own session, so a Ctrl-C
@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import types
 from pathlib import Path
@@ -125,28 +124,30 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
 
 def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:
     """Check each (exercise, file) in one child process, within `timeout` seconds per exercise."""
-    with tempfile.TemporaryDirectory(prefix="jaxintro-check-") as tmp:
-        out = Path(tmp) / "verdicts.jsonl"
-        command = [sys.executable, "-I", "-m", "jaxintro.exercises.runner", "--lang", lang, "--out", str(out),
-                   *[f"{exercise.number}={path}" for exercise, path in items]]
-        env = dict(os.environ)
-        env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+    read_end, write_end = os.pipe()  # the verdicts come back on their own pipe, apart from the learner's prints
+    command = [sys.executable, "-I", "-m", "jaxintro.exercises.runner", "--lang", lang, "--out-fd", str(write_end),
+               *[f"{exercise.number}={path}" for exercise, path in items]]
+    env = dict(os.environ)
+    env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+    try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)
-        readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout * len(items))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # the child's own group: it and anything it started
-                proc.wait()
-            for reader in readers:
-                reader.join()
-        verdicts = [Verdict(**json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()
-                    ] if out.exists() else []
+                                env=env, start_new_session=True, pass_fds=(write_end,))
+    finally:
+        os.close(write_end)  # the child holds it now: the pipe ends when the child does
+    readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
+    results = _Drain(os.fdopen(read_end, "rb"), keep=None)
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout * len(items))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own group: it and anything it started
+            proc.wait()
+        for reader in (*readers, results):
+            reader.join()
+    verdicts = [Verdict(**json.loads(line)) for line in results.text().splitlines() if line.strip()]
     done = {v.number for v in verdicts}
     for index, (exercise, _path) in enumerate(items):
         if exercise.number in done:
@@ -165,17 +166,19 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
 
 
 class _Drain(threading.Thread):
-    """Read a pipe to its end, keeping the first `OUTPUT_KEPT` bytes."""
+    """Read a pipe to its end, keeping its first `keep` bytes (all of them when `keep` is None)."""
 
-    def __init__(self, pipe: IO[bytes]) -> None:
+    def __init__(self, pipe: IO[bytes], keep: int | None = OUTPUT_KEPT) -> None:
         super().__init__(daemon=True)
-        self.pipe, self.kept = pipe, bytearray()
+        self.pipe, self.keep, self.kept = pipe, keep, bytearray()
         self.start()
 
     def run(self) -> None:
         for chunk in iter(lambda: self.pipe.read(65536), b""):
-            if len(self.kept) < OUTPUT_KEPT:
-                self.kept += chunk[: OUTPUT_KEPT - len(self.kept)]
+            if self.keep is None:
+                self.kept += chunk
+            elif len(self.kept) < self.keep:
+                self.kept += chunk[: self.keep - len(self.kept)]
         self.pipe.close()
 
     def text(self) -> str:
@@ -184,14 +187,14 @@ class _Drain(threading.Thread):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child: check each `N=PATH`, appending one JSON verdict per line to `--out`."""
+    """The child: check each `N=PATH`, writing one JSON verdict per line to the pipe `--out-fd`."""
     parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.runner")
     parser.add_argument("--lang", default=None)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
     parser.add_argument("items", nargs="+", metavar="N=PATH")
     args = parser.parse_args(argv)
     set_language(args.lang)
-    with open(args.out, "a", encoding="utf-8") as out:
+    with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
         for item in args.items:
             number, path = item.split("=", 1)
             verdict = check_file(EXERCISES[int(number) - 1], Path(path))
