@@ -87,8 +87,9 @@ def test_every_exercise_has_its_texts_in_every_language():
             assert len(hints(exercise.slug, lang)) >= 2, (exercise.slug, lang)
         assert len(hints(exercise.slug, "es")) == len(hints(exercise.slug, "en")), exercise.slug
         assert set(docstrings(exercise.slug, "es")) == set(exercise.functions), exercise.slug
+        starter = " ".join(exercise.starter("es").split())  # docstrings are wrapped at 100 columns
         for name, doc in docstrings(exercise.slug, "es").items():
-            assert f'"""{doc}"""' in exercise.starter("es"), (exercise.slug, name)
+            assert f'"""{doc}"""' in starter, (exercise.slug, name)
 
 
 def test_a_check_speaks_the_learners_language(tmp_path):

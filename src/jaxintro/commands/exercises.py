@@ -12,11 +12,15 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxintro.errors import ConfigError
 from jaxintro.exercises import progress
 from jaxintro.exercises.catalog import EXERCISES, Exercise, by_number
 from jaxintro.i18n import _, resolve_language
+
+if TYPE_CHECKING:
+    from jaxintro.exercises.runner import Verdict
 
 DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine
@@ -129,13 +133,15 @@ def check(folder: Path, lang: str, number: int | None, *, as_json: bool, timeout
         return 0
     verdict = check_one(folder, lang, exercise, entries, timeout=timeout)
     if as_json:
-        print(json.dumps({**dataclasses.asdict(verdict), "file": str(folder / exercise.filename)}))
+        print(json.dumps({**dataclasses.asdict(verdict), "file": str(folder / exercise.filename),
+                          "section": _(exercise.section)}))
     else:
         print_verdict(folder, exercise, verdict, entries)
     return 0 if verdict.passed else 1
 
 
-def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, progress.Entry], *, timeout: float):
+def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, progress.Entry], *,
+              timeout: float) -> "Verdict":
     """Run the check of `exercise` and record it in the progress file."""
     from jaxintro.exercises.runner import check_in_child
 
@@ -149,7 +155,7 @@ def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, pr
     return verdict
 
 
-def print_verdict(folder: Path, exercise: Exercise, verdict, entries: dict[str, progress.Entry]) -> None:
+def print_verdict(folder: Path, exercise: Exercise, verdict: "Verdict", entries: dict[str, progress.Entry]) -> None:
     """The verdict in a few lines: what broke and where to look, or what comes next."""
     if verdict.printed > 2000:
         first = (verdict.output.strip().splitlines() or [""])[0][:80]

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import gettext
 import re
+import textwrap
 from pathlib import Path
+from typing import Callable
 
 from jaxintro.i18n import DOMAIN, LOCALE_DIR, N_, _
 
@@ -49,14 +51,20 @@ class Exercise:
         todo = _("TODO: write this function (the statement is at the top of the file)")
         source = _REGION.sub(lambda m: f"{m[1]}# {todo}\n{m[1]}raise NotImplementedError\n", source)
         for name, doc in docstrings(self.slug, lang).items():
-            source = re.sub(rf'(def {name}\(.*?:\n +)""".*?"""', lambda m: f'{m[1]}"""{doc}"""', source,
+            source = re.sub(rf'(def {name}\(.*?:\n( +))""".*?"""', lambda m: m[1] + _docstring(doc, m[2]), source,
                             count=1, flags=re.DOTALL)
         header = statement(self.slug, lang).strip() + "\n\n" + _(
             "Check it: jaxintro exercises check {n}    A hint: jaxintro exercises hint {n}").format(n=self.number)
         return _MODULE_DOC.sub(lambda m: f'"""{header}\n"""\n', source, count=1)
 
 
-def _catalog(lang: str):
+def _docstring(text: str, indent: str) -> str:
+    """`text` as a docstring at `indent`, wrapped at 100 columns."""
+    lines = textwrap.wrap(f'"""{text}"""', width=100 - len(indent), break_long_words=False)
+    return ("\n" + indent).join(lines)
+
+
+def _catalog(lang: str) -> Callable[[str], str]:
     """The `gettext` of language `lang` (English when it has no catalog)."""
     return gettext.translation(DOMAIN, LOCALE_DIR, languages=[lang], fallback=True).gettext
 

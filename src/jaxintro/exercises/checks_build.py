@@ -222,7 +222,7 @@ def check_train_step(ns: dict) -> None:
         raise CheckFailed("not_jitted", _("train_step is not compiled: put @jax.jit above it (the whole step, "
                                           "gradient and update, becomes one XLA program)"))
 
-    def reference(params, opt_state, x, y):
+    def reference(params: dict, opt_state: optax.OptState, x: jax.Array, y: jax.Array) -> tuple:
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, grads

@@ -24,7 +24,7 @@ import sys
 import threading
 import types
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 from jaxintro.exercises.catalog import EXERCISES, Exercise
 from jaxintro.i18n import _, set_language
@@ -70,7 +70,7 @@ class BoundedText(io.TextIOBase):
         return "".join(self.kept)
 
 
-def check_function(exercise: Exercise):
+def check_function(exercise: Exercise) -> Callable[[dict], None]:
     """The check of `exercise` (imports JAX)."""
     module = next(name for numbers, name in _CHECK_MODULES.items() if exercise.number in numbers)
     return getattr(importlib.import_module(f"jaxintro.exercises.{module}"), f"check_{exercise.slug}")
