@@ -45,8 +45,8 @@ import orbax.checkpoint as ocp
 
 from jaxintro.data import load_dataset
 from jaxintro.models import mlp
-from jaxintro.train import cross_entropy, scale_images
-from jaxintro.train import train_step as jaxintro_train_step
+from jaxintro.lesson import cross_entropy, scale_images
+from jaxintro.lesson import train_step as jaxintro_train_step
 
 print("jax", jax.__version__, "optax", optax.__version__, "on", jax.devices()[0].platform)
 
@@ -394,13 +394,13 @@ loss_after = loss_fn(stepped_params, scale_images(x_batch), y_batch)
 print(f"loss of the first batch: {float(loss):.4f}, after one step: {float(loss_after):.4f}")
 
 # %% [markdown]
-# `jaxintro train` ejecuta este mismo paso (`jaxintro.train.train_step`, que además cuenta los
+# `jaxintro train` ejecuta este mismo paso (`jaxintro.lesson.train_step`, que además cuenta los
 # aciertos). Un paso de cada uno, desde el mismo punto de partida, llega a los mismos parámetros:
 
 # %%
 package_step = jax.jit(functools.partial(jaxintro_train_step, model=mlp.build(sizes), tx=adam))
 package_params, _, metrics = package_step(params, adam.init(params), (x_batch, y_batch), None)
-print("same parameters as jaxintro.train.train_step:",
+print("same parameters as jaxintro.lesson.train_step:",
       jax.tree.all(jax.tree.map(lambda p, q: jnp.allclose(p, q, atol=1e-6), stepped_params, package_params)))
 
 # %% [markdown]

@@ -13,7 +13,7 @@ from jaxintro.cli import main
 from jaxintro.grads import (example_loss, global_norms, per_example_grad_norms_fast, per_example_grad_norms_loop,
                             per_example_grad_norms_vmap, per_example_grads)
 from jaxintro.models import build_model
-from jaxintro.train import loss_fn
+from jaxintro.lesson import loss_fn
 
 
 def assert_close(got, want, rtol=1e-5):

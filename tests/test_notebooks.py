@@ -76,8 +76,8 @@ CHECKS = [
      r"logits: \(128, 10\)\nsame as jaxintro's mlp_forward: True\n"),
     ('print("same as jaxintro\'s cross_entropy:", bool(',
      rf"loss before training: {FLOAT}\nsame as jaxintro's cross_entropy: True\n"),
-    ('print("same parameters as jaxintro.train.train_step:",',
-     r"same parameters as jaxintro\.train\.train_step: True\n"),
+    ('print("same parameters as jaxintro.lesson.train_step:",',
+     r"same parameters as jaxintro\.lesson\.train_step: True\n"),
     ('print("restored equals saved:", jax.tree.all(',
      rf"restored equals saved: True\ntest accuracy of the restored parameters: {FLOAT}\n"),
 ]

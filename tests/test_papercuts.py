@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np

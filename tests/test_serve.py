@@ -31,7 +31,7 @@ from jaxintro.data import load_dataset
 from jaxintro.evaluate import load_run, predict_proba
 from jaxintro.grads import per_example_grad_norms_vmap
 from jaxintro.images import load_image
-from jaxintro.train import scale_images
+from jaxintro.lesson import scale_images
 from test_images import SEVEN, bomb_png, drawing, png_bytes
 
 ONE = (((140, 50), (140, 230)),)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from jaxintro.config import TrainConfig
-from jaxintro.train import Trainer, accuracy, cross_entropy, fit, plan_epoch, scale_images
+from jaxintro.lesson import accuracy, cross_entropy, plan_epoch, scale_images
+from jaxintro.train import Trainer, fit
 
 
 def test_cross_entropy_by_hand():

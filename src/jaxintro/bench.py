@@ -127,7 +127,7 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     import jax
 
     from jaxintro.models.mlp import init_params
-    from jaxintro.train import plan_epoch
+    from jaxintro.lesson import plan_epoch
 
     init_key, key = jax.random.split(jax.random.key(seed))
     params = init_params(init_key, (x.shape[1], *SIZES[1:]))
@@ -218,7 +218,8 @@ def row_jit_step(plan: Plan) -> RowResult:
     """The lesson's loop (`jaxintro train --loop python`): one jitted step per batch from Python."""
     import jax
 
-    from jaxintro.train import TrainState, plan_epoch, python_epoch
+    from jaxintro.lesson import plan_epoch
+    from jaxintro.train import TrainState, python_epoch
 
     trainer, state, dataset = jax_trainer(plan)
     step_fn = trainer.jit_step()

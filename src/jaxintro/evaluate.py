@@ -17,7 +17,7 @@ from jaxintro.data import Dataset
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.i18n import _, ngettext
 from jaxintro.models import Model, build_model
-from jaxintro.train import scale_images
+from jaxintro.lesson import scale_images
 
 
 class LoadedRun(NamedTuple):

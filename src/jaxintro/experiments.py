@@ -131,7 +131,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     from jaxintro.evaluate import load_run
     from jaxintro.grads import per_example_grad_norms_vmap
     from jaxintro.plots import plot_image_grid
-    from jaxintro.train import scale_images
+    from jaxintro.lesson import scale_images
 
     lines = []
     if run_dir is not None:
@@ -208,7 +208,7 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
     import jax.numpy as jnp
 
     from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
-    from jaxintro.train import scale_images
+    from jaxintro.lesson import scale_images
 
     model, params, dataset = subject
     x = scale_images(jnp.asarray(dataset.x_test[:n]))

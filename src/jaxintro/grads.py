@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from jaxintro.models.mlp import Params, layer_names
-from jaxintro.train import cross_entropy, loss_fn
+from jaxintro.lesson import cross_entropy, loss_fn
 
 
 def example_loss(params, apply: Callable, x: Float[Array, " features"], y: Int[Array, ""]) -> Float[Array, ""]:

@@ -553,7 +553,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     import jax
 
     from jaxintro import bench
-    from jaxintro.train import Trainer, TrainState, plan_epoch, python_epoch, step_key
+    from jaxintro.lesson import plan_epoch, step_key
+    from jaxintro.train import Trainer, TrainState, python_epoch
 
     trainer = Trainer.create(config, dataset)
     batch = config.batch_size

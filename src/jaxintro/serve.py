@@ -43,7 +43,7 @@ from jaxintro.images import check_ink, load_image, warm_up
 from jaxintro.runs import (RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics,
                            run_kind)
 from jaxintro.signals import GracefulStop
-from jaxintro.train import scale_images
+from jaxintro.lesson import scale_images
 
 MAX_BODY_BYTES = 1_000_000  # a 280x280 canvas as a PNG data URL is ~10 KB; 784 numbers as JSON ~ 15 KB
 MAX_PAGE_SIZE = 100  # mistakes per request

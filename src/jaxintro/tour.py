@@ -75,7 +75,7 @@ def grad(out: Out) -> dict[str, Any]:
 def lesson_batch(batch: int = 8) -> tuple[Callable, Any, jax.Array, jax.Array]:
     """The lesson's `loss_fn` on its 784-256-128-10 MLP, with He-initialised parameters and a small random batch."""
     from jaxintro.models import mlp
-    from jaxintro.train import loss_fn
+    from jaxintro.lesson import loss_fn
 
     model = mlp.build((784, 256, 128, 10))
     params = jax.jit(model.init)(jax.random.key(0))  # one compiled program, not dozens of eager ops

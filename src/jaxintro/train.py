@@ -1,15 +1,14 @@
-"""Training: a pure step, an epoch compiled with `lax.scan`, the lesson's per-batch loop, and `fit`.
+"""The engine: the lesson's step and epoch (`jaxintro.lesson`) compiled, placed on devices, and run by `fit`.
 
-The step is pure, `step(params, opt_state, batch, key) -> (params, opt_state, metrics)`, with the
-model and optimizer bound before `jit`. `--loop scan` (the default) compiles a whole epoch,
-shuffle included, into one XLA program; `--loop python` is the lesson's loop, one jitted step per
-batch dispatched from Python. Both draw the same permutation and dropout keys, so they train the
-same function. The last partial batch of each epoch is dropped, as in the lesson (468 steps of 128
-on MNIST's 60,000 images); the permutation changes each epoch, so every image is still seen.
-Several members (`--seeds N`, or a sweep's grid) are trained by the same epoch, mapped over them
-(`lax.map`, or `jax.vmap` in groups): parameters, optimizer states and keys carry a leading member
-axis, split over a `members` mesh (on a CPU, one device per core); the data does not.
-Only `fit` touches the outside world: it logs, times, and calls the per-epoch hook.
+`Trainer` builds the model and optimizer a config describes and compiles them: the whole epoch as
+one XLA program (`--loop scan`, the default, shuffle included), or the lesson's jitted step, one
+call per batch from Python (`--loop python`, `python_epoch`). Both draw the same permutation and
+dropout keys, so they train the same function. The last partial batch of each epoch is dropped, as
+in the lesson (468 steps of 128 on MNIST's 60,000 images); the permutation changes each epoch, so
+every image is still seen. Several members (`--seeds N`, or a sweep's grid) are trained by the same
+epoch, mapped over them (`lax.map`, or `jax.vmap` in groups): parameters, optimizer states and keys
+carry a leading member axis, split over a `members` mesh (on a CPU, one device per core); the data
+does not. Only `fit` touches the outside world: it logs, times, and calls the per-epoch hook.
 """
 
 from __future__ import annotations
@@ -25,12 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Int
 
 from jaxintro.config import CPU_MEMBER_GROUP, EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.i18n import _
+from jaxintro.lesson import plan_epoch, scale_images, step_key, train_epoch, train_step
 from jaxintro.models import Model, Params, build_model, param_count
 from jaxintro.optim import build_optimizer, build_schedule
 
@@ -46,136 +46,7 @@ class TrainState(NamedTuple):
     epoch: int
 
 
-# ---------------------------------------------------------------- pure functions
-
-
-def scale_images(x_u8: Int[Array, "batch features"]) -> Float[Array, "batch features"]:
-    """uint8 pixels to float32 in [0, 1]; done inside the step so the data stays uint8 in memory."""
-    return x_u8.astype(jnp.float32) / 255.0
-
-
-def cross_entropy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
-    """Mean cross-entropy from logits via log-softmax."""
-    log_probs = jax.nn.log_softmax(logits)
-    return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=1))
-
-
-def loss_fn(
-    params: Params,
-    apply: Callable,
-    x: Float[Array, "batch features"],
-    y: Int[Array, " batch"],
-    key: jax.Array | None = None,
-) -> Float[Array, ""]:
-    """The model's mean cross-entropy on a batch; `key` switches dropout on."""
-    return loss_and_logits(params, apply, x, y, key)[0]
-
-
-def loss_and_logits(
-    params: Params,
-    apply: Callable,
-    x: Float[Array, "batch features"],
-    y: Int[Array, " batch"],
-    key: jax.Array | None = None,
-) -> tuple[Float[Array, ""], Float[Array, "batch classes"]]:
-    """`loss_fn`, and the logits it came from (for `value_and_grad(..., has_aux=True)`)."""
-    logits = apply(params, x, key)
-    return cross_entropy(logits, y), logits
-
-
-def accuracy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
-    """Fraction of argmax predictions equal to the labels."""
-    return jnp.mean(jnp.argmax(logits, axis=-1) == labels)
-
-
-def train_step(
-    params: Params,
-    opt_state: optax.OptState,
-    batch: tuple[Array, Array],
-    key: jax.Array | None,
-    *,
-    model: Model,
-    tx: optax.GradientTransformation,
-    axis_name: str | None = None,
-) -> tuple[Params, optax.OptState, dict[str, Array]]:
-    """One Adam (or other) step on a uint8 batch; returns the loss, the correct count and the gradient's norm.
-
-    The correct count comes from the logits the loss was computed from (dropout on, parameters before
-    the update), so the epoch's training accuracy costs no second forward pass.
-
-    Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
-    parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
-    lesson's `pmap` + `pmean`, in today's API.
-    """
-    x_u8, y = batch
-    if axis_name is not None:
-        # Without this cast JAX would sum the replicated parameters' gradients implicitly;
-        # marking them per-device keeps the all-reduce explicit, as the lesson teaches it.
-        params_for_grad = jax.lax.pcast(params, axis_name, to="varying")
-    else:
-        params_for_grad = params
-    (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
-        params_for_grad, model.apply, scale_images(x_u8), y, key)
-    correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
-    if axis_name is not None:
-        loss, grads = jax.lax.pmean((loss, grads), axis_name)
-        correct = jax.lax.psum(correct, axis_name)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    return params, opt_state, {"loss": loss, "correct": correct, "grad_norm": optax.tree.norm(grads)}
-
-
-def plan_epoch(key: jax.Array, num_examples: int, batch_size: int) -> tuple[jax.Array, Array, jax.Array]:
-    """Split the epoch's keys: the next carry key, a permutation cut into batches, a dropout key."""
-    key, perm_key, dropout_key = jax.random.split(key, 3)
-    steps = num_examples // batch_size
-    perm = jax.random.permutation(perm_key, num_examples)[: steps * batch_size]
-    return key, perm.reshape(steps, batch_size), dropout_key
-
-
-def step_key(dropout_key: jax.Array, step: Array | int, use_dropout: bool) -> jax.Array | None:
-    """The dropout key of one step (None when the model has no dropout)."""
-    return jax.random.fold_in(dropout_key, step) if use_dropout else None
-
-
-def train_epoch(
-    params: Params,
-    opt_state: optax.OptState,
-    key: jax.Array,
-    x_u8: Array,
-    y: Array,
-    *,
-    step: Callable,
-    batch_size: int,
-    use_dropout: bool,
-    axis_name: str | None = None,
-    batch_sharding: Any = None,
-) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """A whole epoch as one `lax.scan`: shuffle on device, then `step` on every batch; per-step metrics.
-
-    Inside `shard_map` (`axis_name` given) each device takes its slice of every batch; with
-    `batch_sharding`, each batch is laid out across devices and XLA splits the work.
-    """
-    key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
-    if axis_name is not None:
-        devices = jax.lax.axis_size(axis_name)
-        index = jax.lax.axis_index(axis_name)
-        local = batch_size // devices
-        perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
-        if devices > 1:  # other examples on each device: other dropout masks
-            dropout_key = jax.random.fold_in(dropout_key, index)
-
-    def body(carry, inputs):
-        params, opt_state = carry
-        i, idx = inputs
-        batch = (x_u8[idx], y[idx])
-        if batch_sharding is not None:
-            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-        params, opt_state, metrics = step(params, opt_state, batch, step_key(dropout_key, i, use_dropout))
-        return (params, opt_state), metrics
-
-    (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(perm.shape[0]), perm))
-    return params, opt_state, key, metrics
+# ---------------------------------------------------------------- evaluation over a whole set
 
 
 def count_correct(

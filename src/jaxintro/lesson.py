@@ -1,0 +1,158 @@
+"""The lesson's training math, and nothing else: pure functions of arrays, keys and pytrees.
+
+Read it beside the lesson's "Build it" steps; it imports JAX and Optax only, and every other module
+takes these functions from here (the engine in `train.py` adds meshes, members, files and printing):
+
+1. `init_params` (He init from split keys) and 2. the forward pass live with the model:
+   `jaxintro.models.mlp` (`init_mlp`, `mlp_forward`), one of the four styles a `Model` wraps.
+3. The loss: `cross_entropy` from log-softmax, `loss_fn` on a batch (`loss_and_logits` keeps the
+   logits for the accuracy), on images scaled by `scale_images` inside the step.
+4. The update: `train_step`, `value_and_grad` of the loss then the Optax update, pure, to be
+   jitted with the model and optimizer bound (`functools.partial`); with an `axis_name`, the
+   lesson's data parallelism: `pcast` the parameters, `pmean` the gradients.
+5. The epoch: `plan_epoch` splits the epoch's keys and reshuffles, `step_key` gives each step its
+   dropout key, `train_epoch` runs every batch as one `lax.scan` (the lesson's Python loop is
+   `train.python_epoch`, over the same plan).
+6. Evaluation: `accuracy`, the share of argmax predictions equal to the labels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, Int
+
+if TYPE_CHECKING:  # for the signatures only: the lesson needs nothing of jaxintro at run time
+    from jaxintro.models import Model, Params
+
+
+def scale_images(x_u8: Int[Array, "batch features"]) -> Float[Array, "batch features"]:
+    """uint8 pixels to float32 in [0, 1]; done inside the step so the data stays uint8 in memory."""
+    return x_u8.astype(jnp.float32) / 255.0
+
+
+def cross_entropy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
+    """Mean cross-entropy from logits via log-softmax."""
+    log_probs = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=1))
+
+
+def loss_fn(
+    params: Params,
+    apply: Callable,
+    x: Float[Array, "batch features"],
+    y: Int[Array, " batch"],
+    key: jax.Array | None = None,
+) -> Float[Array, ""]:
+    """The model's mean cross-entropy on a batch; `key` switches dropout on."""
+    return loss_and_logits(params, apply, x, y, key)[0]
+
+
+def loss_and_logits(
+    params: Params,
+    apply: Callable,
+    x: Float[Array, "batch features"],
+    y: Int[Array, " batch"],
+    key: jax.Array | None = None,
+) -> tuple[Float[Array, ""], Float[Array, "batch classes"]]:
+    """`loss_fn`, and the logits it came from (for `value_and_grad(..., has_aux=True)`)."""
+    logits = apply(params, x, key)
+    return cross_entropy(logits, y), logits
+
+
+def accuracy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
+    """Fraction of argmax predictions equal to the labels."""
+    return jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+
+
+def train_step(
+    params: Params,
+    opt_state: optax.OptState,
+    batch: tuple[Array, Array],
+    key: jax.Array | None,
+    *,
+    model: Model,
+    tx: optax.GradientTransformation,
+    axis_name: str | None = None,
+) -> tuple[Params, optax.OptState, dict[str, Array]]:
+    """One Adam (or other) step on a uint8 batch; returns the loss, the correct count and the gradient's norm.
+
+    The correct count comes from the logits the loss was computed from (dropout on, parameters before
+    the update), so the epoch's training accuracy costs no second forward pass.
+
+    Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
+    parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
+    lesson's `pmap` + `pmean`, in today's API.
+    """
+    x_u8, y = batch
+    if axis_name is not None:
+        # Without this cast JAX would sum the replicated parameters' gradients implicitly;
+        # marking them per-device keeps the all-reduce explicit, as the lesson teaches it.
+        params_for_grad = jax.lax.pcast(params, axis_name, to="varying")
+    else:
+        params_for_grad = params
+    (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
+        params_for_grad, model.apply, scale_images(x_u8), y, key)
+    correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
+    if axis_name is not None:
+        loss, grads = jax.lax.pmean((loss, grads), axis_name)
+        correct = jax.lax.psum(correct, axis_name)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, {"loss": loss, "correct": correct, "grad_norm": optax.tree.norm(grads)}
+
+
+def plan_epoch(key: jax.Array, num_examples: int, batch_size: int) -> tuple[jax.Array, Array, jax.Array]:
+    """Split the epoch's keys: the next carry key, a permutation cut into batches, a dropout key."""
+    key, perm_key, dropout_key = jax.random.split(key, 3)
+    steps = num_examples // batch_size
+    perm = jax.random.permutation(perm_key, num_examples)[: steps * batch_size]
+    return key, perm.reshape(steps, batch_size), dropout_key
+
+
+def step_key(dropout_key: jax.Array, step: Array | int, use_dropout: bool) -> jax.Array | None:
+    """The dropout key of one step (None when the model has no dropout)."""
+    return jax.random.fold_in(dropout_key, step) if use_dropout else None
+
+
+def train_epoch(
+    params: Params,
+    opt_state: optax.OptState,
+    key: jax.Array,
+    x_u8: Array,
+    y: Array,
+    *,
+    step: Callable,
+    batch_size: int,
+    use_dropout: bool,
+    axis_name: str | None = None,
+    batch_sharding: Any = None,
+) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
+    """A whole epoch as one `lax.scan`: shuffle on device, then `step` on every batch; per-step metrics.
+
+    Inside `shard_map` (`axis_name` given) each device takes its slice of every batch; with
+    `batch_sharding`, each batch is laid out across devices and XLA splits the work.
+    """
+    key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
+    if axis_name is not None:
+        devices = jax.lax.axis_size(axis_name)
+        index = jax.lax.axis_index(axis_name)
+        local = batch_size // devices
+        perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
+        if devices > 1:  # other examples on each device: other dropout masks
+            dropout_key = jax.random.fold_in(dropout_key, index)
+
+    def body(carry, inputs):
+        params, opt_state = carry
+        i, idx = inputs
+        batch = (x_u8[idx], y[idx])
+        if batch_sharding is not None:
+            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+        params, opt_state, metrics = step(params, opt_state, batch, step_key(dropout_key, i, use_dropout))
+        return (params, opt_state), metrics
+
+    (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(perm.shape[0]), perm))
+    return params, opt_state, key, metrics
