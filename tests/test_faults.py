@@ -61,13 +61,13 @@ def committed(run: Path) -> list[int]:
     return sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
 
 
-def assert_safe_and_resumable(run: Path, epoch: int, whole: Path) -> None:
+def assert_safe_and_resumable(run: Path, epoch: int, whole: Path, flags: list[str] | None = None) -> None:
     """Epoch `epoch` is the newest committed checkpoint, it restores, metrics are not ahead, and --resume ends as `whole`."""
     assert committed(run)[-1] == epoch
     assert checkpoint.read_meta(run)["epoch"] == epoch and load_run(run).epoch == epoch
     metrics = read_metrics(run)
     assert not metrics or metrics[-1]["epoch"] <= epoch  # never ahead of the checkpoints
-    assert main(["train", "--resume", str(run)]) == 0
+    assert main(["train", "--resume", str(run), *(flags or [])]) == 0
     assert final(run) == final(whole)
     assert not list((run / "checkpoints").glob("*.orbax-checkpoint-tmp*"))  # a failed save's debris is gone
 
@@ -182,6 +182,32 @@ def test_a_run_folder_removed_during_training_stops_the_run_with_one_line(tmp_pa
     line = the_one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), faults.EXIT_WRITE_FAULT)
     assert f"in {run}: the run folder was removed while the run was writing to it" in line
     assert "start it again" in line and "Done" not in out
+
+
+def test_a_run_folder_turned_read_only_stops_the_run_with_one_line(tmp_path):
+    """The disk remounted read-only while the process is stopped: Orbax's thread meets EROFS first."""
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        run = disk / "r"
+        proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "train", *DIGITS, "--epochs", "400",
+                                 "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            stop_at_epoch(proc, 3)  # by epoch 3's line, checkpoint 1 is committed (epoch 2's save waited for it)
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+            proc.send_signal(signal.SIGCONT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+        line = the_one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+                            faults.EXIT_WRITE_FAULT)
+        assert f"in {run}: Read-only file system [EROFS]; epoch " in line and "Done" not in out
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        epoch = committed(run)[-1]
+        assert f"epoch {epoch} is safely on disk" in line
+        # The uninterrupted run to one epoch past the stop (a constant learning rate: the same first epochs).
+        assert main(["train", *DIGITS, "--epochs", str(epoch + 1), "--run-dir", str(tmp_path / "whole")]) == 0
+        assert_safe_and_resumable(run, epoch, tmp_path / "whole", ["--epochs", str(epoch + 1)])
 
 
 def test_a_model_too_big_for_memory_is_refused_before_anything_is_allocated(tmp_path):

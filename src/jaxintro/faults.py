@@ -162,19 +162,20 @@ def _keep_unraisable(unraisable) -> None:
 
 
 def capture_library_logs() -> None:
-    """Route absl's records (Orbax logs its background failures there, tracebacks included) into errors.log.
+    """Route absl's and asyncio's records (Orbax's background failures, tracebacks included) into errors.log.
 
     So do the exceptions TensorStore's own threads cannot raise anywhere (`sys.unraisablehook`):
     Python would print each with a traceback.
     """
     sys.unraisablehook = _keep_unraisable
-    logger = logging.getLogger("absl")
-    logger.setLevel(logging.ERROR)  # Orbax logs every save at INFO/WARNING; the training log says what matters
-    if not any(isinstance(handler, _Keeper) for handler in logger.handlers):
-        handler = _Keeper()
-        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
-        logger.addHandler(handler)
-    logger.propagate = False
+    logging.getLogger("absl").setLevel(logging.ERROR)  # Orbax logs every save at INFO/WARNING: the log says enough
+    for name in ("absl", "asyncio"):  # asyncio: "Task exception was never retrieved", for Orbax's failed writes
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, _Keeper) for handler in logger.handlers):
+            handler = _Keeper()
+            handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+            logger.addHandler(handler)
+        logger.propagate = False
 
 
 def write_log(run_dir: Path) -> Path | None:
