@@ -2,8 +2,8 @@
 
 Each command's work lives in `jaxintro.commands.<name>`, imported only when that command runs, so
 `jaxintro --help` never starts JAX. Every user-facing failure is a `JaxintroError`: one line on
-stderr, exit code 2 (1 for a diverged run); nothing else is caught here. The language is chosen
-before the parser is built, so `--help` reads in it too.
+stderr, exit code 2 (1 for a diverged run, 74 for a write the machine refused); nothing else is
+caught here. The language is chosen before the parser is built, so `--help` reads in it too.
 """
 
 from __future__ import annotations

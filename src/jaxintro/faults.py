@@ -4,7 +4,7 @@ A run writes its folder's claim, `config.json`, a checkpoint per epoch (Orbax, i
 `metrics.jsonl`, `curves.png` and `result.json`. Each write is one `run_write(what, run_dir)`:
 
 - the run folder is checked first: a folder that was deleted (or deleted and made again) since the
-  run's first write stops the run at its next write, instead of training on over nothing;
+  run claimed it stops the run at its next write, instead of training on over nothing;
 - any refusal of the OS (no space left, a read-only or vanished folder, an I/O error) becomes a
   `WriteFault`, which the CLI prints as one line with the last epoch safely on disk and the
   command that continues from it (exit code 74, `EX_IOERR` of sysexits.h);
@@ -12,9 +12,10 @@ A run writes its folder's claim, `config.json`, a checkpoint per epoch (Orbax, i
   errno (ENOSPC, EROFS, EIO, ...), as SQLite's I/O-error tests do, for the faults a test cannot
   cause for real.
 
-Orbax reports its background failures through absl's logger, with a traceback per thread; those
-records are kept here instead of reaching the terminal, and written to `errors.log` in the run
-folder when a write fails (if the disk still takes it).
+Orbax reports its background failures through absl's and asyncio's loggers, with a traceback per
+thread, and TensorStore's threads through `sys.unraisablehook`; those records are kept here instead
+of reaching the terminal, and written to `errors.log` in the run folder when a write fails (if the
+disk still takes it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ MAX_RECORDS = 200  # of Orbax's log records kept for errors.log: a failed save l
 
 _writes = 0  # writes of this process so far, as the seam counts them
 _identity: dict[Path, tuple[int, int]] = {}  # each watched run folder's (device, inode)
-_records: list[str] = []  # Orbax's and absl's error records, formatted
+_records: list[str] = []  # the libraries' error records and the faults' tracebacks, for errors.log
 
 
 class WriteFault(JaxintroError):
