@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import warnings
 from pathlib import Path
@@ -197,11 +198,28 @@ def test_auto_does_not_hide_a_corrupt_file(tmp_path, mnist_dir):
             load_dataset("auto", tmp_path)
 
 
-def test_describe_sources_reports_each_dataset(mnist_dir):
+def only_the_cache_for_fashion(monkeypatch: pytest.MonkeyPatch) -> data.DatasetSpec:
+    """Fashion-MNIST searched in the user cache only: a copy installed on this machine changes nothing here."""
+    spec = dataclasses.replace(data.FASHION_MNIST, system_dirs=())
+    monkeypatch.setitem(data.IDX_DATASETS, spec.name, spec)
+    return spec
+
+
+def test_describe_sources_reports_each_dataset(mnist_dir, isolated_cache, monkeypatch):
+    only_the_cache_for_fashion(monkeypatch)
     rows = {r["dataset"]: r for r in data.describe_sources(mnist_dir)}
-    assert rows["mnist"]["status"] == "ok (SHA-256 verified)"
-    assert rows["digits"]["status"].startswith("ok")
-    assert "fashion-mnist" in rows
+    assert list(rows) == ["digits", "mnist", "fashion-mnist"]
+    assert rows["mnist"] == {"dataset": "mnist", "source": str(mnist_dir), "status": "ok (SHA-256 verified)"}
+    # The named folder holds MNIST, not Fashion-MNIST: said for that folder, never reported as found.
+    assert rows["fashion-mnist"]["source"] == str(mnist_dir)
+    assert rows["fashion-mnist"]["status"].startswith("not here:") and "mnist" in rows["fashion-mnist"]["status"]
+    # Without a folder and with an empty cache, each IDX dataset would be downloaded, from the mirror in force.
+    rows = {r["dataset"]: r for r in data.describe_sources()}
+    assert rows["digits"]["status"] == "ok (always offline)"
+    for name in ("mnist", "fashion-mnist"):
+        assert rows[name]["source"] == "download from http://127.0.0.1:9/"
+        assert rows[name]["status"].startswith("not on disk (searched ")
+        assert str(isolated_cache / "jaxintro" / name) in rows[name]["status"]
 
 
 # ---------------------------------------------------------------- a folder the user named
@@ -228,17 +246,16 @@ def test_another_datasets_folder_names_the_flag_that_loads_it(mnist_dir):
         load_dataset("fashion-mnist", mnist_dir)
 
 
-def test_data_and_train_agree_on_a_cache_folder_holding_another_dataset(isolated_cache, mnist_dir):
+def test_data_and_train_agree_on_a_cache_folder_holding_another_dataset(isolated_cache, mnist_dir, monkeypatch):
+    spec = only_the_cache_for_fashion(monkeypatch)
     wrong = isolated_cache / "jaxintro" / "fashion-mnist"
     wrong.mkdir(parents=True)
     for f in data.MNIST.files:
         (wrong / f"{f.stem}.gz").write_bytes((mnist_dir / f"{f.stem}.gz").read_bytes())
-    found = data.find_dataset(data.FASHION_MNIST)
+    assert data.find_dataset(spec) is None  # passed over, never loaded as Fashion-MNIST
     row = {r["dataset"]: r for r in data.describe_sources()}["fashion-mnist"]
-    assert found is None or found.folder != wrong  # passed over, never loaded as Fashion-MNIST
-    assert row["source"] == (str(found.folder) if found else row["source"]) and row["source"] != str(wrong)
-    if found is None:
-        with pytest.raises(DataNotFoundError, match="searched"):
-            load_dataset("fashion-mnist", download=False)
-    else:
-        assert load_dataset("fashion-mnist", download=False).source == row["source"]
+    # `jaxintro data` says it would download it, after searching that folder; train does not load it either.
+    assert row["source"] == "download from http://127.0.0.1:9/" and row["source"] != str(wrong)
+    assert str(wrong) in row["status"]
+    with pytest.raises(DataNotFoundError, match="searched"):
+        load_dataset("fashion-mnist", download=False)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -176,9 +177,14 @@ def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
     monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
     assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
     assert parallel.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
-    # In a process that already started JAX, members use the devices it has.
-    assert parallel.member_devices(TrainConfig(seeds=8)) == parallel.spread_over(TrainConfig(seeds=8),
-                                                                                  len(jax.devices()))
+    # In a process that already started JAX, members use the CPU devices it has (those that split them
+    # evenly); on an accelerator they stay on its one device, vmapped, unless told.
+    monkeypatch.setattr(parallel.jax, "devices", lambda *backend: ["cpu"] * 4)
+    monkeypatch.setattr(parallel.jax, "default_backend", lambda: "cpu")
+    assert [parallel.member_devices(TrainConfig(seeds=n)) for n in (8, 6, 3, 1)] == [4, 3, 3, 1]
+    assert parallel.member_devices(TrainConfig(seeds=8, devices=2)) == 2
+    monkeypatch.setattr(parallel.jax, "default_backend", lambda: "gpu")
+    assert parallel.member_devices(TrainConfig(seeds=8)) == 1
 
 
 def test_a_sweep_member_is_the_run_with_its_learning_rate(data):
@@ -282,8 +288,10 @@ def run_json(capsys, *argv: str) -> dict:
 
 def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, capsys):
     run = tmp_path / "seeds"
+    called = time.perf_counter()
     summary = run_json(capsys, "train", "--dataset", "digits", "--epochs", "2", "--seeds", "3", "--seed", "4",
                        "--run-dir", str(run), "--json", "--no-compile-cache")
+    elapsed = time.perf_counter() - called
     members = summary["members"]
     assert [m["seed"] for m in members] == [4, 5, 6] and summary["member_count"] == 3
     accuracies = [m["test_accuracy"] for m in members]
@@ -296,7 +304,10 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     times = summary["time_breakdown"]
     assert times["train"] == summary["train_seconds"] and times["compile"] == summary["compile_seconds"]
     assert all(times[name] > 0 for name in ("setup", "data", "init", "compile", "train", "eval", "checkpoint", "plot"))
+    # No phase overlaps another: `other` (the rest) is clipped at 0, so a phase counted twice would push
+    # the parts past the whole. And the whole is the call's own time, measured here: nothing left out.
     assert sum(v for k, v in times.items() if k != "total") == pytest.approx(times["total"])
+    assert 0.5 * elapsed <= times["total"] <= elapsed
     assert (run / "curves.png").stat().st_size > 0
 
     evaluated = run_json(capsys, "evaluate", str(run), "--json")
@@ -324,9 +335,22 @@ def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
     pixels = np.zeros((8, 8), np.uint8)
     pixels[1:7, 3:5] = 255
     Image.fromarray(pixels).save(image)
-    assert main(["predict", str(run), str(image)]) == 0
+    assert main(["predict", str(run), str(image), "--json"]) == 0
     out = capsys.readouterr().out
     assert "holds 2 models: these are the probabilities of the ensemble of its 2 members" in out
+    # The probabilities printed are the mean of the two members' own softmax probabilities, not one member's.
+    from jaxintro.evaluate import load_run
+    from jaxintro.images import load_image
+    from jaxintro.train import scale_images
+
+    loaded = load_run(run)
+    x = scale_images(jnp.asarray(load_image(image, (8, 8))[None]))
+    each = [np.asarray(jax.nn.softmax(loaded.member_model.apply(member(loaded.all_params, k), x, None)))[0]
+            for k in range(2)]
+    printed = json.loads(out.strip().splitlines()[-1])["probabilities"]
+    got = np.array([printed[str(c)] for c in range(10)])
+    np.testing.assert_allclose(got, (each[0] + each[1]) / 2, atol=1e-6)
+    assert np.abs(each[0] - each[1]).max() > 1e-3  # two different models: the mean is neither of them
 
 
 @pytest.mark.parametrize("style", ["linen", "nnx", "equinox"])

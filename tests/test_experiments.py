@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from jaxintro.cli import main
 
@@ -16,11 +17,37 @@ def run_json(capsys, argv):
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+def refit(**flags):
+    """The experiment's run with `flags`, trained again here on the same digits (training is deterministic)."""
+    from jaxintro.config import TrainConfig
+    from jaxintro.data import load_dataset
+    from jaxintro.train import fit
+
+    digits = load_dataset("digits")
+    return fit(TrainConfig(dataset="digits", epochs=3, **flags), digits, log=lambda _: None), digits
+
+
+def train_accuracy_dropout_off(result, digits, rate: float) -> float:
+    """The final parameters' accuracy on the whole training set, computed here with dropout off (no key)."""
+    from jaxintro.models import build_model
+    from jaxintro.train import scale_images
+
+    model = build_model("jax", digits.num_features, (256, 128), digits.num_classes, dropout=rate)
+    logits = model.apply(result.state.params, scale_images(digits.x_train), None)
+    return float(np.mean(np.asarray(logits).argmax(1) == digits.y_train))
+
+
 def test_dropout_experiment(capsys, tmp_path):
     report = run_json(capsys, ["experiment", "dropout", *SMALL, "--rate", "0.3", "--out", str(tmp_path), "--json"])
     assert report["rate"] == 0.3
     assert 0.5 < report["accuracy_without"] <= 1 and 0.5 < report["accuracy_with"] <= 1
     assert report["accuracy_with"] != report["accuracy_without"]
+    # The gaps, the experiment's result: the training set's accuracy (dropout off) minus the test set's.
+    for rate, key in ((0.0, "without"), (0.3, "with")):
+        result, digits = refit(dropout=rate)
+        assert report[f"accuracy_{key}"] == result.history[-1].test_accuracy
+        gap = train_accuracy_dropout_off(result, digits, rate) - result.history[-1].test_accuracy
+        assert report[f"gap_{key}"] == pytest.approx(gap, abs=1e-9), key
     assert (tmp_path / "dropout.png").exists() and (tmp_path / "dropout.json").exists()
 
 
@@ -34,7 +61,12 @@ def test_models_experiment_covers_every_style(capsys, tmp_path):
 
 def test_clipping_experiment_records_every_step(capsys, tmp_path):
     report = run_json(capsys, ["experiment", "clipping", *SMALL, "--clip", "0.5", "--out", str(tmp_path), "--json"])
-    assert 0.0 <= report["clipped_fraction"] <= 1.0
+    # The fraction of all the clipped run's steps (3 epochs) whose norm before clipping exceeded 0.5.
+    clipped, _digits = refit(clip_norm=0.5)
+    norms = np.concatenate([m["grad_norm"] for m in clipped.step_metrics])
+    assert len(norms) == 3 * len(clipped.step_metrics[0]["grad_norm"]) > 3
+    assert report["clipped_fraction"] == pytest.approx(np.mean(norms > 0.5), abs=1e-12)
+    assert report["accuracy_clipped"] == clipped.history[-1].test_accuracy
     # Early gradients of a fresh network are large: some steps must have been clipped at 0.5.
     assert report["clipped_fraction_first_epoch"] > 0
     assert report["max_norm_unclipped"] > 0.5
