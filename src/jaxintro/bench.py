@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxintro.config import BENCH_ROWS, EVAL_CHUNK
+from jaxintro.config import BENCH_ROWS, EVAL_CHUNK, LESSON_SIZES
 from jaxintro.errors import JaxintroError
 from jaxintro.i18n import N_, _
 from jaxintro.runtime import peak_rss_mb
 
-SIZES = (784, 256, 128, 10)
+SIZES = LESSON_SIZES  # the rows train the lesson's MLP, whatever --hidden a run used
 
 # Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
 # `skip_reason` translates it where the table is printed. The details after ": " are PyTorch's own words.
@@ -136,11 +136,11 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
 
-def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True):
+def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True, loop: str = "scan"):
     """jaxintro's own Trainer and initial state for the plan (the same seed gives the plan's init and order).
 
     With `seeds`, the state of that many members, the first the plan's: all vmapped together (`vmap_all`,
-    whatever `train`'s default group), or grouped as `train` groups them.
+    whatever `train`'s default group), or grouped as `train` groups them. `loop` as `train --loop`.
     """
     from jaxintro.config import TrainConfig
     from jaxintro.data import Dataset
@@ -148,7 +148,8 @@ def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True):
 
     classes = tuple(str(i) for i in range(SIZES[-1]))
     dataset = Dataset("bench", plan.x, plan.y, plan.x[:1], plan.y[:1], classes, (0, 0), "bench plan")
-    config = TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds, member_group=seeds if vmap_all else 0)
+    config = TrainConfig(batch_size=plan.batch, seed=plan.seed, seeds=seeds, member_group=seeds if vmap_all else 0,
+                         loop=loop)
     trainer = Trainer.create(config, dataset)
     state = trainer.init_state()
     first = state.params if seeds == 1 else {n: {k: v[0] for k, v in layer.items()} for n, layer in state.params.items()}
@@ -216,20 +217,7 @@ def _epoch_row(name: str, plan: Plan, first_epoch: Callable, epoch: Callable, st
 
 def row_jit_step(plan: Plan) -> RowResult:
     """The lesson's loop (`jaxintro train --loop python`): one jitted step per batch from Python."""
-    import jax
-
-    from jaxintro.lesson import plan_epoch
-    from jaxintro.train import TrainState, python_epoch
-
-    trainer, state, dataset = jax_trainer(plan)
-    step_fn = trainer.jit_step()
-    plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
-
-    def epoch(state):
-        params, opt_state, key, metrics = python_epoch(state, trainer, step_fn, plan_fn, dataset)
-        return TrainState(params, opt_state, key, state.epoch + 1), metrics
-
-    return _epoch_row("jit-step", plan, epoch, epoch, state)
+    return _trainer_row("jit-step", plan, *jax_trainer(plan, loop="python"))
 
 
 def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowResult:
@@ -238,24 +226,25 @@ def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowRe
     With `seeds`, the same epoch over that many members: all vmapped on one device, or (`spread`) placed
     and grouped as `jaxintro train --seeds` does it.
     """
-    from jaxintro.train import TrainState
+    name = "scan-epoch" if seeds == 1 else f"{'spread' if spread else 'vmap'}-seeds-{seeds}"
+    result = _trainer_row(name, plan, *jax_trainer(plan, seeds, vmap_all=not spread))
+    result.models = seeds
+    return result
 
-    trainer, state, dataset = jax_trainer(plan, seeds, vmap_all=not spread)
-    state, (x, y), _test = trainer.place(state, dataset)  # where `jaxintro train` puts them
-    jitted = trainer.jit_epoch()
+
+def _trainer_row(name: str, plan: Plan, trainer, state, dataset) -> RowResult:
+    """A row that trains as `jaxintro train` does: placed by `Trainer.place`, compiled by `Trainer.compile_epoch`."""
+    state, train, _test = trainer.place(state, dataset)  # where `jaxintro train` puts them
     compiled = {}
 
     def first_epoch(state):
-        compiled["fn"] = jitted.lower(state.params, state.opt_state, state.key, x, y).compile()
+        compiled["epoch"] = trainer.compile_epoch(state, train)
         return epoch(state)
 
     def epoch(state):
-        params, opt_state, key, metrics = compiled["fn"](state.params, state.opt_state, state.key, x, y)
-        return TrainState(params, opt_state, key, state.epoch + 1), metrics
+        return compiled["epoch"].run(state)
 
-    name = "scan-epoch" if seeds == 1 else f"{'spread' if spread else 'vmap'}-seeds-{seeds}"
     result = _epoch_row(name, plan, first_epoch, epoch, state)
-    result.models = seeds
     result.devices = trainer.mesh.size
     return result
 

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Collection, NamedTuple, Sequence
+from typing import Any, Collection, NamedTuple, Sequence
 
 import numpy as np
 
@@ -545,7 +545,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
                      matmul_n: int = 2048, bandwidth_mib: int = 64) -> ProfileReport:
     """Compile `config`'s training program for `steps` batches, warm it, time it, trace it; measure the machine.
 
-    `--loop scan` runs the program `jaxintro train` runs (`Trainer.jit_epoch`, a `lax.scan` of
+    `--loop scan` runs the program `jaxintro train` runs (`Trainer.compile_epoch`, a `lax.scan` of
     `train_step` with the shuffle in front), given exactly `steps` batches of images, so one call is
     one traced window; `--loop python` runs `python_epoch`, the lesson's loop of jitted steps, on
     the same images. Either way "per step" below is the window's time over `steps`.
@@ -553,36 +553,22 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     import jax
 
     from jaxintro import bench
-    from jaxintro.lesson import plan_epoch, step_key
-    from jaxintro.train import Trainer, TrainState, python_epoch
+    from jaxintro.train import Trainer, TrainState
 
     trainer = Trainer.create(config, dataset)
     batch = config.batch_size
     x, y, repeated = window_images(dataset.x_train, dataset.y_train, steps * batch)
-    state = trainer.init_state()
-    one_batch = (x[:batch], y[:batch])
-    step_program = trainer.jit_step().lower(state.params, state.opt_state, one_batch,
-                                            step_key(state.key, 0, trainer.use_dropout)).compile()
-    run_window: Callable[[TrainState], TrainState]
-    if config.loop == "scan":
-        x_dev, y_dev = jax.device_put(x), jax.device_put(y)
-        epoch_program = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_dev, y_dev).compile()
-        programs = [epoch_program]
+    # Placed and compiled as `jaxintro train` does it, on a window of exactly `steps` batches.
+    state, window, _test = trainer.place(trainer.init_state(), dataset._replace(x_train=x, y_train=y))
+    epoch = trainer.compile_epoch(state, window)
+    programs = list(epoch.programs)
+    # The step alone, for its cost analysis (with `--loop python` it is the program the loop runs).
+    step_program = programs[0] if config.loop == "python" else trainer.compile_step(state, (x[:batch], y[:batch]))
 
-        def run_window(state: TrainState) -> TrainState:
-            params, opt_state, key, metrics = epoch_program(state.params, state.opt_state, state.key, x_dev, y_dev)
-            jax.block_until_ready((params, opt_state, metrics))
-            return TrainState(params, opt_state, key, state.epoch + 1)
-    else:
-        window = dataset._replace(x_train=x, y_train=y)
-        plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
-        # The same program as `plan_fn`'s own compile, lowered again only for its HLO text (op names).
-        programs = [step_program, plan_fn.lower(state.key, len(x), batch).compile()]
-
-        def run_window(state: TrainState) -> TrainState:
-            params, opt_state, key, metrics = python_epoch(state, trainer, step_program, plan_fn, window)
-            jax.block_until_ready((params, opt_state))  # python_epoch fetched the metrics: the last step ran
-            return TrainState(params, opt_state, key, state.epoch + 1)
+    def run_window(state: TrainState) -> TrainState:
+        state, metrics = epoch.run(state)
+        jax.block_until_ready((state.params, state.opt_state, metrics))
+        return state
 
     # The machine's rates are measured before the windows and again after the trace; the higher of each
     # is kept, as `jaxintro bench` does: on a shared machine a busy moment can only lower a rate.

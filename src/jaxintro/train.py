@@ -31,7 +31,7 @@ from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.i18n import _
 from jaxintro.lesson import plan_epoch, scale_images, step_key, train_epoch, train_step
-from jaxintro.models import Model, Params, build_model, param_count
+from jaxintro.models import Model, Params, model_for, param_count
 from jaxintro.optim import build_optimizer, build_schedule
 
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
@@ -96,6 +96,14 @@ def member_group(config: TrainConfig, devices: int = 1) -> int:
 # ---------------------------------------------------------------- the trainer
 
 
+class CompiledEpoch(NamedTuple):
+    """One epoch of training, compiled: `run(state, on_step)` trains it (`on_step(1)` after each of the lesson's
+    loop's steps) and returns the next state and the per-step metrics; `programs` are the XLA executables it runs."""
+
+    run: Callable[..., tuple["TrainState", dict[str, Array]]]
+    programs: tuple[Any, ...]
+
+
 @dataclasses.dataclass
 class Trainer:
     """A model, an optimizer and their compiled functions for one config and one dataset."""
@@ -126,8 +134,7 @@ class Trainer:
             mesh = make_mesh(config.devices)
             check_batch_split(config.batch_size, mesh.shape[AXIS])  # with several processes, every device counts
         steps = len(dataset.x_train) // config.batch_size
-        model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
-                            dropout=config.dropout)
+        model = model_for(config, dataset.num_features, dataset.num_classes)
         from jaxintro.ensemble import check_memory
 
         # Before anything is allocated or compiled: a model too big for memory is refused in a second, not grown into.
@@ -175,6 +182,38 @@ class Trainer:
     def jit_step(self) -> Callable:
         """The lesson's jitted `train_step`, one call per batch."""
         return jax.jit(self.step_fn(), donate_argnums=(0, 1))
+
+    def compile_step(self, state: TrainState, batch: tuple[Array, Array]) -> Any:
+        """`jit_step` compiled for `batch`'s shapes (the lesson's loop runs it; `profile` reads its cost analysis)."""
+        key = step_key(state.key, 0, self.use_dropout)
+        return self.jit_step().lower(state.params, state.opt_state, batch, key).compile()
+
+    def compile_epoch(self, state: TrainState, train: tuple[Array, Array]) -> "CompiledEpoch":
+        """One epoch of training on `train` (placed by `place`), compiled: the one place an epoch is compiled, for
+        `fit`, every `bench` row that trains, and `profile`.
+
+        `--loop scan`: the whole epoch, shuffle included, as one program. `--loop python`: the lesson's loop,
+        a compiled shuffle, then the compiled step once per batch from Python.
+        """
+        x, y = train
+        if self.config.loop == "scan":
+            program = self.jit_epoch().lower(state.params, state.opt_state, state.key, x, y).compile()
+
+            def run(state: TrainState, on_step: Callable[[int], Any] = lambda n: None):
+                params, opt_state, key, metrics = program(state.params, state.opt_state, state.key, x, y)
+                return TrainState(params, opt_state, key, state.epoch + 1), metrics
+
+            return CompiledEpoch(run, (program,))
+        batch = self.config.batch_size
+        step = self.compile_step(state, (x[:batch], y[:batch]))
+        plan = jax.jit(plan_epoch, static_argnums=(1, 2)).lower(state.key, len(x), batch).compile()
+
+        def run(state: TrainState, on_step: Callable[[int], Any] = lambda n: None):
+            params, opt_state, key, metrics = python_epoch(state, step, plan, x, y, use_dropout=self.use_dropout,
+                                                           on_step=on_step)
+            return TrainState(params, opt_state, key, state.epoch + 1), metrics
+
+        return CompiledEpoch(run, (step, plan))
 
     def jit_epoch(self) -> Callable:
         """The whole epoch compiled as one program over the mesh, parameters and optimizer state donated.
@@ -380,14 +419,8 @@ def fit(
 
     cache_before = compile_cache_counts()
     compile_start = time.perf_counter()
-    if config.loop == "scan":
-        epoch_fn = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x_train, y_train).compile()
-        release_free_memory()  # before the first epoch, not after the run
-    else:
-        batch = (dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size])
-        key = step_key(state.key, 0, trainer.use_dropout)
-        step_fn = trainer.jit_step().lower(state.params, state.opt_state, batch, key).compile()
-        plan_fn = jax.jit(plan_epoch, static_argnums=(1, 2))
+    epoch_program = trainer.compile_epoch(state, (x_train, y_train))
+    release_free_memory()  # before the first epoch, not after the run
     compile_seconds = time.perf_counter() - compile_start
     # What the persistent cache did for the training program itself (the evaluation programs are counted apart).
     cache_after = compile_cache_counts()
@@ -404,15 +437,12 @@ def fit(
                disable=not progress, leave=False, unit=_("epoch") if config.loop == "scan" else _("step"))
     for epoch in epochs:
         start = time.perf_counter()
-        if config.loop == "scan":
-            params, opt_state, key, metrics = epoch_fn(state.params, state.opt_state, state.key, x_train, y_train)
+        state, metrics = epoch_program.run(state, on_step=bar.update)
+        if config.loop == "scan":  # one bar step per epoch (the lesson's loop advances it per batch)
             bar.update(1)
-        else:
-            params, opt_state, key, metrics = python_epoch(state, trainer, step_fn, plan_fn, dataset, bar.update)
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        state = TrainState(params, opt_state, key, epoch)
         if members > 1:
             check_members_finite(metrics, epoch, trainer.steps_per_epoch, diverged)
         else:
@@ -504,20 +534,22 @@ def epoch_row(
 
 def python_epoch(
     state: TrainState,
-    trainer: Trainer,
     step_fn: Callable,
     plan_fn: Callable,
-    dataset: Dataset,
+    x_u8: np.ndarray,
+    y: np.ndarray,
+    *,
+    use_dropout: bool,
     on_step: Callable[[int], Any] = lambda n: None,
 ) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """The lesson's loop: shuffle, then one jitted step per batch, dispatched from Python."""
-    key, perm, dropout_key = plan_fn(state.key, len(dataset.x_train), trainer.config.batch_size)
+    """The lesson's loop: shuffle (`plan_fn(key)`: `plan_epoch` for this set and batch size), then one jitted step
+    per batch, sliced from the host arrays and dispatched from Python."""
+    key, perm, dropout_key = plan_fn(state.key)
     perm = np.asarray(perm)
     params, opt_state = state.params, state.opt_state
     per_step = []
     for i, idx in enumerate(perm):
-        batch = (dataset.x_train[idx], dataset.y_train[idx])
-        params, opt_state, metrics = step_fn(params, opt_state, batch, step_key(dropout_key, i, trainer.use_dropout))
+        params, opt_state, metrics = step_fn(params, opt_state, (x_u8[idx], y[idx]), step_key(dropout_key, i, use_dropout))
         per_step.append(metrics)
         on_step(1)
     per_step = jax.device_get(per_step)  # one sync at the end of the epoch, not one per step
