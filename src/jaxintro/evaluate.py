@@ -16,7 +16,7 @@ from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.i18n import _, ngettext
-from jaxintro.models import Model, build_model
+from jaxintro.models import Model, model_for
 from jaxintro.lesson import scale_images
 
 
@@ -70,8 +70,7 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     if "features" not in info:
         raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
                               .format(run_dir=run_dir))
-    model = build_model(config.model, int(info["features"]), config.hidden, len(info["classes"]),
-                        dropout=config.dropout)
+    model = model_for(config, int(info["features"]), len(info["classes"]))
     state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
     if config.members == 1:
         if setting is not None:

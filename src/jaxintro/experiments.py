@@ -51,11 +51,10 @@ def dropout_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, rate: 
 def train_set_accuracy(result: FitResult, config: TrainConfig, dataset: Dataset) -> float:
     """The final parameters' accuracy on the whole training set, dropout off (the epoch's running accuracy
     is measured with dropout on, which would hide the gap that dropout is meant to close)."""
-    from jaxintro.models import build_model
+    from jaxintro.models import model_for
     from jaxintro.train import jit_count_correct
 
-    model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes,
-                        dropout=config.dropout)
+    model = model_for(config, dataset.num_features, dataset.num_classes)
     correct, _loss = jit_count_correct(model)(result.state.params, dataset.x_train, dataset.y_train)
     return int(correct) / len(dataset.x_train)
 

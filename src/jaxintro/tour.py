@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxintro.config import LESSON_SIZES
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.models import param_count
 
@@ -77,9 +78,9 @@ def lesson_batch(batch: int = 8) -> tuple[Callable, Any, jax.Array, jax.Array]:
     from jaxintro.models import mlp
     from jaxintro.lesson import loss_fn
 
-    model = mlp.build((784, 256, 128, 10))
+    model = mlp.build(LESSON_SIZES)
     params = jax.jit(model.init)(jax.random.key(0))  # one compiled program, not dozens of eager ops
-    x = jax.random.uniform(jax.random.key(1), (batch, 784))
+    x = jax.random.uniform(jax.random.key(1), (batch, LESSON_SIZES[0]))
     y = jnp.arange(batch) % 10
 
     def loss(params, x, y):

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.dataset, args.data_dir)
     plan = bench.make_plan(dataset.x_train, dataset.y_train, seed=args.seed, repeats=args.repeats,
                            nojit_steps=args.nojit_steps)
-    flops = bench.train_flops_per_step((dataset.num_features, 256, 128, dataset.num_classes), plan.batch)
+    flops = bench.train_flops_per_step((dataset.num_features, *bench.SIZES[1:-1], dataset.num_classes), plan.batch)
     facts = dict(dataset=dataset.name, images=len(dataset.x_train), steps=len(plan.perm), batch=plan.batch,
                  repeats=args.repeats, rounds=args.rounds)
     if args.rounds > 1:

@@ -330,6 +330,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     clock["plot_done"] = time.perf_counter()
     summary["time_breakdown"] = time_breakdown(getattr(args, "started", clock["data"]), clock, result,
                                                checkpoint_seconds)
+    summary = runs.json_safe(summary)  # a resume that only writes a finished run's files trains no sample: no rate
     if primary:
         with run_write(runs.RESULT_FILE, run_dir):
             runs.write_json(run_dir / runs.RESULT_FILE, summary)
@@ -390,13 +391,13 @@ def describe_members(config: TrainConfig) -> str:
 def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
     """Test accuracy of the ensemble of the best setting's seeds that trained (one seed: that model's own)."""
     from jaxintro.ensemble import choose_members, ensemble_accuracy
-    from jaxintro.models import build_model
+    from jaxintro.models import model_for
 
     accuracies = last["members"]["test_accuracy"]
     choice = choose_members(config, accuracies, [k for k, a in enumerate(accuracies) if a is None])
     if len(choice.used) == 1:
         return accuracies[choice.used[0]]
-    model = build_model(config.model, dataset.num_features, config.hidden, dataset.num_classes, dropout=config.dropout)
+    model = model_for(config, dataset.num_features, dataset.num_classes)
     return ensemble_accuracy(model, params, choice.used, dataset.x_test, dataset.y_test)
 
 

@@ -52,6 +52,11 @@ def build_model(
     return module.build(sizes, dropout=dropout)
 
 
+def model_for(config: Any, features: int, classes: int) -> Model:
+    """The model a run's config describes for data of `features` inputs and `classes` outputs (the one rule)."""
+    return build_model(config.model, features, config.hidden, classes, dropout=config.dropout)
+
+
 def param_count(params: Params) -> int:
     """Total number of scalars in a parameter pytree."""
     return sum(int(leaf.size) for leaf in jax.tree.leaves(params))

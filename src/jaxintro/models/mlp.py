@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxintro.config import LESSON_SIZES
 from jaxintro.models import HE_NORMAL, Model
 
 Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
@@ -17,7 +18,7 @@ def he_normal(key: jax.Array, fan_in: int, fan_out: int) -> Float[Array, "fan_in
     return HE_NORMAL(key, (fan_in, fan_out), jnp.float32)
 
 
-def init_params(key: jax.Array, sizes: tuple[int, ...] = (784, 256, 128, 10)) -> Params:
+def init_params(key: jax.Array, sizes: tuple[int, ...] = LESSON_SIZES) -> Params:
     """He-initialised weights and zero biases, one key split off per layer (three for the lesson's model)."""
     keys = jax.random.split(key, len(sizes) - 1)
     return {
