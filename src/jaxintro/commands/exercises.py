@@ -143,13 +143,17 @@ def check(folder: Path, lang: str, number: int | None, *, as_json: bool, timeout
 def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, progress.Entry], *,
               timeout: float) -> "Verdict":
     """Run the check of `exercise` and record it in the progress file."""
-    from jaxintro.exercises.runner import check_in_child
+    from jaxintro.exercises.runner import Verdict, check_in_child
 
     path = folder / exercise.filename
     if not path.exists():
         raise ConfigError(_("{file} does not exist: `jaxintro exercises init {folder}` writes it").format(
             file=path, folder=folder))
-    verdict = check_in_child([(exercise, path)], lang, timeout=timeout)[0]
+    if progress.is_starter(exercise, path):  # as init wrote it: it raises NotImplementedError, no need to run it
+        verdict = Verdict.failed(exercise, "not_implemented", _(
+            "{name} still raises NotImplementedError: write it where the TODO is").format(name=exercise.functions[0]))
+    else:
+        verdict = check_in_child([(exercise, path)], lang, timeout=timeout)[0]
     progress.record(entries, exercise, path, verdict.passed, verdict.key)
     progress.save(folder, entries)
     return verdict

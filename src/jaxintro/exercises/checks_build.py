@@ -22,7 +22,7 @@ def check_init_params(ns: dict) -> None:
     """Shapes for any sizes; the key decides everything; one key per layer; He scale; zero biases; jittable."""
     init_params = jax.jit(ns["init_params"], static_argnums=1)  # the sizes fix the shapes: static
 
-    @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=4)
+    @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=3)
     def shapes(case):
         seed, sizes = case
         params = attempt(init_params, jax.random.key(seed), sizes, name="init_params",
@@ -74,7 +74,7 @@ def _check_keys_split(params: dict, inputs: str) -> None:
 
 def _check_he_scale(init_params) -> None:
     """The weights' spread is sqrt(2 / fan_in), layer by layer (many numbers, so the estimate is tight)."""
-    sizes = (784, 256, 64)
+    sizes = (400, 100, 50)  # 45,000 weights: their std is known to within 1%
     params = attempt(init_params, jax.random.key(3), sizes, name="init_params",
                      inputs=describe(key=key_text(3), sizes=sizes))
     for (name, layer), fan_in in zip(params.items(), sizes):
