@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import sys
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -47,12 +48,29 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         yield
 
 
+# What an in-process `main()` sets in JAX's global config and a later test would inherit (the compile cache
+# pointed into an earlier test's tmp folder, say).
+JAX_CACHE_FLAGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+DEFAULT_JAX_CACHE_FLAGS = dict(zip(JAX_CACHE_FLAGS, (True, None, 1.0, 0)))  # JAX's own, for a test that imported it
+
+
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Every test gets its own empty user cache and no inherited data folder or mirrors."""
+def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
+    """Every test gets its own empty user cache and no inherited data folder or mirrors, and leaves JAX's
+    compile-cache settings as it found them."""
     cache = tmp_path_factory.mktemp("xdg-cache")
     isolate_environment(monkeypatch, cache)
-    return cache
+    jax = sys.modules.get("jax")  # never import JAX for a test that does not use it
+    before = {name: getattr(jax.config, name) for name in JAX_CACHE_FLAGS} if jax else None
+    yield cache
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        from jax.experimental.compilation_cache import compilation_cache
+
+        for name, value in (before or DEFAULT_JAX_CACHE_FLAGS).items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()  # JAX decides once whether to use its cache: forget that decision
 
 
 @pytest.fixture(scope="session")

@@ -182,7 +182,7 @@ def test_whole_dataset_downloads_into_cache_then_loads_offline(file_server, isol
 
 
 def test_auto_falls_back_to_digits_with_a_warning_when_offline():
-    with pytest.warns(UserWarning, match="Falling back to scikit-learn's small 8x8 'digits'.*--data-dir"):
+    with pytest.warns(UserWarning, match="(?=.*Falling back to scikit-learn's small 8x8 'digits')(?=.*--data-dir)"):
         ds = load_dataset("auto")
     assert ds.name == "digits" and ds.x_train.shape == (1437, 64) and ds.x_train.dtype == np.uint8
     assert ds.x_train.max() == 255
