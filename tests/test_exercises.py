@@ -112,6 +112,10 @@ def test_init_writes_starters_in_the_language_and_never_overwrites(tmp_path, cap
     assert first.name in capsys.readouterr().out
     assert main(["--lang", "en", "exercises", "init"]) == 0
     assert (tmp_path / "exercises" / EXERCISES[0].filename).read_text() == EXERCISES[0].starter("en")
+    capsys.readouterr()
+    assert main(["--lang", "es", "exercises"]) == 0  # bare: the list, of the Spanish folder
+    out = capsys.readouterr().out
+    assert "Ejercicios en ejercicios/: pasan 0 de 15" in out and "sin empezar" in out
 
 
 def test_the_child_reports_a_loop_that_never_ends_within_the_time_limit(tmp_path):

@@ -194,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("items", nargs="+", metavar="N=PATH")
     args = parser.parse_args(argv)
     set_language(args.lang)
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    from jaxintro.data import default_cache_dir
+
+    # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder.
+    set_hypothesis_home_dir(default_cache_dir() / "hypothesis")
     with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
         for item in args.items:
             number, path = item.split("=", 1)
