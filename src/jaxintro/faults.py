@@ -94,6 +94,8 @@ def run_write(what: str, run_dir: Path) -> Iterator[None]:
     try:
         inject()
         yield
+    except FileExistsError:  # a name taken (another run's claim): the caller's answer, not the machine's fault
+        raise
     except OSError as exc:
         raise fault_from(exc, what, run_dir) from None
 
@@ -214,7 +216,7 @@ def stopped_line(fault: WriteFault) -> str:
                  "a writable folder), continue with: jaxintro train --resume {run_dir}").format(
             failed=failed, epoch=epochs[-1], run_dir=run_dir)
     else:
-        line = _("{failed}; no epoch was on disk yet, so nothing of the run was kept: once the cause is fixed, run "
-                 "the same command again").format(failed=failed)
+        line = _("{failed}; no epoch was on disk yet, so there is nothing to continue from: once the cause is fixed, "
+                 "run the same command again").format(failed=failed)
     log = write_log(run_dir) if run_dir.is_dir() and not fault.vanished else None
     return line + (" " + _("(details in {log})").format(log=log) if log else "")
