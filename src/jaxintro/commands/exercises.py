@@ -116,7 +116,8 @@ def show_list(folder: Path, lang: str, *, as_json: bool, timeout: float) -> int:
     print(_("Exercises in {folder}/: {passed} of {total} pass").format(folder=folder, passed=passed,
                                                                      total=len(EXERCISES)))
     for exercise, state in states:
-        print(f"  {exercise.number:>2}  {exercise.filename:<26}{_(progress.STATES[state]):<24}{_(exercise.section)}")
+        shown, section = _(progress.STATES[state]), _(exercise.section)
+        print(f"  {exercise.number:>2}  {exercise.filename:<26}{shown:<24}{section}")
     if upcoming is None:
         print(_("Every exercise passes. Well done!"))
     else:
