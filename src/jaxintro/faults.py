@@ -117,7 +117,7 @@ def inject() -> None:
 
 
 def check_folder(what: str, run_dir: Path) -> None:
-    """Stop the run if `run_dir` is gone, or is not the folder this process first wrote to (deleted, then made anew).
+    """Stop the run if `run_dir` is gone, or is not the folder `watch` took (deleted, then made anew).
 
     Orbax makes missing folders again when it saves, so a deleted run folder could come back holding
     only the newest checkpoint's debris: the folder's identity (device, inode) tells the two apart.
