@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -169,6 +170,48 @@ def test_the_lessons_own_script_trains_the_plans_model(plan, capsys):
     assert len(lines) == 3 and lines[0].startswith("Epoch 1 | Loss: ")  # the lesson's own print
     # Ten classes: chance is 10%. The script really trains (on batches sliced from float32 host arrays).
     assert result["test_accuracy"] > 0.5 and result["peak_rss_mb"] > 0
+
+
+def test_the_torch_job_trains_the_plans_model_on_the_plans_first_batches(plan):
+    pytest.importorskip("torch")
+    from jaxintro.train import fit
+
+    test = synthetic_dataset(n_train=640, n_test=200, side=28, seed=1)
+    result = bench.torch_job(plan, test.x_test, test.y_test, epochs=1)
+    assert set(result) == {"train_accuracy", "test_accuracy", "peak_rss_mb"} and result["peak_rss_mb"] > 0
+    # Epoch 1 is the plan's init and batches: its running training accuracy is jaxintro's own for that epoch
+    # (the same model, order and Adam; only float rounding may flip a prediction or two of the 640).
+    dataset = Dataset("plan", plan.x, plan.y, test.x_test, test.y_test, tuple("0123456789"), (28, 28), "plan")
+    ours = fit(TrainConfig(batch_size=plan.batch, seed=plan.seed, epochs=1), dataset, log=lambda _: None)
+    assert result["train_accuracy"] == pytest.approx(ours.history[0].train_accuracy, abs=0.01)
+    assert result["test_accuracy"] == pytest.approx(ours.history[0].test_accuracy, abs=0.02)
+
+
+def test_bench_e2e_times_each_job_and_reports_what_each_trained(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    # Two epochs on the digits instead of ten: what is checked is what the report holds, not how fast.
+    monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
+    assert main(["bench", "--dataset", "digits", "--rows", "scan-epoch", "--repeats", "1", "--e2e",
+                 "--out", str(tmp_path), "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    jobs = {(r["loop"], r["cache"]): r for r in report["end_to_end"]}
+    assert set(jobs) == {("lesson", "-"), ("torch-eager", "-"), ("scan", "cold"), ("scan", "warm"),
+                         ("python", "cold"), ("python", "warm")}
+    for job, row in jobs.items():
+        assert row["wall_seconds"] > 0 and row["peak_rss_mb"] > 0 and row["rounds"] == 1, job
+        assert row["wall_range"] == [row["wall_seconds"], row["wall_seconds"]], job
+        assert 0.5 < row["test_accuracy"] <= 1, job  # each really trained the digits model
+    assert len(report["end_to_end_rounds"]) == 6
+    # The warm processes found the programs the cold ones compiled; the two jaxintro loops train the same run.
+    assert jobs[("scan", "warm")]["test_accuracy"] == jobs[("scan", "cold")]["test_accuracy"]
+    assert jobs[("python", "cold")]["test_accuracy"] == pytest.approx(jobs[("scan", "cold")]["test_accuracy"], abs=0.01)
+    for loop in ("scan", "python"):  # each loop's cold process compiled into an empty cache, its warm one read it
+        assert (jobs[(loop, "cold")]["compile_cache"], jobs[(loop, "warm")]["compile_cache"]) == ("miss", "hit"), loop
+    for cache in ("cold", "warm"):
+        assert report["train_vs_lesson"][cache] == pytest.approx(
+            jobs[("scan", cache)]["wall_seconds"] / jobs[("lesson", "-")]["wall_seconds"])
+    assert "jaxintro train (scan) / the lesson's script:" in out
 
 
 def test_end_to_end_rounds_keep_each_jobs_best_round_and_its_range():

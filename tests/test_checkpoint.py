@@ -210,3 +210,33 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(capsys,
     resumed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert resumed["final_loss"] == whole["final_loss"] and resumed["test_accuracy"] == whole["test_accuracy"]
     assert load_run(tmp_path / "r").epoch == 4  # epoch 3 was written anew, intact
+
+
+def test_an_auto_run_resumes_on_the_data_it_resolved_to_even_once_mnist_is_there(capsys, tmp_path, monkeypatch,
+                                                                                   mnist_dir):
+    with pytest.warns(UserWarning, match="Falling back"):  # offline, no MNIST: `auto` trains on the digits
+        first = train(capsys, "--dataset", "auto", "--epochs", "1", "--run-dir", str(tmp_path / "r"),
+                      "--no-compile-cache")
+    assert first["dataset"] == "digits"
+    monkeypatch.setenv("JAXINTRO_DATA_DIR", str(mnist_dir))  # now `auto` would find MNIST
+    resumed = train(capsys, "--resume", str(tmp_path / "r"), "--epochs", "2")
+    assert resumed["dataset"] == "digits" and resumed["epochs"] == 2
+    straight = train(capsys, *DIGITS, "--epochs", "2", "--run-dir", str(tmp_path / "straight"))
+    assert resumed["final_loss"] == straight["final_loss"] and resumed["test_accuracy"] == straight["test_accuracy"]
+
+
+def test_resume_reads_the_data_from_the_data_dir_it_is_given(capsys, tmp_path, mnist_run, mnist_dir):
+    run = tmp_path / "r"
+    shutil.copytree(mnist_run, run)
+    # A folder without the data: the named folder is the one searched, and the error names it.
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--data-dir", str(tmp_path / "empty")]) == 2
+    assert f"--data-dir {tmp_path / 'empty'} holds none of mnist's four IDX files" in capsys.readouterr().err
+    # Another folder holding MNIST: the run goes on from it, and its config remembers that folder.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for f in mnist_dir.glob("*.gz"):
+        (moved / f.name).symlink_to(f)
+    resumed = train(capsys, "--resume", str(run), "--epochs", "2", "--data-dir", str(moved))
+    assert resumed["epochs"] == 2 and resumed["dataset"] == "mnist"
+    assert json.loads((run / "config.json").read_text())["data_dir"] == str(moved)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -279,6 +280,19 @@ def test_a_diverged_member_is_reported_and_left_out(data):
     assert last.test_accuracy == last.members["test_accuracy"][0]
     assert last.as_row()["members"]["test_accuracy"][1] is None  # JSON null, not NaN
     assert last.ensemble_test_accuracy == pytest.approx(last.members["test_accuracy"][0], abs=1e-9)
+
+
+def test_every_member_diverging_is_one_clear_error_and_leaves_no_folder(tmp_path, capsys):
+    run = tmp_path / "r"
+    argv = ["train", "--dataset", "digits", "--epochs", "2", "--seeds", "2", "--run-dir", str(run), "--no-compile-cache"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a warning per member, then a run of NaNs: one error
+        assert main([*argv, "--optimizer", "sgd", "--lr", "1e11"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jaxintro train: training diverged: loss became nan at epoch 1, step ")
+    assert "lower --lr" in err and "no epoch finished" in err and "Traceback" not in err
+    assert not run.exists()  # nothing half-written: no claim, config or checkpoint left to resume or puzzle
+    assert main(argv) == 0  # the folder is free for the corrected command
 
 
 def run_json(capsys, *argv: str) -> dict:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -51,14 +53,16 @@ def test_a_live_claim_or_a_checkpointed_run_is_refused_with_the_way_forward(tmp_
     assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "done")]) == 2
 
 
-def test_runs_lists_each_folder_and_removes_only_unfinished_ones(tmp_path, capsys):
+def test_runs_lists_each_folder_and_removes_only_unfinished_ones(tmp_path, capsys, monkeypatch):
     root = tmp_path / "runs"
     assert main(["train", *DIGITS, "--epochs", "2", "--run-dir", str(root / "finished")]) == 0
     assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(root / "stopped")]) == 0
     result = json.loads((root / "stopped" / runs.RESULT_FILE).read_text())
     (root / "stopped" / runs.RESULT_FILE).write_text(json.dumps({**result, "finished": False}))
-    (root / "empty").mkdir()
-    (root / "empty" / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    empty_run(root / "empty")
+    # A run still training: its folder holds the config and the claim of a live process (this one), no result.
+    empty_run(root / "training")
+    (root / "training" / runs.CLAIM_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
     capsys.readouterr()
     assert main(["runs", "--root", str(root), "--json"]) == 0
     listed = {Path(r["run_dir"]).name: r for r in json.loads(capsys.readouterr().out)}
@@ -66,10 +70,43 @@ def test_runs_lists_each_folder_and_removes_only_unfinished_ones(tmp_path, capsy
     assert listed["finished"]["dataset"] == "digits" and listed["finished"]["test_accuracy"] > 0.5
     assert listed["stopped"]["status"].startswith("stopped after epoch 1: jaxintro train --resume")
     assert listed["empty"]["status"] == "empty (no checkpoint)"
+    assert listed["training"]["status"] == "running"
     assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 2  # no terminal to ask: needs --yes
     assert "--yes" in capsys.readouterr().err and (root / "empty").exists()
+
+    # At a terminal it asks, listing what it would remove; anything but yes removes nothing.
+    answers: list[str] = []
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt: answers.pop(0))
+    answers.append("n")
+    assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 0
+    out = capsys.readouterr().out
+    assert "Will remove 2 unfinished run folders (finished and running ones are kept):" in out
+    assert f"  {root / 'empty'}  (empty (no checkpoint))" in out and f"  {root / 'stopped'}  (stopped" in out
+    assert f"  {root / 'training'}  (" not in out and out.strip().endswith("Nothing removed.")
+    assert sorted(p.name for p in root.iterdir()) == ["empty", "finished", "stopped", "training"]
+    answers.append(" Sí ")  # Spanish answers too
+    assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 0
+    assert capsys.readouterr().out.strip().endswith("Removed 2 folders.") and not answers
+    assert sorted(p.name for p in root.iterdir()) == ["finished", "training"]
+
+    # --yes removes without asking; the live run is kept still.
+    empty_run(root / "empty")
     assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
-    assert sorted(p.name for p in root.iterdir()) == ["finished"]
+    assert sorted(p.name for p in root.iterdir()) == ["finished", "training"]
+
+
+def empty_run(folder: Path) -> None:
+    """A run folder as `train` leaves it before its first checkpoint: the config alone."""
+    folder.mkdir()
+    (folder / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+
+
+class Terminal(io.StringIO):
+    """Standard input that is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def test_version_and_defaults_in_help(capsys):
