@@ -63,7 +63,7 @@ def print_members(loaded: "LoadedRun", report: dict[str, Any], run_dir: Path, da
         mean=100 * mean, std=100 * std))
     setting = loaded.choice.setting
     if setting is not None:  # a sweep: the setting it is used through, with the figures `sweep` printed for it
-        print(_("Setting used: {setting} ({how}): {mean:.2f} ± {std:.2f}% over its seeds").format(
+        print(_("Setting used: {setting} ({how}): its seeds {mean:.2f} ± {std:.2f}%").format(
             setting=setting_name(loaded.config, setting),
             how=_("chosen with --setting") if chosen else _("the best; choose another with --setting"),
             mean=100 * setting.mean, std=100 * setting.std))
