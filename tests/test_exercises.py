@@ -160,6 +160,8 @@ def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):
     assert [e["state"] for e in listed["exercises"][:3]] == ["passed", "not_started", "not_started"]
     assert listed["next"] == 2 and "unreadable" in captured.err and "Traceback" not in captured.err
     assert progress.load(folder)["init_params"].passed
+    assert main(["exercises", "solution", "1", "--dir", str(folder)]) == 0  # it passed: no --force needed
+    assert capsys.readouterr().out == EXERCISES[0].reference()
 
 
 def test_hints_come_one_more_at_a_time_and_solutions_wait_for_a_pass(tmp_path, capsys, monkeypatch):
