@@ -88,6 +88,7 @@ def test_every_exercise_has_its_texts_in_every_language():
         assert len(hints(exercise.slug, "es")) == len(hints(exercise.slug, "en")), exercise.slug
         assert set(docstrings(exercise.slug, "es")) == set(exercise.functions), exercise.slug
         starter = " ".join(exercise.starter("es").split())  # docstrings are wrapped at 100 columns
+        assert "Given:" not in starter and "given:" not in starter, exercise.slug  # the given code's too
         for name, doc in docstrings(exercise.slug, "es").items():
             assert f'"""{doc}"""' in starter, (exercise.slug, name)
 

@@ -44,12 +44,14 @@ class Exercise:
 
     def starter(self, lang: str) -> str:
         """The file `init` writes: the statement, the given code, and a TODO where the learner writes."""
-        from jaxintro.exercises.texts import docstrings, statement
+        from jaxintro.exercises.texts import docstrings, given_docstrings, statement
 
         source = (SOLUTIONS / self.filename).read_text(encoding="utf-8")
         _ = _catalog(lang)  # the file's language, whatever the command's messages are in
         todo = _("TODO: write this function (the statement is at the top of the file)")
         source = _REGION.sub(lambda m: f"{m[1]}# {todo}\n{m[1]}raise NotImplementedError\n", source)
+        for english, translated in given_docstrings(lang).items():
+            source = source.replace(f'"""{english}"""', f'"""{translated}"""')
         for name, doc in docstrings(self.slug, lang).items():
             source = re.sub(rf'(def {name}\(.*?:\n( +))""".*?"""', lambda m: m[1] + _docstring(doc, m[2]), source,
                             count=1, flags=re.DOTALL)

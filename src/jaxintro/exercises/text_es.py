@@ -237,3 +237,16 @@ DOCSTRINGS = {
     "split_keys": {"noisy_copies": "n copias de x (forma (n, *x.shape)), cada una más su propio ruido normal "
                                    "estándar."},
 }
+
+# The docstrings of the code each file gives (not written by the learner), as they read in Spanish.
+GIVEN = {
+    "Given: a linear model's mean squared error.": "Dado: el error cuadrático medio de un modelo lineal.",
+    "Given: logits of the 3-layer MLP.": "Dado: logits del MLP de 3 capas.",
+    "Given: mean cross-entropy of a batch x (batch, features), y (batch,).":
+        "Dado: entropía cruzada media de un lote x (batch, features), y (batch,).",
+    "Given: the scores (classes,) of ONE example x (features,), centred on its own mean.":
+        "Dado: las puntuaciones (classes,) de UN ejemplo x (features,), centrado en su propia media.",
+    "Step 1, given: He-normal weights, zero biases.": "Paso 1, dado: pesos He-normales, sesgos a cero.",
+    "Step 2, given: logits of the 3-layer MLP.": "Paso 2, dado: logits del MLP de 3 capas.",
+    "Step 3, given: mean cross-entropy.": "Paso 3, dado: entropía cruzada media.",
+}

@@ -29,3 +29,8 @@ def hints(slug: str, lang: str) -> list[str]:
 def docstrings(slug: str, lang: str) -> dict[str, str]:
     """The learner's functions' docstrings in `lang` (English ones are the solution file's own)."""
     return getattr(_table(lang), "DOCSTRINGS", {}).get(slug, {})
+
+
+def given_docstrings(lang: str) -> dict[str, str]:
+    """English docstring -> `lang`'s, for the code a starter file gives (empty for English)."""
+    return getattr(_table(lang), "GIVEN", {})
