@@ -164,7 +164,7 @@ def test_every_shown_line_is_one_the_program_prints(doc):
 @pytest.mark.parametrize("doc", list(READMES))
 def test_every_time_line_names_the_phases_train_prints(doc):
     """`Time:` is built from a list of phases: its words are the phases `train` measures today, in its order."""
-    from jaxintro.commands.train import TIME_WORDS
+    from jaxintro.report import TIME_WORDS
     from jaxintro.i18n import _, set_language
 
     set_language(READMES[doc])

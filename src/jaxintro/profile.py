@@ -541,6 +541,33 @@ def newest_trace(out_dir: Path, since: float) -> tuple[Path, Path | None]:
     return sessions[-1], next(iter(sorted(session.glob("*.xplane.pb"))), None)
 
 
+def traced_window(run_window: Any, state: Any, out_dir: Path) -> tuple[float, Path, Path | None]:
+    """Run one window under `jax.profiler`: its seconds, the Perfetto trace and the xplane file it wrote."""
+    import jax
+
+    # Without the Python tracer: it records every Python call, which would slow the lesson's loop's
+    # dispatch several-fold and put that slowdown into the profile.
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    trace_started = time.time()
+    try:
+        jax.profiler.start_trace(str(out_dir), create_perfetto_trace=True, profiler_options=options)
+    except RuntimeError as exc:  # another trace already runs in this process (jaxintro used as a library)
+        raise JaxintroError(_("jax.profiler could not start a trace: {error}; stop the other trace first").format(
+            error=exc)) from None
+    try:
+        start = time.perf_counter()
+        run_window(state)
+        traced_s = time.perf_counter() - start
+    finally:
+        try:
+            jax.profiler.stop_trace()  # writes the trace files
+        except (RuntimeError, OSError) as exc:
+            raise JaxintroError(_("jax.profiler could not write the trace into {folder}: {error}; choose another "
+                                  "--out").format(folder=out_dir, error=exc)) from None
+    return (traced_s, *newest_trace(out_dir, trace_started))
+
+
 def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_dir: Path, repeats: int = 3,
                      matmul_n: int = 2048, bandwidth_mib: int = 64) -> ProfileReport:
     """Compile `config`'s training program for `steps` batches, warm it, time it, trace it; measure the machine.
@@ -580,27 +607,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         state = run_window(state)
         times.append(time.perf_counter() - start)
 
-    # Without the Python tracer: it records every Python call, which would slow the lesson's loop's
-    # dispatch several-fold and put that slowdown into the profile.
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0
-    trace_started = time.time()
-    try:
-        jax.profiler.start_trace(str(out_dir), create_perfetto_trace=True, profiler_options=options)
-    except RuntimeError as exc:  # another trace already runs in this process (jaxintro used as a library)
-        raise JaxintroError(_("jax.profiler could not start a trace: {error}; stop the other trace first").format(
-            error=exc)) from None
-    try:
-        start = time.perf_counter()
-        state = run_window(state)
-        traced_s = time.perf_counter() - start
-    finally:
-        try:
-            jax.profiler.stop_trace()  # writes the trace files
-        except (RuntimeError, OSError) as exc:
-            raise JaxintroError(_("jax.profiler could not write the trace into {folder}: {error}; choose another "
-                                  "--out").format(folder=out_dir, error=exc)) from None
-    trace_file, xplane = newest_trace(out_dir, trace_started)
+    traced_s, trace_file, xplane = traced_window(run_window, state, out_dir)
 
     modules = {}
     hlo_files = {}

@@ -372,6 +372,15 @@ def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_e
         diverged.add(m)
 
 
+def check_epoch(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int, diverged: set[int],
+                members: int) -> None:
+    """After an epoch: one model must stay finite; of several, each diverging one is noted (all: an error)."""
+    if members > 1:
+        check_members_finite(metrics, epoch, steps_per_epoch, diverged)
+    else:
+        check_finite(metrics, epoch, steps_per_epoch)
+
+
 def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int) -> None:
     """Raise on the first NaN/Inf loss (naming epoch and step); warn when a finite loss has exploded."""
     losses = metrics["loss"]
@@ -406,7 +415,7 @@ def fit(
     from tqdm import tqdm
 
     from jaxintro.parallel import to_host
-    from jaxintro.runtime import compile_cache_counts, release_free_memory
+    from jaxintro.runtime import release_free_memory
 
     trainer = Trainer.create(config, dataset)
     init_start = time.perf_counter()
@@ -417,15 +426,7 @@ def fit(
     eval_fn = trainer.jit_eval()
     diverged: set[int] = set()
 
-    cache_before = compile_cache_counts()
-    compile_start = time.perf_counter()
-    epoch_program = trainer.compile_epoch(state, (x_train, y_train))
-    release_free_memory()  # before the first epoch, not after the run
-    compile_seconds = time.perf_counter() - compile_start
-    # What the persistent cache did for the training program itself (the evaluation programs are counted apart).
-    cache_after = compile_cache_counts()
-    cache_on = jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir
-    compile_cache = ("off" if not cache_on else "hit" if cache_after["hits"] > cache_before["hits"] else "miss")
+    epoch_program, compile_seconds, compile_cache = compile_timed(trainer, state, (x_train, y_train))
 
     history: list[EpochMetrics] = []
     step_metrics: list[dict[str, np.ndarray]] = []
@@ -433,20 +434,18 @@ def fit(
     eval_seconds = 0.0
     stopped = False
     epochs = range(state.epoch + 1, config.epochs + 1)
-    bar = tqdm(total=len(epochs) * (1 if config.loop == "scan" else trainer.steps_per_epoch),
-               disable=not progress, leave=False, unit=_("epoch") if config.loop == "scan" else _("step"))
+    # A bar step per epoch, or per batch in the lesson's loop (on a terminal only).
+    per_batch = config.loop != "scan"
+    bar = tqdm(total=len(epochs) * (trainer.steps_per_epoch if per_batch else 1), disable=not progress,
+               leave=False, unit=_("step") if per_batch else _("epoch"))
     for epoch in epochs:
         start = time.perf_counter()
         state, metrics = epoch_program.run(state, on_step=bar.update)
-        if config.loop == "scan":  # one bar step per epoch (the lesson's loop advances it per batch)
-            bar.update(1)
+        bar.update(0 if per_batch else 1)
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        if members > 1:
-            check_members_finite(metrics, epoch, trainer.steps_per_epoch, diverged)
-        else:
-            check_finite(metrics, epoch, trainer.steps_per_epoch)
+        check_epoch(metrics, epoch, trainer.steps_per_epoch, diverged, members)
 
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
@@ -471,19 +470,27 @@ def fit(
     bar.close()
 
     samples = len(history) * trainer.steps_per_epoch * config.batch_size * members
-    return FitResult(
-        state=state,
-        history=history,
-        step_metrics=step_metrics,
-        param_count=param_count(state.params) // members,
-        train_seconds=train_seconds,
-        compile_seconds=compile_seconds,
-        samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
-        compile_cache=compile_cache,
-        eval_seconds=eval_seconds,
-        init_seconds=init_seconds,
-        stopped_early=stopped,
-    )
+    return FitResult(state=state, history=history, step_metrics=step_metrics,
+                     param_count=param_count(state.params) // members, train_seconds=train_seconds,
+                     compile_seconds=compile_seconds,
+                     samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
+                     compile_cache=compile_cache, eval_seconds=eval_seconds, init_seconds=init_seconds,
+                     stopped_early=stopped)
+
+
+def compile_timed(trainer: Trainer, state: TrainState, train: tuple[Array, Array]) -> tuple[CompiledEpoch, float, str]:
+    """`Trainer.compile_epoch`, its seconds, and what the persistent cache did for it: "hit", "miss" or "off"
+    (for the training program alone: the evaluation programs are counted apart)."""
+    from jaxintro.runtime import compile_cache_counts, release_free_memory
+
+    before = compile_cache_counts()
+    start = time.perf_counter()
+    program = trainer.compile_epoch(state, train)
+    release_free_memory()  # before the first epoch, not after the run
+    seconds = time.perf_counter() - start
+    cache_on = jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir
+    cache = "off" if not cache_on else "hit" if compile_cache_counts()["hits"] > before["hits"] else "miss"
+    return program, seconds, cache
 
 
 def epoch_row(

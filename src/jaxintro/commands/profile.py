@@ -62,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 def report_lines(report: "ProfileReport") -> list[str]:
     """The printed report: what was traced, the op table, the cost analysis, the roofline, where the files are."""
-    table, roof = report.table, report.roofline
     # What was traced, on which images: two noun phrases that the first sentence names.
     what = (_("the training program of `jaxintro train` (one lax.scan over the batches, shuffle included), "
               "compiled for exactly these batches") if report.loop == "scan" else
@@ -85,6 +84,13 @@ def report_lines(report: "ProfileReport") -> list[str]:
         _("Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
           "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)"),
     ]
+    return lines + op_table_lines(report) + roofline_lines(report)
+
+
+def op_table_lines(report: "ProfileReport") -> list[str]:
+    """The op table: the largest ops per step, the rest summed, the gaps and the window's total."""
+    table = report.table
+    lines: list[str] = []
     programs = {row.program for row in table.rows}
     width = max([len(r.name) for r in table.rows[:TABLE_ROWS]] + [40])
     program_col = max(len(p) for p in programs) + 2 if len(programs) > 1 else 0
@@ -117,12 +123,17 @@ def report_lines(report: "ProfileReport") -> list[str]:
     lines.append(summary_row(_("(outside the ops: dispatch, final sync)"), table.outside_us_per_step))
     lines.append("-" * len(header))
     lines.append(summary_row(_("total: the traced window's wall clock"), table.step_us))
+    return lines
 
+
+def roofline_lines(report: "ProfileReport") -> list[str]:
+    """XLA's cost analysis against the measured roofline, and where the files are."""
+    table, roof = report.table, report.roofline
     dots = sum(r.flops_per_call * r.calls_per_step for r in table.rows)
     cost = report.cost
     # `limited_by` is a JSON value ("compute" or "memory"): each has its own sentence here.
     bound = dict(intensity=roof.intensity, ridge=roof.ridge, gflops=roof.bound_gflops, ms=roof.bound_s * 1e3)
-    lines += [
+    return [
         "",
         _("XLA's cost analysis of the compiled step: {mflop:.1f} MFLOP, {mb:.2f} MB accessed, {ktrans:.1f} k "
           "transcendentals; matmuls alone: {analytic:.1f} MFLOP (bench.train_flops_per_step), {dots:.1f} MFLOP in the "
@@ -146,7 +157,6 @@ def report_lines(report: "ProfileReport") -> list[str]:
             files=", ".join(str(p) for p in report.hlo_files.values())),
         _("Report: {path}").format(path=Path(report.out_dir) / "profile.json"),
     ]
-    return lines
 
 
 def tensorboard_note() -> str:
