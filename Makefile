@@ -9,7 +9,7 @@ ARGS   ?=
 LOCALE := src/jaxintro/locale
 PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 
-.PHONY: train test test-fast bench install clean messages serve browser notebooks
+.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation
 
 $(STAMP): pyproject.toml constraints.txt setup.py $(PO)
 	@echo "Setting up $(VENV): jaxintro and its pinned dependencies (JAX, Optax, Flax, Equinox, Orbax; PyTorch's CPU"
@@ -36,6 +36,14 @@ test-fast: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/jaxintro bench $(ARGS)
+
+# Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), data.py, runs.py and
+# images.py one change at a time and runs their fast unit tests against each ([tool.mutmut] in pyproject.toml);
+# docs/testing.md has the score and every surviving mutant. The results stay in mutants/ (git-ignored).
+mutation: $(STAMP)
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/python tests/mutation_report.py mutants
 
 # The lesson's notebooks: each .ipynb regenerated from its jupytext source (notebooks/*.py, the file to edit),
 # without outputs, and .venv's Python registered as the Jupyter kernel "jaxintro (.venv)" that they ask for.

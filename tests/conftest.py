@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -40,11 +41,23 @@ def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
 def isolated_session(tmp_path_factory) -> Iterator[None]:
     """The same isolation for session and module fixtures (trained runs), which start before any test's own.
 
-    Hypothesis keeps its files in pytest's tmp folder too, so a run leaves nothing in the checkout or /tmp.
+    Hypothesis keeps its files in pytest's tmp folder too, and so does every temporary file (TMPDIR): a run
+    leaves nothing in the checkout or /tmp.
     """
     set_hypothesis_home_dir(str(tmp_path_factory.mktemp("hypothesis")))
     with pytest.MonkeyPatch.context() as monkeypatch:
         isolate_environment(monkeypatch, tmp_path_factory.mktemp("session-cache"))
+        # Every temporary file of the tests, and of the processes they start, goes into pytest's tmp folder,
+        # not /tmp (.ci/run checks that /tmp holds nothing new after the suite).
+        temp = tmp_path_factory.mktemp("tmp")
+        monkeypatch.setenv("TMPDIR", str(temp))
+        monkeypatch.setattr(tempfile, "tempdir", str(temp))
+        # JAX fixes its CPU device count when it starts, once per process: started here, with one device,
+        # whichever test comes first (a sweep would otherwise start it with one per core for every later
+        # test). Tests of several devices run the CLI in a process of its own.
+        import jax
+
+        jax.devices()
         yield
 
 

@@ -141,6 +141,26 @@ def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_r
         assert summary(out)["test_accuracy"] == uninterrupted["test_accuracy"]
 
 
+def test_ctrl_c_in_one_process_stops_every_process_after_one_common_epoch(tmp_path):
+    # Ctrl-C in the terminal of process 1 only: it becomes a preemption notice that every process agrees on.
+    run, port = tmp_path / "r", free_port()
+    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", str(EPOCHS)) for rank in (0, 1)]
+    with processes(*argvs) as procs:
+        wait_for_epoch(procs[0], 1)
+        sent = time.monotonic()
+        procs[1].send_signal(signal.SIGINT)
+        results = finish(procs, sent, TIMEOUT_S * 3)
+    stopped = []
+    for code, out, err, _ in results:
+        assert code == 143 and "Traceback" not in err, err[-2000:]
+        assert f"continue with: jaxintro train --resume {run}" in out
+        stopped.append(summary(out)["epochs"])
+    assert "Ctrl-C: asking every process to stop after a common epoch" in results[1][2]
+    assert stopped[0] == stopped[1] < EPOCHS  # one epoch boundary for all
+    assert load_run(run).epoch == stopped[0]  # one consistent checkpoint
+    TIMES.append(("Ctrl-C in process 1", ", ".join(f"{t:.1f} s (exit {c})" for c, _, _, t in results)))
+
+
 @pytest.mark.parametrize("fault, victim", [("SIGKILL", 1), ("SIGKILL", 0), ("SIGSTOP", 1)],
                          ids=["peer-dies", "coordinator-dies", "peer-stalls"])
 def test_a_dead_or_stalled_peer_ends_the_others_within_the_heartbeat_bound(tmp_path, fault, victim):
