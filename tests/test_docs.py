@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -35,13 +36,47 @@ def workdir(tmp_path_factory) -> Path:
     return folder
 
 
+# A `print(...)` whose comment shows what it prints: `# (8, 4, 3)`, `# ['a', 'b']: why`, `# ~1e-7`.
+SHOWN = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s+# (?P<shown>[(\[~].*)$")
+# Each such print also writes what it printed and what the document shows, for the test to compare.
+RECORD = """import io as _io, sys as _sys
+def _shown(_expected, *args, **kwargs):
+    _buffer = _io.StringIO()
+    print(*args, file=_buffer, **kwargs)
+    _sys.stdout.write(_buffer.getvalue())
+    _sys.stderr.write("SHOWN" + chr(9) + repr((_expected, _buffer.getvalue().strip())) + chr(10))
+"""
+
+
+def recorded(block: str) -> str:
+    """`block` with every print that shows its output in a comment turned into a recorded one."""
+    lines = []
+    for line in block.splitlines():
+        m = SHOWN.match(line)
+        lines.append(f"{m['indent']}_shown({m['shown'].strip()!r}, {m['args']})" if m else line)
+    return "\n".join(lines)
+
+
+def agrees(shown: str, printed: str) -> bool:
+    """Whether the printed text is what the comment shows: `~X` within a factor of 10, else the value itself
+    (the comment's text before a `:` that explains it)."""
+    if shown.startswith("~"):
+        return float(shown[1:]) / 10 <= abs(float(printed)) <= float(shown[1:]) * 10
+    return printed == shown.split(":")[0].strip()
+
+
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if python_blocks(REPO / doc)])
 def test_python_blocks_run(doc, workdir):
     blocks = python_blocks(REPO / doc)
     # One interpreter per document: later blocks may use names from earlier ones, as a reader would.
-    script = "\n\n".join(f"# --- block {i + 1}\n{block}" for i, block in enumerate(blocks))
+    script = RECORD + "\n\n".join(f"# --- block {i + 1}\n{recorded(block)}" for i, block in enumerate(blocks))
     proc = subprocess.run([sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{doc}:\n{proc.stderr[-3000:]}"
+    # What the document shows a print gives is what it gave here.
+    shown = [ast.literal_eval(line.split("\t", 1)[1]) for line in proc.stderr.splitlines() if line.startswith("SHOWN\t")]
+    assert len(shown) == sum(bool(SHOWN.match(line)) for block in blocks for line in block.splitlines()), doc
+    for expected, printed in shown:
+        assert agrees(expected, printed), (doc, expected, printed)
 
 
 def test_every_executed_block_can_fail():
