@@ -15,7 +15,7 @@ from jaxintro import bench
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
-from jaxintro.parallel import cpu_devices_wanted
+from jaxintro.members import cpu_devices_wanted
 from jaxintro.train import Trainer
 
 

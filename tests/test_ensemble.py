@@ -19,7 +19,7 @@ import pytest
 from conftest import synthetic_dataset
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
-from jaxintro.ensemble import check_memory, ensemble_model, estimate_memory_bytes, member_grid, members_and_ensemble
+from jaxintro.members import check_memory, ensemble_model, estimate_memory_bytes, member_grid, members_and_ensemble
 from jaxintro.errors import ConfigError
 from jaxintro.models import build_model
 from jaxintro.train import Trainer, count_correct, fit
@@ -170,22 +170,22 @@ def test_usable_cores_respect_a_containers_cpu_quota(monkeypatch, tmp_path):
 
 
 def test_members_spread_over_the_cores_they_split_evenly(monkeypatch):
-    from jaxintro import parallel
+    from jaxintro import members, parallel
 
     monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
-    assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (1, 2, 3, 8)] == [1, 2, 1, 2]
-    assert parallel.cpu_devices_wanted(TrainConfig(seeds=8, devices=4)) == 4  # told: as many as asked
+    assert [members.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (1, 2, 3, 8)] == [1, 2, 1, 2]
+    assert members.cpu_devices_wanted(TrainConfig(seeds=8, devices=4)) == 4  # told: as many as asked
     monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
-    assert [parallel.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
-    assert parallel.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
+    assert [members.cpu_devices_wanted(TrainConfig(seeds=n)) for n in (6, 7, 12, 40)] == [6, 7, 12, 10]
+    assert members.cpu_devices_wanted(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3)) == 6
     # In a process that already started JAX, members use the CPU devices it has (those that split them
     # evenly); on an accelerator they stay on its one device, vmapped, unless told.
     monkeypatch.setattr(parallel.jax, "devices", lambda *backend: ["cpu"] * 4)
     monkeypatch.setattr(parallel.jax, "default_backend", lambda: "cpu")
-    assert [parallel.member_devices(TrainConfig(seeds=n)) for n in (8, 6, 3, 1)] == [4, 3, 3, 1]
-    assert parallel.member_devices(TrainConfig(seeds=8, devices=2)) == 2
+    assert [members.member_devices(TrainConfig(seeds=n)) for n in (8, 6, 3, 1)] == [4, 3, 3, 1]
+    assert members.member_devices(TrainConfig(seeds=8, devices=2)) == 2
     monkeypatch.setattr(parallel.jax, "default_backend", lambda: "gpu")
-    assert parallel.member_devices(TrainConfig(seeds=8)) == 1
+    assert members.member_devices(TrainConfig(seeds=8)) == 1
 
 
 def test_a_sweep_member_is_the_run_with_its_learning_rate(data):
@@ -405,7 +405,7 @@ def test_memory_estimate_refuses_what_would_not_fit():
 
 
 def test_too_many_members_for_memory_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
-    from jaxintro import ensemble
+    from jaxintro import members as ensemble
 
     monkeypatch.setattr(ensemble, "available_memory_bytes", lambda: 2 * 2**30)  # whatever this machine has
     run = tmp_path / "run"
@@ -486,7 +486,7 @@ def test_one_seed_per_setting_claims_no_significance(tmp_path, capsys):
 
 
 def test_members_train_one_at_a_time_on_a_cpu_unless_told():
-    from jaxintro.train import member_group
+    from jaxintro.members import member_group
 
     assert jax.default_backend() == "cpu"
     assert member_group(TrainConfig(seeds=8)) == 1 and member_group(TrainConfig(seeds=3)) == 1

@@ -23,7 +23,7 @@ from PIL import Image
 from conftest import synthetic_dataset
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
-from jaxintro.ensemble import average_probabilities, ensemble_model
+from jaxintro.members import average_probabilities, ensemble_model
 from jaxintro.evaluate import load_run
 from jaxintro.models import build_model
 from jaxintro.train import Trainer

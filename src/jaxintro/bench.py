@@ -630,7 +630,7 @@ def main() -> None:
     if name.startswith("spread-seeds-"):
         # Before JAX starts, as `jaxintro train` does: the CPU devices the members spread over.
         from jaxintro.config import TrainConfig
-        from jaxintro.parallel import cpu_devices_wanted
+        from jaxintro.members import cpu_devices_wanted
         from jaxintro.runtime import configure_jax
 
         configure_jax(cpu_devices=cpu_devices_wanted(TrainConfig(seeds=int(name.rsplit("-", 1)[1]))),

@@ -124,17 +124,15 @@ class Checkpointer:
             raise fault_from(exc, _("the checkpoints"), self.run_dir) from None
 
 
-def abstract_state(model, tx, members: int = 1) -> TrainState:
+def abstract_state(model, tx, count: int = 1) -> TrainState:
     """The shapes of a model's training state, to restore into: nothing is initialised just to be overwritten.
 
     Several members are one checkpoint: every leaf carries a leading member axis.
     """
+    from jaxintro.members import abstract_carry
+
     params = jax.eval_shape(model.init, jax.random.key(0))
-    opt_state = jax.eval_shape(tx.init, params)
-    if members == 1:
-        return TrainState(params, opt_state, jax.random.key(0), 0)
-    stacked = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((members, *leaf.shape), leaf.dtype), (params, opt_state))
-    return TrainState(*stacked, jax.random.split(jax.random.key(0), members), 0)
+    return TrainState(*abstract_carry(count, params, jax.eval_shape(tx.init, params)), 0)
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def add_setting_flag(p: argparse.ArgumentParser) -> None:
                    help=_("a sweep's run: use this setting's models (default: the best setting's)"))
 
 
-def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: bool = True) -> None:
+def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_flags: bool = True) -> None:
     """Every `TrainConfig` field as a flag, 1:1 (`grid`: `--lr` and `--weight-decay` take lists, for `sweep`)."""
     d = TrainConfig()
     add_data_flags(p)
@@ -158,7 +158,7 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
     p.add_argument("--warmup-steps", type=natural_int, default=d.warmup_steps, help=_("warm-up steps of warmup-cosine"))
     p.add_argument("--clip-norm", type=number, default=None, help=_("clip_by_global_norm before the optimizer (off)"))
     p.add_argument("--seed", type=natural_int, default=d.seed, help=_("seed of the init, shuffles and dropout"))
-    if members:
+    if member_flags:
         p.add_argument("--seeds", type=positive_int, default=d.seeds,
                        help=_("train this many models (seeds SEED, SEED+1, ...) together, in one compiled program"))
         p.add_argument("--member-group", type=natural_int, default=d.member_group, metavar="N",
@@ -171,7 +171,7 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, members: 
     p.add_argument("--devices", type=positive_int, default=d.devices,
                    help=_("data-parallel devices; with several members, the devices they spread over "
                           "(default: on a CPU one per core, as many as split them evenly; on an accelerator one)")
-                   if members
+                   if member_flags
                    else _("data-parallel devices"))
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
 
@@ -208,7 +208,7 @@ def build_parser() -> ArgumentParser:
 
     p = sub.add_parser("profile",
                        help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
-    add_train_flags(p, members=False)
+    add_train_flags(p, member_flags=False)
     p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace (at most {most})").format(most=PROFILE_MAX_STEPS))
     p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
@@ -259,7 +259,7 @@ def build_parser() -> ArgumentParser:
 
     p = sub.add_parser("experiment", help=_("the lesson's experiments: dropout, models, clipping"))
     p.add_argument("name", choices=["dropout", "models", "clipping"])
-    add_train_flags(p, members=False)
+    add_train_flags(p, member_flags=False)
     p.add_argument("--rate", type=number, default=0.2, help=_("dropout rate for `dropout`"))
     p.add_argument("--clip", type=number, default=1.0, help=_("global-norm threshold for `clipping`"))
     p.add_argument("--out", default=None, help=_("folder for plots (default: runs/experiment-<name>)"))

@@ -93,23 +93,11 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
-        if self.members > 1:  # then devices split the members, not the batch
-            check_member_split(self.members, self.devices)
-            if self.parallel != PARALLEL[0]:
-                raise ConfigError(_("--parallel {parallel} splits one model's batch over devices; several members "
-                                    "(--seeds > 1, or a sweep) are spread over them whole: drop --parallel").format(
-                    parallel=self.parallel))
-        else:
-            check_batch_split(self.batch_size, self.devices)
+        from jaxintro.members import check_config  # the member count's rules live with the members
+
+        check_config(self)
         if self.loop == "python" and self.devices > 1:
             raise ConfigError(_("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)"))
-        if self.sweep and self.members < 2:
-            # One setting and one seed is a plain run: `train` says so better than a table of one row.
-            raise ConfigError(_("a sweep compares several models: give two values or more (--lr 1e-3,3e-3) or "
-                                "--seeds 2; for one model use `jaxintro train`"))
-        if self.members > 1 and self.loop != "scan":
-            raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one compiled "
-                                "program per epoch"))
         return self
 
     @property
@@ -191,14 +179,6 @@ def check_batch_split(batch_size: int, devices: int) -> None:
     if batch_size % devices:
         raise ConfigError(_("--batch-size {batch_size} does not split over {devices} devices; "
                             "use a multiple of {devices}").format(batch_size=batch_size, devices=devices))
-
-
-def check_member_split(members: int, devices: int) -> None:
-    """Members spread over devices in equal shares: each device runs the same program on its own."""
-    if members % devices:
-        raise ConfigError(_("{members} members do not split evenly over --devices {devices}; give a number of "
-                            "devices that divides {members}, or drop --devices").format(members=members,
-                                                                                        devices=devices))
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -14,7 +13,7 @@ import numpy as np
 from jaxintro.checkpoint import abstract_state, config_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
-from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.errors import CheckpointError
 from jaxintro.i18n import _, ngettext
 from jaxintro.models import Model, model_for
 from jaxintro.lesson import scale_images
@@ -43,7 +42,7 @@ class LoadedRun(NamedTuple):
 
     def describe_use(self) -> str:
         """What predictions come from, in words: e.g. `the ensemble of its 8 members`."""
-        from jaxintro.ensemble import setting_name
+        from jaxintro.members import setting_name
 
         if self.choice is None:
             return _("one model")
@@ -61,7 +60,7 @@ class LoadedRun(NamedTuple):
 
 def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     """Rebuild the model a run trained and restore its latest parameters (several members: those it is used through)."""
-    from jaxintro.ensemble import choose_members, ensemble_model, members_diverged
+    from jaxintro.members import use_run
     from jaxintro.optim import build_optimizer
 
     meta = read_meta(run_dir)
@@ -72,17 +71,7 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
                               .format(run_dir=run_dir))
     model = model_for(config, int(info["features"]), len(info["classes"]))
     state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
-    if config.members == 1:
-        if setting is not None:
-            raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
-        return LoadedRun(config, model, state.params, state.epoch, info)
-    last = meta["metrics"][-1]["members"] if meta.get("metrics") else {}
-    accuracies = last.get("test_accuracy", [None] * config.members)
-    choice = choose_members(config, accuracies, members_diverged(state.params, accuracies), setting)
-    used = np.asarray(choice.used)
-    params = jax.tree.map(lambda leaf: leaf[used] if len(used) > 1 else leaf[used[0]], state.params)
-    return LoadedRun(config, ensemble_model(model) if len(used) > 1 else model, params, state.epoch, info,
-                     member_model=model, all_params=state.params, choice=choice)
+    return LoadedRun(config, epoch=state.epoch, dataset=info, **use_run(config, model, state.params, meta, setting))
 
 
 def predict_proba(run: LoadedRun, x_u8: np.ndarray) -> np.ndarray:
@@ -116,18 +105,8 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
     report: dict[str, Any] = {"test_accuracy": float(np.mean(predictions == dataset.y_test)),
                               "per_class_accuracy": {c: float(a) for c, a in zip(dataset.classes, per_class)},
                               "confusion": confusion}
-    if run.member_model is not None:
-        report["member_test_accuracy"] = member_accuracies(run, dataset)
+    if run.member_model is not None:  # several members: each one's own accuracy too
+        from jaxintro.members import member_accuracies
+
+        report["member_test_accuracy"] = member_accuracies(run, dataset.x_test, dataset.y_test)
     return report
-
-
-def member_accuracies(run: LoadedRun, dataset: Dataset) -> list[float]:
-    """Each member's own test accuracy (the members of an ensemble run, one by one)."""
-    from jaxintro.ensemble import members_and_ensemble
-    from jaxintro.train import jit_count_correct
-
-    correct = jit_count_correct(members_and_ensemble(run.member_model))
-    counts, _losses = correct(run.all_params, jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test))
-    # The last row is the ensemble of all members; a diverged member scores nothing: its accuracy is NaN.
-    return [math.nan if k in run.choice.diverged else int(c) / len(dataset.x_test)
-            for k, c in enumerate(np.asarray(counts)[:-1])]

@@ -128,6 +128,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
 
     from jaxintro.data import load_dataset
     from jaxintro.evaluate import load_run
+    from jaxintro.members import usage_note
     from jaxintro.grads import per_example_grad_norms_vmap
     from jaxintro.plots import plot_image_grid
     from jaxintro.lesson import scale_images
@@ -140,8 +141,9 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
         check_count(n, dataset)
         lines.append(_("Model: {run_dir} ({model}, epoch {epoch}) on {dataset}").format(
             run_dir=run_dir, model=run.config.model, epoch=run.epoch, dataset=dataset.name))
-        if run.members > 1:  # which of its models the gradients go through (never a diverged one)
-            lines.append(_("Of its {count} models: {what}").format(count=run.members, what=run.describe_use()))
+        note = usage_note(run)  # several members: which of them the gradients go through (never a diverged one)
+        if note:
+            lines.append(_("Of its {count} models: {what}").format(count=run.members, what=note))
     else:
         from jaxintro.train import Trainer
 

@@ -31,7 +31,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.i18n import _
 
@@ -69,29 +68,6 @@ def usable_cores() -> int:
     except (OSError, ValueError):
         pass
     return cores
-
-
-def spread_over(config: TrainConfig, available: int) -> int:
-    """The devices a run's members spread over: `--devices`, else the most of `available` that split them evenly."""
-    if config.devices > 1:
-        return config.devices
-    return max(d for d in range(1, min(config.members, available) + 1) if config.members % d == 0)
-
-
-def cpu_devices_wanted(config: TrainConfig) -> int:
-    """Before JAX starts: the CPU devices to create, `--devices`, or for several members one per core they fill."""
-    return config.devices if config.members == 1 else spread_over(config, usable_cores())
-
-
-def member_devices(config: TrainConfig) -> int:
-    """Once JAX runs: the devices the members spread over, of this process's (an accelerator keeps them on one
-    device unless told: it vmaps them all there)."""
-    return spread_over(config, len(jax.devices()) if jax.default_backend() == "cpu" else 1)
-
-
-def spread_members(tree: Any, mesh: Mesh) -> Any:
-    """Split every leaf of a member-stacked `tree` along its leading axis over `mesh`'s `members` axis."""
-    return jax.device_put(tree, NamedSharding(mesh, P(MEMBERS)))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

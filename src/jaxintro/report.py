@@ -1,5 +1,5 @@
 """What `jaxintro train` and `sweep` print and save about a run: the header, the summary and `result.json`'s
-fields, the table of members and settings, the plots, and where the time went.
+fields, the plots, and where the time went (what is about its members, `members.py` says).
 
 The command (`commands/train.py`) resolves the run and trains it; everything a learner reads about it
 is written here, in the chosen language.
@@ -7,8 +7,6 @@ is written here, in the chosen language.
 
 from __future__ import annotations
 
-import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,41 +25,25 @@ TIME_WORDS = {"setup": N_("set-up"), "data": N_("data"), "init": N_("init"), "co
 
 def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
     """The line that says what trains on what, and where it is written; return the devices members spread over."""
-    import jax
+    from jaxintro.members import header
 
     facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
                                                                 dataset.num_classes))),
                  dataset=dataset.name, train=len(dataset.x_train), test=len(dataset.x_test), source=dataset.source,
                  loop=config.loop, run_dir=run_dir)
-    if config.members == 1:
-        print(_("Training {model} MLP {layers} on {dataset} ({train} train / {test} test, from {source}); "
-                "loop={loop}; run folder {run_dir}").format(**facts), flush=True)
-        return 1
-    from jaxintro.parallel import member_devices
-
-    spread = member_devices(config)
-    platform = jax.default_backend().upper()
-    where = (_("all on one {platform} device").format(platform=platform) if spread == 1 else
-             ngettext("spread over {devices} {platform} device", "spread over {devices} {platform} devices",
-                      spread).format(devices=spread, platform=platform))
-    print(_("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
-            "from {source}); {where}; loop={loop}; run folder {run_dir}").format(
-        members=config.members, grid=describe_members(config), where=where, **facts), flush=True)
+    line, spread = header(config, facts)
+    print(line, flush=True)
     return spread
 
 
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:
     """`curves.png`: loss and accuracy per epoch (several members: each faint, their mean bold)."""
     from jaxintro.faults import run_write
+    from jaxintro.members import curves_title
     from jaxintro.plots import plot_curves as plot  # matplotlib loads after training, off the memory peak
 
-    if config.members == 1:
-        title = _("{model} MLP on {dataset}").format(model=config.model, dataset=dataset.name)
-    else:
-        title = _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
-            members=config.members, model=config.model, dataset=dataset.name)
     with run_write("curves.png", run_dir):
-        plot(rows, run_dir / "curves.png", title=title)
+        plot(rows, run_dir / "curves.png", title=curves_title(config, dataset))
 
 
 def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[str, Any]], run_dir: Path, *,
@@ -69,6 +51,7 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
     """The run's summary: `result.json`, and `--json`'s last line (a sweep also draws `sweep.png`)."""
     import jax
 
+    from jaxintro.members import summary_fields
     from jaxintro.runtime import peak_rss_mb
 
     last = rows[-1]
@@ -92,186 +75,29 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
         "run_dir": str(run_dir),
         "finished": not result.stopped_early,
     }
-    if config.members > 1:
-        summary.update(members_summary(config, last, result.samples_per_second), member_devices=spread)
-    if config.sweep:  # the ensemble a sweep's run is used through: its best setting's seeds, not every member
-        start = time.perf_counter()
-        summary["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
-        clock["eval_after"] = time.perf_counter() - start
-        if primary:
-            from jaxintro.faults import run_write
-            from jaxintro.plots import plot_sweep
-
-            title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
-                             last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
-            with run_write("sweep.png", run_dir):
-                summary["sweep_png"] = str(plot_sweep(sweep_settings(config, last), run_dir / "sweep.png",
-                                                      title=title))
+    summary.update(summary_fields(config, last, result, dataset, run_dir, spread=spread, primary=primary,
+                                  clock=clock))
     return summary
 
 
 def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_dir: Path) -> None:
     """The last two lines: the test accuracy in its sentence, and where the time went."""
-    # The accuracy, then the sentence it goes into: one run's, the mean of several, or a sweep's best setting.
+    from jaxintro.members import accuracy_text
+
     epochs = summary["epochs"]
-    accuracy = f"{100 * summary['test_accuracy']:.2f}%"
-    if config.sweep:
-        best = summary["best"]
-        accuracy = ngettext("{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g})",
-                            "{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g}; its {seeds} seeds' ensemble "
-                            "{ensemble:.2f}%)", config.seeds).format(
-            mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], lr=best["lr"], seeds=config.seeds,
-            ensemble=100 * summary["ensemble_test_accuracy"])
-    elif config.members > 1:
-        accuracy = _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)")
-        accuracy = accuracy.format(
-            mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=config.members,
-            ensemble=100 * summary["ensemble_test_accuracy"])
     print(ngettext(
         "Done: test accuracy {accuracy} after {epochs} epoch, {seconds:.1f}s training ({rate:,.0f} samples/s), "
         "compile {compile:.2f}s ({cache}). Curves: {curves}",
         "Done: test accuracy {accuracy} after {epochs} epochs, {seconds:.1f}s training ({rate:,.0f} samples/s), "
         "compile {compile:.2f}s ({cache}). Curves: {curves}",
         epochs,
-    ).format(accuracy=accuracy, epochs=epochs, seconds=result.train_seconds, rate=result.samples_per_second,
-             compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]), curves=run_dir / "curves.png"))
+    ).format(accuracy=accuracy_text(config, summary), epochs=epochs, seconds=result.train_seconds,
+             rate=result.samples_per_second, compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]),
+             curves=run_dir / "curves.png"))
     times = summary["time_breakdown"]
     labels = {name: _(word) for name, word in TIME_WORDS.items()}
     print(_("Time: {parts}; {total:.1f}s in all").format(
         parts=", ".join(f"{labels[name]} {times[name]:.1f}s" for name in TIME_WORDS), total=times["total"]))
-
-
-def describe_members(config: TrainConfig) -> str:
-    """`seeds 0..7`, or a sweep's grid in words."""
-    if config.seeds == 1:
-        seeds = _("seed {seed}").format(seed=config.seed)
-    else:
-        seeds = _("seeds {first}..{last}").format(first=config.seed, last=config.seed + config.seeds - 1)
-    if not config.sweep:
-        return seeds
-    lrs = ", ".join(f"{v:g}" for v in config.lr_grid or (config.lr,))
-    if not config.weight_decay_grid:
-        return _("lr {lrs}; {seeds} each").format(lrs=lrs, seeds=seeds)
-    return _("lr {lrs} x weight decay {decays}; {seeds} each").format(
-        lrs=lrs, decays=", ".join(f"{v:g}" for v in config.weight_decay_grid), seeds=seeds)
-
-
-def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
-    """Test accuracy of the ensemble of the best setting's seeds that trained (one seed: that model's own)."""
-    from jaxintro.ensemble import choose_members, ensemble_accuracy
-    from jaxintro.models import model_for
-
-    accuracies = last["members"]["test_accuracy"]
-    choice = choose_members(config, accuracies, [k for k, a in enumerate(accuracies) if a is None])
-    if len(choice.used) == 1:
-        return accuracies[choice.used[0]]
-    model = model_for(config, dataset.num_features, dataset.num_classes)
-    return ensemble_accuracy(model, params, choice.used, dataset.x_test, dataset.y_test)
-
-
-def sweep_settings(config: TrainConfig, last: dict[str, Any]) -> list:
-    """The sweep's settings, each summarised over its seeds, from the last epoch's row."""
-    from jaxintro.ensemble import member_grid, summarize_settings
-
-    accuracies = [math.nan if a is None else a for a in last["members"]["test_accuracy"]]
-    return summarize_settings(member_grid(config), accuracies)
-
-
-def members_summary(config: TrainConfig, last: dict[str, Any], samples_per_second: float) -> dict[str, Any]:
-    """The JSON fields of a multi-member run: mean +- std, each member, the ensemble (and a sweep's settings)."""
-    from jaxintro.ensemble import best_setting, member_grid, mean_std
-
-    per = last["members"]
-    mean, std = mean_std(per["test_accuracy"])
-    # Only adamw decays weights: another optimizer's members and settings have no weight decay (null), not a value.
-    decays = config.optimizer == "adamw"
-    members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay if decays else None,
-                "test_accuracy": per["test_accuracy"][k],
-                "train_accuracy": per["train_accuracy"][k], "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
-               for k, m in enumerate(member_grid(config))]
-    summary: dict[str, Any] = {
-        "test_accuracy": mean, "test_accuracy_std": std, "members": members,
-        "ensemble_test_accuracy": last["ensemble_test_accuracy"], "member_count": config.members,
-        "samples_per_second_per_model": samples_per_second / config.members,
-        "train_accuracy": mean_std(per["train_accuracy"])[0], "final_loss": mean_std(per["loss"])[0],
-    }
-    if config.sweep:
-        settings = sweep_settings(config, last)
-        summary["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay if decays else None, "test_accuracy": s.mean,
-                                "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
-        best = best_setting(settings)
-        summary["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
-                           "test_accuracy": best.mean,
-                           "test_accuracy_std": best.std}
-        # A sweep's headline is its best setting (as the summary line says), not a mean across settings.
-        summary["test_accuracy"], summary["test_accuracy_std"] = best.mean, best.std
-    from jaxintro.runs import json_safe
-
-    return json_safe(summary)  # a setting whose members all diverged has a NaN mean: null in the JSON
-
-
-def print_members(config: TrainConfig, summary: dict[str, Any]) -> None:
-    """The final table: every member, then (a sweep) every setting and the best one."""
-    def pct(value: float | None) -> str:
-        return _("diverged") if value is None or not math.isfinite(value) else f"{100 * value:6.2f}%"
-
-    def decay(value: float) -> str:  # only adamw decays the weights
-        return f"{value:.2g}" if config.optimizer == "adamw" else "-"
-
-    # Column headings, each translated alone; a column widens to fit a longer translation.
-    heads = [_("member"), _("seed"), "lr", "wd", _("test acc"), _("train acc"), _("loss")]
-    widths = [max(width, len(head)) for head, width in zip(heads, (6, 6, 8, 8, 9, 9, 8))]
-    print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
-    for k, m in enumerate(summary["members"]):
-        loss = "-" if m["final_loss"] is None else f"{m['final_loss']:.4f}"
-        cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
-                 pct(m["train_accuracy"]), loss]
-        print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
-    if not config.sweep:
-        print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
-            accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
-        return
-    spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
-                      config.seeds).format(n=config.seeds)
-    col = max(40, len(spread))  # a longer translation widens the column
-    print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
-    for s in summary["settings"]:
-        cell = _("diverged") if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
-            f"{100 * s['test_accuracy']:.2f} ± {100 * s['test_accuracy_std']:.2f}%")
-        note = "  " + ngettext("({n} diverged)", "({n} diverged)", s["diverged"]).format(n=s["diverged"]) \
-            if s["diverged"] else ""
-        print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>{col}}{note}")
-    best = summary["best"]
-    if config.optimizer == "adamw":
-        line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-    else:  # only adamw decays the weights: naming a weight decay would mislead
-        line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-    print(line.format(lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
-                      std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
-    if config.seeds > 1:  # what `predict`, `serve` and `evaluate` use: the best setting's seeds, averaged
-        print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
-                "test accuracy").format(seeds=config.seeds, accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
-    verdict = compare_with_lesson(summary["settings"], best) if config.seeds > 1 else None  # one seed: no spread
-    if verdict:
-        print(verdict)
-
-
-def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
-    """Whether the best setting beats the lesson's learning rate by more than the seeds' spread (None if not swept)."""
-    lesson_lr = TrainConfig().lr
-    lesson = [s for s in settings if s["lr"] == lesson_lr and s["weight_decay"] == best["weight_decay"]]
-    if not lesson or lesson[0]["test_accuracy"] is None or not math.isfinite(lesson[0]["test_accuracy"]):
-        return None
-    base = lesson[0]
-    gap = 100 * (best["test_accuracy"] - base["test_accuracy"])
-    noise = 100 * math.hypot(best["test_accuracy_std"], base["test_accuracy_std"])
-    if best["lr"] == lesson_lr:
-        return _("The lesson's lr {lr:g} is the best of this grid.").format(lr=lesson_lr)
-    if gap > noise:
-        return _("lr {best:g} beats the lesson's {lr:g} by {gap:.2f} points, more than the seeds' spread "
-                 "({noise:.2f}).").format(best=best["lr"], lr=lesson_lr, gap=gap, noise=noise)
-    return _("No setting beats the lesson's lr {lr:g} by more than the seeds' spread: the best is {gap:.2f} points "
-             "higher, within {noise:.2f}.").format(lr=lesson_lr, gap=gap, noise=noise)
 
 
 def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpoint_seconds: float) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 from jaxintro.errors import ConfigError
 from jaxintro.faults import ERRORS_LOG, run_write, watch
-from jaxintro.i18n import N_, _, ngettext
+from jaxintro.i18n import N_, _
 
 CONFIG_FILE = "config.json"
 RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
@@ -234,36 +234,13 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         status = "empty (no checkpoint)"
     return {"run_dir": str(run_dir), "dataset": config.get(RESOLVED_DATASET, config.get("dataset", "?")),
             "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
-            **run_kind(config, rows[-1] if rows else None), "status": status, "result": result}
+            **_kind(config, rows[-1] if rows else None), "status": status, "result": result}
 
 
-def run_kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
-    """What kind of run a folder holds (one model, seeds, a sweep), how many diverged, and its headline accuracy."""
-    from jaxintro.config import TrainConfig
-    from jaxintro.ensemble import headline_accuracy
+def _kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
+    from jaxintro.members import run_kind  # what kind of run, and its headline number: the members' rules
 
-    try:
-        train_config = TrainConfig.from_json({k: v for k, v in config.items() if k != RESOLVED_DATASET})
-    except (ConfigError, TypeError):
-        train_config = TrainConfig()  # a config of another version: read it as a single run
-    kind = "sweep" if train_config.sweep else "seeds" if train_config.members > 1 else "single"
-    members = (row or {}).get("members", {}).get("test_accuracy", [])
-    return {"kind": kind, "member_count": train_config.members, "diverged": sum(a is None for a in members),
-            "test_accuracy": headline_accuracy(train_config, row) if row else None}
-
-
-def kind_text(info: dict[str, Any]) -> str:
-    """`1 model`, `8 seeds`, `sweep: 6 models` (and how many diverged), as `jaxintro runs` prints it."""
-    count = info.get("member_count", 1)
-    if info.get("kind") == "sweep":
-        text = ngettext("sweep: {n} model", "sweep: {n} models", count).format(n=count)
-    elif info.get("kind") == "seeds":
-        text = ngettext("{n} seed", "{n} seeds", count).format(n=count)
-    else:
-        text = _("1 model")
-    if info.get("diverged"):
-        text += ", " + ngettext("{n} diverged", "{n} diverged", info["diverged"]).format(n=info["diverged"])
-    return text
+    return run_kind(config, row)
 
 
 # `describe_run`'s statuses stay English (code and `--json` compare them); these are what a learner reads.

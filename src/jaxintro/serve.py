@@ -40,8 +40,8 @@ from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.images import check_ink, load_image, warm_up
-from jaxintro.runs import (RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics,
-                           run_kind)
+from jaxintro.members import run_kind, usage_note
+from jaxintro.runs import RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -300,8 +300,9 @@ class App:
         config = self.run.config
         info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
         model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
-        if self.run.members > 1:  # the page says which members it predicts with (a sweep: one setting's)
-            model = _("{model}: {what}").format(model=model, what=self.run.describe_use())
+        note = usage_note(self.run)  # several members: which ones the page predicts with (a sweep: one setting's)
+        if note:
+            model = _("{model}: {what}").format(model=model, what=note)
         return {
             "run_dir": str(self.run_dir),
             "model": model,

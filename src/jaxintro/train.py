@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int
 
-from jaxintro.config import CPU_MEMBER_GROUP, EVAL_CHUNK, TrainConfig
+from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.i18n import _
@@ -84,15 +84,6 @@ def jit_count_correct(model: Model) -> Callable:
     return jax.jit(functools.partial(count_correct, model=model))
 
 
-def member_group(config: TrainConfig, devices: int = 1) -> int:
-    """How many members one `vmap` trains at a time on each of `devices`: `--member-group`, else all of a
-    device's members on an accelerator (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound: see config)."""
-    share = config.members // devices
-    if config.member_group:
-        return min(config.member_group, share)
-    return share if jax.default_backend() != "cpu" else min(share, CPU_MEMBER_GROUP)
-
-
 # ---------------------------------------------------------------- the trainer
 
 
@@ -125,17 +116,11 @@ class Trainer:
                 "--batch-size {batch_size} is larger than the {count} training images of {dataset}; "
                 "use at most {count}"
             ).format(batch_size=config.batch_size, count=len(dataset.x_train), dataset=dataset.name))
-        from jaxintro.config import check_batch_split
-        from jaxintro.parallel import AXIS, MEMBERS, make_mesh, member_devices
+        from jaxintro.members import check_memory, make_run_mesh
 
-        if config.members > 1:
-            mesh = make_mesh(member_devices(config), MEMBERS)
-        else:
-            mesh = make_mesh(config.devices)
-            check_batch_split(config.batch_size, mesh.shape[AXIS])  # with several processes, every device counts
+        mesh = make_run_mesh(config)
         steps = len(dataset.x_train) // config.batch_size
         model = model_for(config, dataset.num_features, dataset.num_classes)
-        from jaxintro.ensemble import check_memory
 
         # Before anything is allocated or compiled: a model too big for memory is refused in a second, not grown into.
         check_memory(config, model.sizes, len(dataset.x_train), devices=mesh.size)
@@ -143,27 +128,11 @@ class Trainer:
         return cls(config, model, tx, steps, build_schedule(config, steps * config.epochs), mesh)
 
     def init_state(self) -> TrainState:
-        """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state.
+        """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state; several
+        members each start as their single run does, stacked on a leading axis (`members.init_members`)."""
+        from jaxintro.members import init_members
 
-        Several members: the same function for each seed, stacked (a leading member axis on every leaf),
-        and in a sweep each optimizer state then gets its member's learning rate and weight decay.
-        """
-        if self.config.members == 1:
-            return TrainState(*self._init_member(self.config.seed), 0)
-        from jaxintro.ensemble import member_grid
-        from jaxintro.optim import with_hyperparams
-
-        members = member_grid(self.config)
-        # Each member by the single run's own init, then stacked. Not jitted, like the single run's: XLA's
-        # fusions would round a few initial weights one ulp apart, and member k's start would no longer be bit
-        # for bit the run `--seed k`'s. Nor vmapped: op by op, a vmap compiles a batched program per op, where
-        # a loop reuses the single run's programs after the first member.
-        per_member = [self._init_member(m.seed) for m in members]
-        params, opt_state, key = jax.tree.map(lambda *leaves: jnp.stack(leaves), *per_member)
-        if self.config.sweep:
-            opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
-                                         jnp.asarray([m.weight_decay for m in members], jnp.float32))
-        return TrainState(params, opt_state, key, 0)
+        return TrainState(*init_members(self.config, self._init_member), 0)
 
     def _init_member(self, seed: int | Array) -> tuple[Params, optax.OptState, jax.Array]:
         init_key, key = jax.random.split(jax.random.key(seed))
@@ -216,7 +185,19 @@ class Trainer:
         return CompiledEpoch(run, (step, plan))
 
     def jit_epoch(self) -> Callable:
-        """The whole epoch compiled as one program over the mesh, parameters and optimizer state donated.
+        """The whole epoch compiled as one program over the mesh, parameters and optimizer state donated: the
+        one model's (`jit_model_epoch`), or mapped over several (`members.map_epoch`)."""
+        from jaxintro.members import jit_epoch
+
+        return jit_epoch(self)
+
+    def epoch_fn(self) -> Callable:
+        """The lesson's epoch with this trainer's step bound: `(params, opt_state, key, x_u8, y) -> ...`."""
+        return functools.partial(train_epoch, step=self.step_fn(), batch_size=self.config.batch_size,
+                                 use_dropout=self.use_dropout)
+
+    def jit_model_epoch(self) -> Callable:
+        """One model's epoch: on one device the plain epoch; on several, each batch split over them.
 
         Several devices split each batch (`shard_map` with `pmean`, or sharded `jit`); one device runs the
         plain epoch, with no collective.
@@ -224,31 +205,13 @@ class Trainer:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from jaxintro.parallel import AXIS, MEMBERS
+        from jaxintro.parallel import AXIS
 
         common = dict(batch_size=self.config.batch_size, use_dropout=self.use_dropout)
-        if self.config.members > 1:
-            # Whole epochs mapped over the members' parameters, optimizer states and keys; the uint8 data is
-            # shared by the members of a device, neither copied nor moved per member.
-            epoch = functools.partial(train_epoch, step=self.step_fn(), **common)
-            group = member_group(self.config, self.mesh.shape[MEMBERS])
-
-            def members_epoch(params, opt_state, key, x_u8, y):
-                # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,
-                # the groups in turn. A group of 1 is a plain lax.map, no `vmap`: each member runs the single
-                # run's own program.
-                return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key),
-                                   batch_size=group if group > 1 else None)
-
-            # No collective: each device trains its members alone, side by side with the others.
-            spread, shared = P(MEMBERS), P()
-            members_epoch = jax.shard_map(members_epoch, mesh=self.mesh, in_specs=(spread,) * 3 + (shared,) * 2,
-                                          out_specs=(spread,) * 4)
-            return jax.jit(members_epoch, donate_argnums=(0, 1))
         if self.mesh.size == 1:
             # One device: the lesson's epoch as it is. Inside `shard_map` the `pmean` over one device would still
             # compile to an all-reduce that XLA keeps (replica_groups={{0}}), a collective with nothing to collect.
-            return jax.jit(functools.partial(train_epoch, step=self.step_fn(), **common), donate_argnums=(0, 1))
+            return jax.jit(self.epoch_fn(), donate_argnums=(0, 1))
         if self.config.parallel == "sharding":
             epoch = functools.partial(train_epoch, step=self.step_fn(), **common,
                                       batch_sharding=NamedSharding(self.mesh, P(AXIS)))
@@ -260,41 +223,32 @@ class Trainer:
         return jax.jit(sharded, donate_argnums=(0, 1))
 
     def place(self, state: TrainState, dataset: Dataset) -> tuple[TrainState, tuple[Array, Array], tuple[Array, Array]]:
-        """Put the state, the training set and the test set where training and evaluation read them.
+        """Put the state, the training set and the test set where training and evaluation read them: the one
+        model's way (`place_model`), or spread over the members' devices (`members.place_members`)."""
+        from jaxintro.members import place
 
-        One model: every device of the mesh holds the parameters and the data, as uint8 (the step
-        scales each batch); the lesson's loop uses the default device. Several members: each device
-        holds its share of them and the training data, and the first device the test set, since it
-        evaluates them all (`jit_eval`). The lesson's loop (`--loop python`) leaves the training set on
-        the host, where it slices each batch: a device copy would only cost memory.
+        return place(self, state, dataset)
+
+    def place_model(self, state: TrainState, dataset: Dataset) -> tuple[TrainState, tuple[Array, Array],
+                                                                           tuple[Array, Array]]:
+        """One model: every device of the mesh holds the parameters and the data, as uint8 (the step scales each
+        batch). The lesson's loop (`--loop python`) leaves the training set on the host, where it slices each
+        batch: a device copy would only cost memory.
         """
-        from jaxintro.parallel import replicate, spread_members
+        from jaxintro.parallel import replicate
 
         train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
-        carried = (state.params, state.opt_state, state.key)
-        if self.config.members > 1:
-            placed = spread_members(carried, self.mesh)
-            return (TrainState(*placed, state.epoch), replicate(train, self.mesh),
-                    jax.device_put(test, self.mesh.devices.flat[0]))
         if self.config.loop == "scan":
-            return (TrainState(*replicate(carried, self.mesh), state.epoch), replicate(train, self.mesh),
-                    replicate(test, self.mesh))
+            carried = replicate((state.params, state.opt_state, state.key), self.mesh)
+            return TrainState(*carried, state.epoch), replicate(train, self.mesh), replicate(test, self.mesh)
         return state, train, jax.device_put(test)  # the lesson's loop slices its batches from the host arrays
 
     def jit_eval(self) -> Callable:
         """Correct count and summed loss over a chunked set, compiled; with several members, one row per
-        member and a last row for their ensemble (the average of their probabilities).
+        member and a last row for their ensemble (`members.jit_eval`)."""
+        from jaxintro.members import jit_eval
 
-        Spread members are first gathered on the first device (one small copy of the parameters per
-        epoch), so every member is scored by one and the same program, wherever it trained.
-        """
-        if self.config.members == 1:
-            return jit_count_correct(self.model)
-        from jaxintro.ensemble import members_and_ensemble
-
-        count = jit_count_correct(members_and_ensemble(self.model))
-        evaluator = self.mesh.devices.flat[0]
-        return lambda params, x, y: count(jax.device_put(params, evaluator), x, y)
+        return jit_eval(self.config, self.model, self.mesh)
 
 
 class EpochMetrics(NamedTuple):
@@ -319,7 +273,7 @@ class EpochMetrics(NamedTuple):
         if self.members is None:
             return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
                     f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
-        from jaxintro.ensemble import mean_std
+        from jaxintro.members import mean_std
 
         def spread(name: str) -> str:
             return "{:.4f} ± {:.4f}".format(*mean_std(self.members[name]))
@@ -357,30 +311,6 @@ class FitResult:
 EpochHook = Callable[[TrainState, EpochMetrics], None]
 
 
-def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int,
-                         diverged: set[int]) -> None:
-    """Several members: warn once about each member whose loss became NaN/Inf; raise when all have."""
-    losses = metrics["loss"]
-    bad = [int(m) for m in np.flatnonzero(~np.all(np.isfinite(losses), axis=1))]
-    if len(bad) == len(losses):
-        check_finite({"loss": losses[bad[0]]}, epoch, steps_per_epoch)
-    for m in sorted(set(bad) - diverged):
-        step = int(np.flatnonzero(~np.isfinite(losses[m]))[0]) + 1
-        warnings.warn(_("member {member} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out "
-                        "of the means and the ensemble").format(member=m, epoch=epoch, step=step),
-                      RuntimeWarning, stacklevel=2)
-        diverged.add(m)
-
-
-def check_epoch(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int, diverged: set[int],
-                members: int) -> None:
-    """After an epoch: one model must stay finite; of several, each diverging one is noted (all: an error)."""
-    if members > 1:
-        check_members_finite(metrics, epoch, steps_per_epoch, diverged)
-    else:
-        check_finite(metrics, epoch, steps_per_epoch)
-
-
 def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int) -> None:
     """Raise on the first NaN/Inf loss (naming epoch and step); warn when a finite loss has exploded."""
     losses = metrics["loss"]
@@ -414,6 +344,7 @@ def fit(
     """Train `config.epochs` epochs (from `state` when resuming), evaluating on the test set after each."""
     from tqdm import tqdm
 
+    from jaxintro.members import check_epoch, epoch_row, shows_ensemble
     from jaxintro.parallel import to_host
     from jaxintro.runtime import release_free_memory
 
@@ -422,7 +353,6 @@ def fit(
     state, (x_train, y_train), (x_test, y_test) = trainer.place(state or trainer.init_state(), dataset)
     jax.block_until_ready(state)
     init_seconds = time.perf_counter() - init_start
-    members = config.members
     eval_fn = trainer.jit_eval()
     diverged: set[int] = set()
 
@@ -445,7 +375,7 @@ def fit(
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        check_epoch(metrics, epoch, trainer.steps_per_epoch, diverged, members)
+        check_epoch(metrics, epoch, trainer.steps_per_epoch, diverged)
 
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
@@ -461,7 +391,7 @@ def fit(
         history.append(row)
         step_metrics.append(metrics)
         with tqdm.external_write_mode():  # the line goes above the progress bar, not through it
-            log(row.line(config.epochs, ensemble=not config.sweep))
+            log(row.line(config.epochs, ensemble=shows_ensemble(config)))
         if on_epoch is not None:
             on_epoch(state, row)
         if should_stop(epoch) and epoch < config.epochs:  # asked after every epoch: it may be a collective
@@ -469,9 +399,9 @@ def fit(
             break
     bar.close()
 
-    samples = len(history) * trainer.steps_per_epoch * config.batch_size * members
+    samples = len(history) * trainer.steps_per_epoch * config.batch_size * config.members
     return FitResult(state=state, history=history, step_metrics=step_metrics,
-                     param_count=param_count(state.params) // members, train_seconds=train_seconds,
+                     param_count=param_count(state.params) // config.members, train_seconds=train_seconds,
                      compile_seconds=compile_seconds,
                      samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
                      compile_cache=compile_cache, eval_seconds=eval_seconds, init_seconds=init_seconds,
@@ -493,7 +423,7 @@ def compile_timed(trainer: Trainer, state: TrainState, train: tuple[Array, Array
     return program, seconds, cache
 
 
-def epoch_row(
+def model_row(
     epoch: int,
     metrics: dict[str, np.ndarray],
     test_correct: np.ndarray,
@@ -503,41 +433,18 @@ def epoch_row(
     seconds: float,
     n_test: int,
     config: TrainConfig,
-    diverged: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> EpochMetrics:
-    """One epoch's summary from its per-step metrics and the test set's counts (several members: per member,
-    the ensemble's last).
+    """One model's epoch summary from its per-step metrics and the test set's counts (several members:
+    `members.epoch_row`).
 
     The loss and the training accuracy are the epoch's running means over its batches, as they were
     trained (dropout on, each batch scored just before its update), like Flax's MNIST example.
     """
     n_seen = metrics["correct"].shape[-1] * config.batch_size  # the epoch's steps, full batches only
     train_correct = np.sum(metrics["correct"], axis=-1)
-    if config.members == 1:
-        return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
-                            int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
-                            float(np.max(metrics["grad_norm"])))
-    from jaxintro.ensemble import member_grid
-
-    # A schedule is linear in its peak: member k's rate is the schedule's at `lr`, scaled to its own.
-    lrs = [learning_rate * m.lr / config.lr for m in member_grid(config)]
-    per_member = {
-        "loss": np.mean(metrics["loss"], axis=1),
-        "train_accuracy": train_correct / n_seen,
-        "test_accuracy": np.asarray(test_correct[:-1]) / n_test,
-        "test_loss": np.asarray(test_loss[:-1]) / n_test,
-        "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
-    }
-    for name, values in per_member.items():  # a diverged member's numbers are NaN, not a misleading accuracy
-        values = values.astype(np.float64)
-        values[list(diverged)] = np.nan
-        per_member[name] = values
-    means = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in per_member.items()}
-    return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means["test_accuracy"], means["test_loss"],
-                        max(lrs), seconds, means["max_grad_norm"],
-                        members={**{k: [float(x) for x in v] for k, v in per_member.items()}, "learning_rate": lrs},
-                        ensemble_test_accuracy=int(test_correct[-1]) / n_test)
-
+    return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
+                        int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
+                        float(np.max(metrics["grad_norm"])))
 
 def python_epoch(
     state: TrainState,

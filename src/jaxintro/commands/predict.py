@@ -15,15 +15,17 @@ def run(args: argparse.Namespace) -> int:
 
     from jaxintro.evaluate import load_run, predict_proba
     from jaxintro.images import load_image
+    from jaxintro.members import usage_note
 
     loaded = load_run(Path(args.run_dir), args.setting)
     shape = tuple(loaded.dataset["image_shape"])
     images = np.stack([load_image(Path(p), shape) for p in args.images])
     probs = predict_proba(loaded, images)
     classes = loaded.dataset["classes"]
-    if loaded.members > 1:  # say which of its models answer (a sweep: one setting's; never a diverged one)
+    note = usage_note(loaded)  # several members: which of them answer (a sweep: one setting's; never a diverged one)
+    if note:
         print(_("{run_dir} holds {count} models: these are the probabilities of {what}").format(
-            run_dir=args.run_dir, count=loaded.members, what=loaded.describe_use()))
+            run_dir=args.run_dir, count=loaded.members, what=note))
     results = []
     for path, p in zip(args.images, probs):
         top = np.argsort(p)[::-1][:3]

@@ -14,7 +14,8 @@ from jaxintro.errors import ConfigError
 def run(args: argparse.Namespace) -> int:
     """List the runs under `--root`; with `--remove-unfinished`, delete those neither finished nor running."""
     from jaxintro.i18n import _, ngettext
-    from jaxintro.runs import kind_text, list_runs, status_text
+    from jaxintro.members import kind_text
+    from jaxintro.runs import list_runs, status_text
 
     root = Path(args.root)
     runs = list_runs(root)

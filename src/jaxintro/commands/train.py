@@ -56,7 +56,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     JAX is configured here, before anything starts it.
     """
     from jaxintro.checkpoint import config_from_meta, read_meta
-    from jaxintro.parallel import cpu_devices_wanted
+    from jaxintro.members import cpu_devices_wanted
     from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, read_json
     from jaxintro.runtime import configure_jax
 
@@ -118,12 +118,10 @@ def check_processes(config: TrainConfig, cluster: Cluster) -> None:
     Several members train in one process: its devices hold them all. The lesson's `--loop python` has no mesh:
     every process would train the whole batch alone, and the first checkpoint could not be written.
     """
-    if cluster.num_processes == 1:
-        return
-    if config.members > 1:
-        raise ConfigError(_("several members (--seeds > 1, or a sweep) train in one process, spread over its "
-                            "devices; drop --coordinator, --num-processes and --process-id"))
-    if config.loop == "python":
+    from jaxintro.members import refuse_processes
+
+    refuse_processes(config, cluster.num_processes)
+    if config.loop == "python" and cluster.num_processes > 1:
         raise ConfigError(_("--loop python is the lesson's single-device loop; a multi-process run splits each batch "
                             "over the processes' devices in the compiled epoch: drop --loop python (or --coordinator)"))
 
@@ -142,7 +140,7 @@ def _join(cluster: Cluster, run_dir: Path, flag: str, on_give_up=lambda: None) -
 
 def run(args: argparse.Namespace) -> int:
     """Train a new run or resume one; a new run that fails before its first checkpoint leaves nothing behind."""
-    from jaxintro.parallel import cpu_devices_wanted
+    from jaxintro.members import cpu_devices_wanted
     from jaxintro.runs import claim_run_dir, discard_run_dir
     from jaxintro.runtime import configure_jax
 
@@ -178,6 +176,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     from jaxintro import report, runs
     from jaxintro.data import load_dataset
     from jaxintro.faults import run_write, watch
+    from jaxintro.members import print_table
     from jaxintro.signals import GracefulStop
 
     clock = {"data": time.perf_counter()}
@@ -205,8 +204,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     if primary:
         with run_write(runs.RESULT_FILE, run_dir):
             runs.write_json(run_dir / runs.RESULT_FILE, summary)
-    if config.members > 1:
-        report.print_members(config, summary)
+    print_table(config, summary)  # several models: each member, a sweep's settings (one model: nothing)
     if result.stopped_early:
         print(_("Stopped after epoch {epoch}; continue with: jaxintro train --resume {run_dir}").format(
             epoch=summary["epochs"], run_dir=run_dir))
