@@ -158,7 +158,7 @@ def test_the_spread_compares_time_per_sample_when_a_row_trains_several_models():
     row = bench.RowResult
     rounds = [[row("scan-epoch", ms_per_step=1.0), row("vmap-seeds-8", ms_per_step=8.8, models=8)],
               [row("scan-epoch", ms_per_step=1.0), row("vmap-seeds-8", ms_per_step=7.2, models=8)]]
-    spread = bench.spread_over_rounds(rounds)
+    spread = bench.range_over_rounds(rounds)
     assert spread["vmap-seeds-8"]["ms_per_step"] == (7.2, 8.8)
     assert spread["scan-epoch"]["speedup"]["vmap-seeds-8"] == pytest.approx((0.9, 1.1))
 

@@ -486,7 +486,7 @@ def test_one_seed_per_setting_claims_no_significance(tmp_path, capsys):
 
 
 def test_members_train_one_at_a_time_on_a_cpu_unless_told():
-    from jaxintro.members import member_group
+    from jaxintro.members import group_size as member_group
 
     assert jax.default_backend() == "cpu"
     assert member_group(TrainConfig(seeds=8)) == 1 and member_group(TrainConfig(seeds=3)) == 1

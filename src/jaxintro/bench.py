@@ -506,7 +506,7 @@ def median_round(results: list[RowResult]) -> RowResult:
     return sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
 
 
-def spread_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
+def range_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
     """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round.
 
     The speed-up compares time per sample, so a row that trains several models counts all of them.

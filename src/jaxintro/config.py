@@ -22,7 +22,7 @@ EVAL_CHUNK = 2000
 # Members vmapped together on a CPU device. One: each device runs its members in turn (a plain lax.map),
 # each the exact program of its single run, so member k is `--seed k` bit for bit. The CPU step is
 # compute-bound, so vmapping members gains nothing measurable there (docs/performance.md compares groups);
-# what does gain is running members side by side on the cores (`parallel.member_devices`). An
+# what does gain is running members side by side on the cores (`members.member_devices`). An
 # accelerator, which one small model leaves idle, vmaps them all.
 CPU_MEMBER_GROUP = 1
 # `jaxintro profile --steps`: a trace of every op of every step, bounded (as `sweep --seeds` is) before anything starts.

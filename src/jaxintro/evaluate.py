@@ -33,7 +33,7 @@ class LoadedRun(NamedTuple):
     dataset: dict[str, Any]
     member_model: Model | None = None  # one member, for per-member reports; None for a single run
     all_params: Any = None  # every member, stacked (several members), for per-member reports
-    choice: Any = None  # `ensemble.Choice`: the members used, the setting, the diverged (several members)
+    choice: Any = None  # `members.Choice`: the members used, the setting, the diverged (several members)
 
     @property
     def members(self) -> int:

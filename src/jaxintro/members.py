@@ -416,7 +416,7 @@ def make_run_mesh(config: TrainConfig) -> Any:
     return mesh
 
 
-def member_group(config: TrainConfig, devices: int = 1) -> int:
+def group_size(config: TrainConfig, devices: int = 1) -> int:
     """How many members one `vmap` trains at a time on each of `devices`: `--member-group`, else all of a
     device's members on an accelerator (to fill it) and `CPU_MEMBER_GROUP` on a CPU (compute-bound: see config)."""
     import jax
@@ -479,7 +479,7 @@ def map_epoch(epoch: Callable, config: TrainConfig, mesh: Any) -> Callable:
 
     from jaxintro.parallel import MEMBERS
 
-    group = member_group(config, mesh.shape[MEMBERS])
+    group = group_size(config, mesh.shape[MEMBERS])
 
     def members_epoch(params, opt_state, key, x_u8, y):
         # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,

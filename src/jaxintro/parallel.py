@@ -70,14 +70,14 @@ def usable_cores() -> int:
     return cores
 
 
-def replicated(mesh: Mesh) -> NamedSharding:
+def replicated_sharding(mesh: Mesh) -> NamedSharding:
     """The sharding of an array copied on every device of `mesh`."""
     return NamedSharding(mesh, P())
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
     """Place every array of `tree` on all devices of `mesh` (works across processes: each gives its full copy)."""
-    sharding = replicated(mesh)
+    sharding = replicated_sharding(mesh)
 
     def place(leaf):
         if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:

@@ -275,14 +275,14 @@ class EpochMetrics(NamedTuple):
                     f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
         from jaxintro.members import mean_std
 
-        def spread(name: str) -> str:
+        def mean_and_std(name: str) -> str:
             return "{:.4f} ± {:.4f}".format(*mean_std(self.members[name]))
 
         lrs = self.members["learning_rate"]
         lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
         average = f" | Ensemble: {self.ensemble_test_accuracy:.4f}" if ensemble else ""
-        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {spread('loss')} | Train Acc: {spread('train_accuracy')} | "
-                f"Test Acc: {spread('test_accuracy')}{average} | lr {lr} | {self.seconds:.2f}s")
+        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {mean_and_std('loss')} | Train Acc: {mean_and_std('train_accuracy')} | "
+                f"Test Acc: {mean_and_std('test_accuracy')}{average} | lr {lr} | {self.seconds:.2f}s")
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""

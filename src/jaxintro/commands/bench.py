@@ -161,7 +161,7 @@ def print_ratios(done: dict[str, Any], rounds: list[list[Any]], count: int) -> d
         print(_("scan-epoch speed-up: {ratios}").format(
             ratios=", ".join(_("{ratio:.2f}x over {row}").format(ratio=v, row=k) for k, v in ratios.items())))
     if count > 1:
-        report["spread"] = bench.spread_over_rounds(rounds)
+        report["spread"] = bench.range_over_rounds(rounds)
         print(_("Spread over {rounds} rounds (min-max):").format(rounds=count))
         for name, spread in report["spread"].items():
             ratios = ", ".join(_("{low:.2f}-{high:.2f}x over {row}").format(low=lo, high=hi, row=other)

@@ -155,16 +155,16 @@ def run(args: argparse.Namespace) -> int:
     # The run folder is claimed before JAX starts or data loads (process 0 claims, before joining: a refusal
     # must not leave the others waiting); from here on, a failure frees it, so the same command works again.
     created = args.run_dir is None or not Path(args.run_dir).exists()
-    owner = cluster.process_id == 0
-    run_dir = claim_run_dir(args.run_dir) if owner else Path(args.run_dir)
+    primary = cluster.process_id == 0
+    run_dir = claim_run_dir(args.run_dir) if primary else Path(args.run_dir)
     try:
         configure_jax(devices=config.devices, cpu_devices=cpu_devices_wanted(config),
                       compile_cache=not args.no_compile_cache)
         _join(cluster, run_dir, "--run-dir",
-              on_give_up=lambda: discard_run_dir(run_dir, created=created) if owner else None)
+              on_give_up=lambda: discard_run_dir(run_dir, created=created) if primary else None)
         return train_run(args, config, run_dir, resuming=False)
     except BaseException:
-        if owner:
+        if primary:
             discard_run_dir(run_dir, created=created)
         raise
 
