@@ -213,6 +213,10 @@ def test_describe_sources_reports_each_dataset(mnist_dir, isolated_cache, monkey
     # The named folder holds MNIST, not Fashion-MNIST: said for that folder, never reported as found.
     assert rows["fashion-mnist"]["source"] == str(mnist_dir)
     assert rows["fashion-mnist"]["status"].startswith("not here:") and "mnist" in rows["fashion-mnist"]["status"]
+
+
+def test_describe_sources_without_data_says_where_each_dataset_would_come_from(isolated_cache, monkeypatch):
+    only_the_cache_for_fashion(monkeypatch)
     # Without a folder and with an empty cache, each IDX dataset would be downloaded, from the mirror in force.
     rows = {r["dataset"]: r for r in data.describe_sources()}
     assert rows["digits"]["status"] == "ok (always offline)"
@@ -220,6 +224,12 @@ def test_describe_sources_reports_each_dataset(mnist_dir, isolated_cache, monkey
         assert rows[name]["source"] == "download from http://127.0.0.1:9/"
         assert rows[name]["status"].startswith("not on disk (searched ")
         assert str(isolated_cache / "jaxintro" / name) in rows[name]["status"]
+    # A cache folder holding part of MNIST: reported as failing, with what is missing (never as downloadable).
+    (isolated_cache / "jaxintro" / "mnist").mkdir(parents=True)
+    (isolated_cache / "jaxintro" / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    row = {r["dataset"]: r for r in data.describe_sources()}["mnist"]
+    assert row["source"] == "?" and row["status"].startswith("FAILS: ")
+    assert "holds only part of mnist; missing train-labels-idx1-ubyte" in row["status"]
 
 
 # ---------------------------------------------------------------- a folder the user named

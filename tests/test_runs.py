@@ -14,6 +14,7 @@ import pytest
 
 from jaxintro import runs
 from jaxintro.cli import main
+from jaxintro.errors import ConfigError
 
 DIGITS = ["--dataset", "digits", "--no-compile-cache"]
 
@@ -126,3 +127,20 @@ def test_help_does_not_import_jax():
            "print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_a_folder_that_cannot_be_created_is_refused_naming_the_flag(tmp_path):
+    assert runs.writable_dir(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the write test leaves nothing
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=r"^--out .*file/sub is not writable \(.+\); choose another folder$"):
+        runs.writable_dir(tmp_path / "file" / "sub", "--out")
+
+
+def test_the_newest_finished_run_is_the_one_whose_result_was_written_last(tmp_path):
+    assert runs.newest_finished_run(tmp_path) is None
+    for name, finished, written in (("old", True, 1_000), ("new", True, 2_000), ("newest-but-stopped", False, 3_000)):
+        empty_run(tmp_path / name)
+        (tmp_path / name / runs.RESULT_FILE).write_text(json.dumps({"finished": finished, "epochs": 10}))
+        os.utime(tmp_path / name / runs.RESULT_FILE, (written, written))
+    assert runs.newest_finished_run(tmp_path) == tmp_path / "new"

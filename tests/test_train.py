@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxintro.config import TrainConfig
-from jaxintro.lesson import accuracy, cross_entropy, plan_epoch, scale_images
+from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images
 from jaxintro.train import Trainer, fit
 
 
@@ -20,6 +20,25 @@ def test_cross_entropy_by_hand():
     # -log(1/2) and -log(3/4)
     expected = (np.log(2.0) + np.log(4.0 / 3.0)) / 2
     assert float(cross_entropy(logits, labels)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_loss_fn_is_the_cross_entropy_of_the_models_logits_with_its_key():
+    seen = []
+
+    def apply(params, x, key):  # a linear "model" that records the dropout key it was given
+        seen.append(key)
+        return x @ params
+
+    params = jnp.array([[np.log(3.0), 0.0], [0.0, 0.0]])
+    x, y = jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([0, 0])
+    key = jax.random.key(0)
+    # Logits [log 3, 0] and [0, 0]: -log(3/4) and -log(1/2).
+    assert float(loss_fn(params, apply, x, y, key)) == pytest.approx((np.log(4 / 3) + np.log(2)) / 2, rel=1e-6)
+    assert seen == [key]
+    loss, logits = loss_and_logits(params, apply, x, y)
+    np.testing.assert_allclose(logits, x @ params)
+    assert seen[-1] is None  # no key: dropout off
+    assert float(loss) == pytest.approx(float(loss_fn(params, apply, x, y)))
 
 
 def test_accuracy_by_hand():
