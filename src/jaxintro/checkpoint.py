@@ -153,9 +153,10 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
     # Restore onto this process's devices, whatever topology saved it (one process or several).
     if jax.process_count() == 1:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    else:
-        sharding = jax.sharding.NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)),
-                                              jax.sharding.PartitionSpec())
+    else:  # replicated over the trainer's own mesh (its axis name and types), which `place` then keeps
+        from jaxintro.parallel import make_mesh, replicated_sharding
+
+        sharding = replicated_sharding(make_mesh(jax.device_count()))
     abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
                             _as_tree(template))
 

@@ -19,7 +19,7 @@ import urllib.request
 import warnings
 import zlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -151,6 +151,34 @@ class Dataset(NamedTuple):
     def num_classes(self) -> int:
         """Number of label classes."""
         return len(self.classes)
+
+
+class DatasetInfo(NamedTuple):
+    """What a run records of the data it trained on (JSON in every checkpoint's metadata): enough to rebuild
+    its model and to read new images the way its data was read."""
+
+    name: str
+    image_shape: tuple[int, ...]
+    classes: tuple[str, ...]
+    features: int
+
+    @classmethod
+    def of(cls, dataset: Dataset) -> "DatasetInfo":
+        """The description of a loaded dataset."""
+        return cls(dataset.name, tuple(dataset.image_shape), tuple(dataset.classes), dataset.num_features)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the checkpoint stores it."""
+        return {"name": self.name, "image_shape": list(self.image_shape), "classes": list(self.classes),
+                "features": self.features}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "DatasetInfo | None":
+        """Read back from a checkpoint; None when it has none (a checkpoint older than this record)."""
+        if not all(key in obj for key in cls._fields):
+            return None
+        return cls(str(obj["name"]), tuple(int(s) for s in obj["image_shape"]), tuple(str(c) for c in obj["classes"]),
+                   int(obj["features"]))
 
 
 # ---------------------------------------------------------------- IDX parsing (pure)

@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxintro.checkpoint import abstract_state, config_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
-from jaxintro.data import Dataset
+from jaxintro.data import Dataset, DatasetInfo
 from jaxintro.errors import CheckpointError
 from jaxintro.i18n import _, ngettext
 from jaxintro.models import Model, model_for
@@ -30,7 +30,7 @@ class LoadedRun(NamedTuple):
     model: Model
     params: Any  # what `model` applies: one model's, or the used members' stacked
     epoch: int
-    dataset: dict[str, Any]
+    dataset: DatasetInfo  # what it trained on
     member_model: Model | None = None  # one member, for per-member reports; None for a single run
     all_params: Any = None  # every member, stacked (several members), for per-member reports
     choice: Any = None  # `members.Choice`: the members used, the setting, the diverged (several members)
@@ -65,11 +65,11 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
 
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
-    info = meta.get("dataset") or {}
-    if "features" not in info:
+    info = DatasetInfo.from_json(meta.get("dataset") or {})
+    if info is None:
         raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
                               .format(run_dir=run_dir))
-    model = model_for(config, int(info["features"]), len(info["classes"]))
+    model = model_for(config, info.features, len(info.classes))
     state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
     return LoadedRun(config, epoch=state.epoch, dataset=info, **use_run(config, model, state.params, meta, setting))
 
@@ -92,10 +92,10 @@ def predict_all(run: LoadedRun, x_u8: np.ndarray, chunk: int = EVAL_CHUNK) -> np
 
 def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
     """Test accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted)."""
-    if dataset.num_features != int(run.dataset["features"]):
+    if dataset.num_features != run.dataset.features:
         raise CheckpointError(_(
             "the run was trained on {trained} ({pixels} pixels), not {dataset} ({features}); pass --dataset {trained}"
-        ).format(trained=run.dataset["name"], pixels=run.dataset["features"], dataset=dataset.name,
+        ).format(trained=run.dataset.name, pixels=run.dataset.features, dataset=dataset.name,
                  features=dataset.num_features))
     predictions = predict_all(run, dataset.x_test).argmax(1)
     k = dataset.num_classes

@@ -137,7 +137,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     if run_dir is not None:
         run = load_run(Path(run_dir), setting)
         model, params = run.model, run.params
-        dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir)
+        dataset = load_dataset(run.dataset.name, data_dir or run.config.data_dir)
         check_count(n, dataset)
         lines.append(_("Model: {run_dir} ({model}, epoch {epoch}) on {dataset}").format(
             run_dir=run_dir, model=run.config.model, epoch=run.epoch, dataset=dataset.name))

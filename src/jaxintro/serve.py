@@ -269,9 +269,9 @@ class App:
 
     def __init__(self, run_dir: Path, run: Any, mistakes: Mistakes) -> None:
         self.run_dir, self.run, self.mistakes = run_dir, run, mistakes
-        self.image_shape = tuple(int(s) for s in run.dataset["image_shape"])
-        self.features = int(run.dataset["features"])
-        self.classes = [str(c) for c in run.dataset["classes"]]
+        self.image_shape = run.dataset.image_shape
+        self.features = run.dataset.features
+        self.classes = list(run.dataset.classes)
         self.assets = {path: (resources.files("jaxintro").joinpath("web", name).read_bytes(), kind)
                        for path, (name, kind) in ASSETS.items()}
         # The two compiled functions a request runs, warmed before the first request.
@@ -307,7 +307,7 @@ class App:
             "run_dir": str(self.run_dir),
             "model": model,
             "members": self.run.members,
-            "dataset": self.run.dataset["name"],
+            "dataset": self.run.dataset.name,
             "classes": self.classes,
             "image_shape": list(self.image_shape),
             "features": self.features,
@@ -527,11 +527,11 @@ def load_app(run_dir: Path, data_dir: str | None = None, setting: str | None = N
     """Load the run, compile its functions and find its mistakes on the test set (when the data is at hand)."""
     run = load_run(run_dir, setting)
     try:
-        dataset = load_dataset(run.dataset["name"], data_dir or run.config.data_dir, download=False)
+        dataset = load_dataset(run.dataset.name, data_dir or run.config.data_dir, download=False)
         mistakes = find_mistakes(run, dataset.x_test, dataset.y_test)
     except JaxintroError as exc:
         mistakes = no_mistakes(_("the test set of {dataset} is not at hand ({error}); pass --data-dir").format(
-            dataset=run.dataset["name"], error=exc))
+            dataset=run.dataset.name, error=exc))
     return App(run_dir, run, mistakes)
 
 
@@ -556,7 +556,7 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
         app: App = server.app  # type: ignore[attr-defined]
         print(_("Serving {run_dir} ({model} on {dataset}, epoch {epoch}) at {url}  (Ctrl-C to stop)").format(
-            run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset["name"], epoch=app.run.epoch,
+            run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset.name, epoch=app.run.epoch,
             url=url), flush=True)
         if open_browser:
             import webbrowser

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     loaded = load_run(run_dir, args.setting)
-    dataset = load_dataset(loaded.dataset["name"], args.data_dir or loaded.config.data_dir)
+    dataset = load_dataset(loaded.dataset.name, args.data_dir or loaded.config.data_dir)
     report = evaluate_run(loaded, dataset)
     png = plot_confusion(report["confusion"], dataset.classes, run_dir / "confusion.png",
                          title=_("{model} MLP, epoch {epoch}, {dataset} test set").format(

@@ -18,10 +18,10 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.members import usage_note
 
     loaded = load_run(Path(args.run_dir), args.setting)
-    shape = tuple(loaded.dataset["image_shape"])
+    shape = loaded.dataset.image_shape
     images = np.stack([load_image(Path(p), shape) for p in args.images])
     probs = predict_proba(loaded, images)
-    classes = loaded.dataset["classes"]
+    classes = loaded.dataset.classes
     note = usage_note(loaded)  # several members: which of them answer (a sweep: one setting's; never a diverged one)
     if note:
         print(_("{run_dir} holds {count} models: these are the probabilities of {what}").format(

@@ -56,6 +56,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     JAX is configured here, before anything starts it.
     """
     from jaxintro.checkpoint import config_from_meta, read_meta
+    from jaxintro.data import DatasetInfo
     from jaxintro.members import cpu_devices_wanted
     from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, read_json
     from jaxintro.runtime import configure_jax
@@ -77,7 +78,8 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     check_resume_flags(args, config, run_dir)
     changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
     if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
-        changes["dataset"] = meta.get("dataset", {}).get("name", "auto")
+        info = DatasetInfo.from_json(meta.get("dataset") or {})
+        changes["dataset"] = info.name if info else "auto"
     if args.data_dir is not None:
         changes["data_dir"] = args.data_dir
     return dataclasses.replace(config, **changes).validate(), run_dir
@@ -244,10 +246,10 @@ class EpochSaver:
                  primary: bool, resumed_epoch: int | None) -> None:
         from jaxintro import runs
         from jaxintro.checkpoint import Checkpointer
+        from jaxintro.data import DatasetInfo
 
         self.config, self.rows, self.seconds = config, rows, 0.0
-        self.dataset = {"name": dataset.name, "image_shape": list(dataset.image_shape),
-                        "classes": list(dataset.classes), "features": dataset.num_features}
+        self.dataset = DatasetInfo.of(dataset).to_json()
         self.checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir)
                                          if primary else None)
         if resumed_epoch is not None:  # every process: Orbax's delete ends in a barrier of all of them
