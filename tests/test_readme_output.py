@@ -32,7 +32,7 @@ BLOCK = re.compile(r"^```text\n(.*?)^```", re.S | re.M)
 RUN_EXACTLY = re.compile(r"^(LANG=\S+ )?jaxintro (--lang \w+ )?(tour --section|data --data-dir|train --batch-size 0|"
                          r"train --seeds 2 --loop python)")
 NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
-PATH = re.compile(r"\S*/\S*")  # a folder or file name: a field, whatever the run's folder was
+PATH = re.compile(r"\S*/\S*|\S+\.(?:py|png|json|jsonl)\b")  # a folder or file name: a field
 WORD = re.compile(r"[A-Za-zÀ-ÿ_][\w'-]*")
 # The share of a line's characters (fields aside) a template's own words must cover, so "{a}: {b}" matches nothing;
 # a template with LONG_ENOUGH characters of its own is specific enough whatever its fields hold (a joined list).
@@ -55,8 +55,9 @@ def sections(path: Path) -> list[tuple[str | None, list[str]]]:
     return found
 
 
-def to_regex(template: str) -> tuple[re.Pattern, int]:
-    """A message template as a regex (each field matches anything) and how many literal characters it holds."""
+def to_regex(template: str) -> tuple[re.Pattern, int, str]:
+    """A message template as a regex (each field a group that matches anything), how many literal characters it
+    holds, and its longest literal piece (a line without it cannot match)."""
     parts, literal = [], 0
     try:
         pieces = list(string.Formatter().parse(template))
@@ -65,13 +66,15 @@ def to_regex(template: str) -> tuple[re.Pattern, int]:
     for text, field, _spec, _conv in pieces:
         for chunk in re.split(r"(%\(\w+\)[sdrf]|%[sdr])", text):
             if re.fullmatch(r"%\(\w+\)[sdrf]|%[sdr]", chunk):
-                parts.append(".*?")
+                parts.append("(.*?)")
             else:
                 parts.append(re.escape(chunk))
                 literal += len(chunk.strip())
         if field is not None:
-            parts.append(".*?")
-    return re.compile("".join(parts)), literal
+            parts.append("(.*?)")
+    pieces_text = [re.sub(r"%\(\w+\)[sdrf]|%[sdr]", "\0", t) for t, *_ in pieces]
+    longest = max((c for t in pieces_text for c in t.split("\0")), key=len, default="")
+    return re.compile("".join(parts), re.S), literal, longest
 
 
 def fstring_template(node: ast.JoinedStr) -> str:
@@ -97,16 +100,33 @@ def templates(language: str) -> tuple[list[tuple[re.Pattern, int]], frozenset[st
     return [to_regex(text.strip()) for text in texts if len(text.strip()) >= 3], words
 
 
+def covered(text: str, language: str, depth: int = 2) -> int:
+    """How many of `text`'s characters the program's own words account for: the best template that matches it,
+    its literal characters plus, field by field, what a template of its own covers there (a message built from
+    messages, as `FAILED {n} {file} [{key}]: {message}` is)."""
+    patterns, _words = templates(language)
+    best = 0
+    for pattern, literal, longest in patterns:
+        if literal < 3 or longest not in text:
+            continue
+        match = pattern.fullmatch(text)
+        if match:
+            inner = sum(covered(g, language, depth - 1) for g in match.groups() if len(g) > 8) if depth else 0
+            best = max(best, literal + inner)
+    return best
+
+
 def printable(line: str, language: str) -> bool:
-    """Whether the program can print `line`: a template matches it, or (a table row) every word is the program's."""
-    stripped = line.strip()
+    """Whether the program can print `line`: its own messages account for the line, or (a table row) every
+    word is the program's."""
+    stripped = re.sub(r"^\d+\. ", "", line.strip())  # a numbered list's item (`1. {hint}`): its text is checked
     if not stripped or stripped in ("...", "…") or stripped.startswith("  ..."):
         return True
-    patterns, words = templates(language)
+    _patterns, words = templates(language)
     size = len(re.sub(r"\s", "", NUMBER.sub("", PATH.sub("", stripped))))  # what is left once fields are out
-    for pattern, literal in patterns:
-        if literal >= min(COVERAGE * size, LONG_ENOUGH) and pattern.fullmatch(stripped):
-            return True
+    if covered(stripped, language) >= min(COVERAGE * size, LONG_ENOUGH) if size < 2 * LONG_ENOUGH else \
+            covered(stripped, language) >= COVERAGE * size:
+        return True
     # A table row or heading: numbers, and words each of which the program prints (a row name, a column).
     own_words = WORD.findall(NUMBER.sub(" ", PATH.sub(" ", stripped)))
     table = len(re.findall(r"\S {2,}\S", stripped)) >= 3

@@ -244,8 +244,9 @@ function drawSaliency(canvas, input, saliency) {
 
 // ---------------------------------------------------------------- training curves (live while training)
 
-// `tight`: the axis spans the data (with a margin), as curves.png does; else it starts at 0.
-function chart(svg, series, label, { tight = false } = {}) {
+// `tight`: the axis spans the data (with a margin), as curves.png does; else it starts at 0. The legend sits in
+// the corner the curves leave free: top right for a falling loss, bottom right for a rising accuracy.
+function chart(svg, series, label, { tight = false, legendBelow = false } = {}) {
   const W = 320, H = 180, L = 36, R = 8, T = 14, B = 24;
   svg.replaceChildren();
   const add = (name, attrs, parent = svg) => {
@@ -277,7 +278,8 @@ function chart(svg, series, label, { tight = false } = {}) {
     add("polyline", { points, fill: "none", stroke: s.color, "stroke-width": 2 });
     for (const [e, v] of s.points) add("circle", { cx: x(e), cy: y(v), r: 2.5, fill: s.color });
     // Anchored at its end, inside the frame: a longer word ("entrenamiento") grows leftwards, never off the edge.
-    const legend = add("text", { x: W - R - 2, y: T + 12 + 12 * k, "text-anchor": "end", class: "legend" });
+    const row = legendBelow ? H - B - 6 - 12 * (series.length - 1 - k) : T + 12 + 12 * k;
+    const legend = add("text", { x: W - R - 2, y: row, "text-anchor": "end", class: "legend" });
     legend.textContent = s.name;
     legend.style.fill = s.color; // CSSOM, not a style attribute: the page's CSP allows no inline styles
   });
@@ -292,7 +294,7 @@ function renderCurves(rows) {
   chart($("chart-accuracy"), [
     { name: text.train, color: "#2f6fdf", points: pick("train_accuracy") },
     { name: text.test, color: "#d9480f", points: pick("test_accuracy") },
-  ], text.accuracy, { tight: true });
+  ], text.accuracy, { tight: true, legendBelow: true });
 }
 
 async function pollMetrics() {
