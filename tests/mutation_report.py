@@ -1,12 +1,14 @@
 """`make mutation`'s report: per mutated module, mutmut's mutants killed, survived and left unchecked.
 
 Reads the results mutmut 3 keeps beside each mutated file (`mutants/<path>.py.meta`) and prints a
-Markdown table, then the name of every mutant that survived (`mutmut show NAME` prints its diff).
+Markdown table, then every mutant that survived (with `--diffs`, the line each one changed; run it in
+the folder that holds `mutants/`, as `mutmut show` needs).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,8 +27,8 @@ def results(mutants: Path) -> dict[str, dict[str, int | None]]:
     return found
 
 
-def main(mutants: Path) -> int:
-    """Print the table and the survivors; 1 when mutmut left no results."""
+def main(mutants: Path, diffs: bool = False) -> int:
+    """Print the table and the survivors (with `diffs`, each one's change); 1 when mutmut left no results."""
     by_file = results(mutants)
     if not by_file:
         print(f"no mutmut results under {mutants}/: run `make mutation`", file=sys.stderr)
@@ -41,11 +43,21 @@ def main(mutants: Path) -> int:
         other = len(codes) - checked
         print(f"| {source} | {len(codes)} | {counts['killed']} | {counts['survived']} | {other} | {score} |")
         survivors += sorted(name for name, code in codes.items() if STATUS.get(code) == "survived")
-    print(f"\n{len(survivors)} survived (see each with: .venv/bin/mutmut show NAME):")
+    print(f"\n{len(survivors)} survived (each one's diff: .venv/bin/mutmut show NAME):")
     for name in survivors:
-        print(f"  {name}")
+        print(f"- `{name}`: {changed_line(name) if diffs else ''}".rstrip(": "))
     return 0
 
 
+def changed_line(name: str) -> str:
+    """The mutant's change in one line, `old` -> `new`, from `mutmut show NAME`."""
+    shown = subprocess.run([str(Path(sys.executable).with_name("mutmut")), "show", name], capture_output=True,
+                           text=True, timeout=120).stdout.splitlines()
+    old = " ".join(line[1:].strip() for line in shown if line.startswith("-") and not line.startswith("---"))
+    new = " ".join(line[1:].strip() for line in shown if line.startswith("+") and not line.startswith("+++"))
+    return f"`{old[:110]}` -> `{new[:110]}`".replace("|", "\\|")
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "mutants")))
+    args = [a for a in sys.argv[1:] if a != "--diffs"]
+    sys.exit(main(Path(args[0] if args else "mutants"), diffs="--diffs" in sys.argv))
