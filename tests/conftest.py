@@ -74,6 +74,9 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     compile-cache settings as it found them."""
     cache = tmp_path_factory.mktemp("xdg-cache")
     isolate_environment(monkeypatch, cache)
+    from jaxintro.i18n import set_language
+
+    set_language()  # the locale's language, English here: a test that asked for Spanish does not leak it
     jax = sys.modules.get("jax")  # never import JAX for a test that does not use it
     before = {name: getattr(jax.config, name) for name in JAX_CACHE_FLAGS} if jax else None
     yield cache

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -148,9 +149,12 @@ def test_a_full_disk_is_one_line_and_loses_nothing(size, on_disk, tmp_path, digi
             assert main(["train", *DIGITS, "--epochs", "3", "--run-dir", str(run)]) == 0
             assert final(run) == final(digits_run)
         else:
-            assert f"could not write checkpoint {on_disk + 1}" in line and f"epoch {on_disk} is safely" in line
+            # Which save meets the full disk first depends on how far Orbax's background writes got (1100k holds
+            # about one checkpoint): the line must name it, and the epoch before it is the one kept.
+            safe = int(re.search(r"epoch (\d+) is safely", line)[1])
+            assert safe >= on_disk and f"could not write checkpoint {safe + 1}" in line
             assert (run / "errors.log").exists() and "No space left" in (run / "errors.log").read_text()
-            assert_safe_and_resumable(run, on_disk, digits_run)
+            assert_safe_and_resumable(run, safe, digits_run)
 
 
 def stop_at_epoch(proc: subprocess.Popen, epoch: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -171,7 +172,7 @@ def test_a_verified_data_dir_is_remembered_for_later_commands(mnist_dir, tmp_pat
     first = load_dataset("mnist", mnist_dir)
     # A later command without --data-dir finds the same verified files, with no fallback and no download.
     later = load_dataset("auto", download=False)
-    assert later.name == "mnist" and later.source == first.source
+    assert later.name == "mnist" and Path(later.source).resolve() == Path(first.source).resolve()
     np.testing.assert_array_equal(later.y_test, first.y_test)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-cache"))  # another user's cache knows nothing
     with pytest.raises(DataError):

@@ -41,6 +41,8 @@ MAX_RECORDS = 200  # of Orbax's log records kept for errors.log: a failed save l
 
 _writes = 0  # writes of this process so far, as the seam counts them
 _identity: dict[Path, tuple[int, int]] = {}  # each watched run folder's (device, inode)
+_written: dict[Path, str] = {}  # a file each watched folder holds once written (its config.json)
+CONFIG_NAME = "config.json"  # runs.CONFIG_FILE (runs imports this module)
 _records: list[str] = []  # the libraries' error records and the faults' tracebacks, for errors.log
 
 
@@ -98,6 +100,8 @@ def run_write(what: str, run_dir: Path) -> Iterator[None]:
         raise
     except OSError as exc:
         raise fault_from(exc, what, run_dir) from None
+    if what == CONFIG_NAME:  # from now on the folder must hold it: a folder re-created in its place would not
+        _written[Path(os.path.abspath(run_dir))] = CONFIG_NAME
 
 
 def inject() -> None:
@@ -133,6 +137,11 @@ def folder_changed(run_dir: Path) -> bool:
         stat = os.stat(run_dir)
     except OSError:
         return True
+    # Orbax re-creates a deleted folder, and the file system may give it the old one's inode number: a file
+    # this run wrote there and that is gone tells the two apart.
+    written = _written.get(Path(os.path.abspath(run_dir)))
+    if written is not None and not (run_dir / written).exists():
+        return True
     return _identity.get(Path(os.path.abspath(run_dir)), (stat.st_dev, stat.st_ino)) != (stat.st_dev, stat.st_ino)
 
 
@@ -140,6 +149,7 @@ def watch(run_dir: Path) -> None:
     """Take `run_dir` as it is now as the run's folder: from here on, its writes check that it is still this one."""
     stat = os.stat(run_dir)
     _identity[Path(os.path.abspath(run_dir))] = (stat.st_dev, stat.st_ino)
+    _written.pop(Path(os.path.abspath(run_dir)), None)
     _records.clear()  # an earlier run's records (in this process) are not this run's errors.log
 
 
