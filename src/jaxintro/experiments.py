@@ -117,23 +117,14 @@ def check_count(n: int, dataset: Dataset) -> None:
             n=n, count=len(dataset.x_test), dataset=dataset.name))
 
 
-def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
-                  out: Path, setting: str | None = None) -> tuple[dict[str, Any], list[str], GradsSubject]:
-    """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them.
-
-    Returns the JSON report, the lines to print, and what was examined.
-    """
-    import jax
-    import jax.numpy as jnp
-
+def grads_subject(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
+                  setting: str | None, lines: list[str]) -> tuple[Any, Any, Any]:
+    """The model, parameters and data `explain_grads` examines: a trained run's, or the lesson's MLP trained briefly
+    (what was chosen is said in `lines`)."""
     from jaxintro.data import load_dataset
     from jaxintro.evaluate import load_run
     from jaxintro.members import usage_note
-    from jaxintro.grads import per_example_grad_norms_vmap
-    from jaxintro.plots import plot_image_grid
-    from jaxintro.lesson import scale_images
 
-    lines = []
     if run_dir is not None:
         run = load_run(Path(run_dir), setting)
         model, params = run.model, run.params
@@ -154,6 +145,25 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
             epochs=config.epochs, dataset=dataset.name))
         result = fit(config, dataset, log=lambda line: None)
         model, params = Trainer.create(config, dataset).model, result.state.params
+    return model, params, dataset
+
+
+def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, *, n: int, seed: int,
+                  out: Path, setting: str | None = None) -> tuple[dict[str, Any], list[str], GradsSubject]:
+    """Per-example gradient norms of `n` test images, a sorted image grid, and what the data says about them.
+
+    Returns the JSON report, the lines to print, and what was examined.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from jaxintro.grads import per_example_grad_norms_vmap
+    from jaxintro.lesson import scale_images
+    from jaxintro.plots import plot_image_grid
+
+    lines: list[str] = []
+    model, params, dataset = grads_subject(run_dir, dataset_name, data_dir, n=n, seed=seed, setting=setting,
+                                           lines=lines)
     x_u8, y = dataset.x_test[:n], dataset.y_test[:n]
     x = scale_images(jnp.asarray(x_u8))
     norms = np.asarray(jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))(params, x, y))
