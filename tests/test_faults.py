@@ -161,13 +161,34 @@ def stop_at_epoch(proc: subprocess.Popen, epoch: int) -> None:
     """Freeze the child once it printed `epoch`'s line (SIGSTOP: what follows happens between two of its steps)."""
     for line in proc.stdout:  # type: ignore[union-attr]
         if line.startswith("Epoch") and int(line.split("|")[0].split()[1]) >= epoch:
-            proc.send_signal(signal.SIGSTOP)
-            for _ in range(1000):  # the signal is delivered asynchronously: wait until every thread is stopped
-                if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
-                    return
-                time.sleep(0.01)
-            raise AssertionError("the training process did not stop")
+            freeze(proc)
+            return
     raise AssertionError(f"training ended before epoch {epoch}: {proc.stderr.read()}")  # type: ignore[union-attr]
+
+
+def freeze(proc: subprocess.Popen) -> None:
+    """SIGSTOP the child and wait until every thread is stopped (the signal is delivered asynchronously)."""
+    proc.send_signal(signal.SIGSTOP)
+    for _ in range(1000):
+        if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return
+        time.sleep(0.01)
+    raise AssertionError("the training process did not stop")
+
+
+def remount_read_only(disk: Path, proc: subprocess.Popen) -> None:
+    """Remount `disk` read-only under the frozen child.
+
+    The kernel refuses (EBUSY) while a file on it is open for writing, as during one of Orbax's saves: then let
+    the child run a moment and try again, a bounded number of times."""
+    for _ in range(200):
+        if subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode == 0:
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.05)
+        freeze(proc)
+    open_files = [str(fd.readlink()) for fd in Path(f"/proc/{proc.pid}/fd").iterdir()]
+    raise AssertionError(f"{disk} stayed busy at every try; the child's open files: {open_files}")
 
 
 def test_a_run_folder_removed_during_training_stops_the_run_with_one_line(tmp_path):
@@ -197,7 +218,7 @@ def test_a_run_folder_turned_read_only_stops_the_run_with_one_line(tmp_path):
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             stop_at_epoch(proc, 3)  # by epoch 3's line, checkpoint 1 is committed (epoch 2's save waited for it)
-            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+            remount_read_only(disk, proc)
             proc.send_signal(signal.SIGCONT)
             out, err = proc.communicate(timeout=120)
         finally:
