@@ -153,8 +153,37 @@ def test_a_full_disk_is_one_line_and_loses_nothing(size, on_disk, tmp_path, digi
             # about one checkpoint): the line must name it, and the epoch before it is the one kept.
             safe = int(re.search(r"epoch (\d+) is safely", line)[1])
             assert safe >= on_disk and f"could not write checkpoint {safe + 1}" in line
-            assert (run / "errors.log").exists() and "No space left" in (run / "errors.log").read_text()
+            # The log of the failure, when the full disk still took it; never a half-written one.
+            log = run / "errors.log"
+            assert log.exists() == (f"(details in {log})" in line)
+            assert not log.exists() or "No space left" in log.read_text()
             assert_safe_and_resumable(run, safe, digits_run)
+
+
+def test_errors_log_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The kept records go to errors.log; a write that fails part-way leaves the log as it was."""
+    faults.watch(tmp_path)
+    faults.keep("the first failure")
+    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert (tmp_path / "errors.log").read_text() == "the first failure\n"
+    real_open = open
+
+    def fills_the_disk(path, *args, **kwargs):
+        """A file whose first block reaches the disk before the disk is full."""
+        out = real_open(path, *args, **kwargs)
+        out.write("half a rec")
+        out.flush()
+        out.write = lambda text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+        return out
+
+    monkeypatch.setattr("builtins.open", fills_the_disk)
+    faults.keep("the second failure")
+    assert faults.write_log(tmp_path) is None
+    (tmp_path / "new").mkdir()
+    assert faults.write_log(tmp_path / "new") is None
+    monkeypatch.undo()
+    assert (tmp_path / "errors.log").read_text() == "the first failure\n"  # put back as it was
+    assert not (tmp_path / "new" / "errors.log").exists()  # a new log is removed
 
 
 def stop_at_epoch(proc: subprocess.Popen, epoch: int) -> None:

@@ -192,14 +192,24 @@ def capture_library_logs() -> None:
 
 
 def write_log(run_dir: Path) -> Path | None:
-    """Write the kept records to `run_dir/errors.log` if the disk takes them; its path, or None."""
+    """Write the kept records to `run_dir/errors.log` if the disk takes them; its path, or None.
+
+    Whole or not at all: on a disk that fills up during the write, the log is put back as it was (a new one
+    removed), so that no half-written log is left that the one line does not name.
+    """
     if not _records:
         return None
     path = run_dir / ERRORS_LOG
+    size = path.stat().st_size if path.exists() else None
     try:
         with open(path, "a", encoding="utf-8") as out:
             out.write("\n".join(_records) + "\n")
     except OSError:
+        with contextlib.suppress(OSError):
+            if size is None:
+                path.unlink()
+            else:
+                os.truncate(path, size)
         return None
     _records.clear()
     return path
