@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -179,6 +181,22 @@ def test_whole_dataset_downloads_into_cache_then_loads_offline(file_server, isol
     file_server.routes.clear()  # now offline: the cache must serve it
     second = load_idx_dataset(spec)
     np.testing.assert_array_equal(first.x_train, second.x_train)
+
+
+def test_the_digits_are_scikit_learns_read_from_its_file_without_importing_it(monkeypatch):
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    bunch = sk_load_digits()
+    for found in (True, False):  # scikit-learn's file where it keeps it, else its own loader
+        monkeypatch.setattr(Path, "is_file", lambda self, found=found: found)
+        pixels, labels = data.digits_table()
+        np.testing.assert_array_equal(pixels, bunch.data)
+        np.testing.assert_array_equal(labels, bunch.target)
+    monkeypatch.undo()
+    # The point of reading the file: a digits run does not pay for importing scikit-learn.
+    probe = "import sys; from jaxintro.data import load_digits; load_digits(); print('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
 
 
 def test_auto_falls_back_to_digits_with_a_warning_when_offline():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import importlib.util
 import math
 import os
 import tempfile
@@ -499,15 +500,31 @@ def load_idx_dataset(
 
 def load_digits() -> Dataset:
     """scikit-learn's bundled 8x8 digits (always offline), scaled to uint8 0..255, split 1437/360."""
-    from sklearn.datasets import load_digits as sk_load_digits
-
-    bunch = sk_load_digits()
+    data, target = digits_table()
     # The pixels are 0..16; rescale to MNIST's 0..255 so the same 1/255 scaling applies.
-    x = np.round(bunch.data * (255.0 / 16.0)).astype(np.uint8)
-    y = bunch.target.astype(np.int32)
+    x = np.round(data * (255.0 / 16.0)).astype(np.uint8)
+    y = target.astype(np.int32)
     split = 1437  # the first 80%, a fixed split so runs are comparable
     return Dataset("digits", x[:split], y[:split], x[split:], y[split:], tuple(str(i) for i in range(10)), (8, 8),
                    _("scikit-learn (bundled)"))
+
+
+def digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """The digits' pixels (0..16) and labels, as `sklearn.datasets.load_digits` returns them.
+
+    Read from scikit-learn's own file without importing scikit-learn: its import takes a second, more than the
+    rest of a digits run's set-up (a scikit-learn that keeps the file elsewhere is asked the usual way).
+    """
+    spec = importlib.util.find_spec("sklearn")
+    locations = (spec.submodule_search_locations or []) if spec else []
+    path = Path(locations[0], "datasets", "data", "digits.csv.gz") if locations else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits as sk_load_digits
+
+        bunch = sk_load_digits()
+        return bunch.data, bunch.target
+    table = np.loadtxt(path, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(int)
 
 
 def load_dataset(name: str = "auto", data_dir: str | os.PathLike | None = None, *, download: bool = True) -> Dataset:
