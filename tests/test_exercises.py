@@ -187,9 +187,10 @@ def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])
     exercise = by_number(2)
-    proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "--lang", "en", "exercises", "check", "2",
-                             "--watch", "--dir", str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    # -X faulthandler: should a step never come, SIGABRT makes the child print every thread's stack (below).
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "jaxintro.cli", "--lang", "en", "exercises",
+                             "check", "2", "--watch", "--dir", str(folder)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
 
@@ -202,7 +203,9 @@ def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
                 break
             if text in line:
                 return line
-        raise AssertionError(f"no line with {text!r} within {seconds} s")
+        proc.send_signal(signal.SIGABRT)
+        raise AssertionError(f"no line with {text!r} within {seconds} s; where the watcher was:\n"
+                             f"{proc.communicate(timeout=30)[1][-6000:]}")
 
     try:
         assert "[not_implemented]" in wait_for("FAILED 2")
