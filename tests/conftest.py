@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import signal
 import sys
 import tempfile
 import threading
@@ -18,6 +19,11 @@ from hypothesis.configuration import set_hypothesis_home_dir
 # No example database: test runs leave nothing behind in the checkout (its home is set per session below).
 settings.register_profile("jaxintro", database=None)
 settings.load_profile("jaxintro")
+
+# A shell starts a background job with SIGINT ignored, and a child inherits that: a command under test would
+# then never see the Ctrl-C a test sends it. Children start with SIGINT at its default, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from jaxintro.data import Dataset, sha256_hex
 
