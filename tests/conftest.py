@@ -31,9 +31,16 @@ REPO = Path(__file__).resolve().parents[1]
 MNIST_DIR = REPO.parent / "shared" / "data" / "mnist"
 
 
-def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
-    """An empty user cache, no inherited data folder, no reachable mirror, English: what every test starts from."""
+def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path, compiled: Path | None = None) -> None:
+    """An empty user cache, no inherited data folder, no reachable mirror, English: what every test starts from.
+
+    Only the compile cache inside it (`jaxintro/xla/`) is `compiled`, one folder for the whole session: a
+    program compiles once per suite, not once per test (a test that needs a cold one removes the link).
+    """
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    if compiled is not None:
+        (cache / "jaxintro").mkdir(parents=True, exist_ok=True)
+        (cache / "jaxintro" / "xla").symlink_to(compiled, target_is_directory=True)
     monkeypatch.delenv("JAXINTRO_DATA_DIR", raising=False)
     # Unreachable by construction: a test never touches the network by accident.
     monkeypatch.setenv("JAXINTRO_MIRRORS", "http://127.0.0.1:9/")
@@ -52,7 +59,7 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
     """
     set_hypothesis_home_dir(str(tmp_path_factory.mktemp("hypothesis")))
     with pytest.MonkeyPatch.context() as monkeypatch:
-        isolate_environment(monkeypatch, tmp_path_factory.mktemp("session-cache"))
+        isolate_environment(monkeypatch, tmp_path_factory.mktemp("session-cache"), compiled_cache(tmp_path_factory))
         # Every temporary file of the tests, and of the processes they start, goes into pytest's tmp folder,
         # not /tmp (.ci/run checks that /tmp holds nothing new after the suite).
         temp = tmp_path_factory.mktemp("tmp")
@@ -67,6 +74,13 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         yield
 
 
+def compiled_cache(tmp_path_factory) -> Path:
+    """The session's one compile-cache folder."""
+    folder = tmp_path_factory.getbasetemp() / "compiled"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 # What an in-process `main()` sets in JAX's global config and a later test would inherit (the compile cache
 # pointed into an earlier test's tmp folder, say).
 JAX_CACHE_FLAGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
@@ -79,7 +93,7 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     """Every test gets its own empty user cache and no inherited data folder or mirrors, and leaves JAX's
     compile-cache settings as it found them."""
     cache = tmp_path_factory.mktemp("xdg-cache")
-    isolate_environment(monkeypatch, cache)
+    isolate_environment(monkeypatch, cache, compiled_cache(tmp_path_factory))
     from jaxintro.i18n import set_language
 
     set_language()  # the locale's language, English here: a test that asked for Spanish does not leak it
@@ -93,6 +107,15 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
         for name, value in (before or DEFAULT_JAX_CACHE_FLAGS).items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()  # JAX decides once whether to use its cache: forget that decision
+
+
+@pytest.fixture
+def cold_compile_cache(isolated_cache: Path) -> Path:
+    """This test's own empty compile cache in place of the session's (for a test of what a first run compiles)."""
+    folder = isolated_cache / "jaxintro" / "xla"
+    folder.unlink()
+    folder.mkdir()
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -106,7 +106,7 @@ def test_hidden_sets_depth_and_widths_and_param_count_follows(capsys, tmp_path):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["hidden"] == [32, 16, 8]
 
 
-def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tmp_path):
+def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tmp_path, cold_compile_cache):
     def cache(*extra: str) -> str:
         assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(tmp_path / str(len(seen))),
                      *extra, "--json"]) == 0
@@ -114,7 +114,7 @@ def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tm
         return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["compile_cache"]
 
     seen: list = []
-    assert cache() == "miss"  # a fresh user cache (every test has its own)
+    assert cache() == "miss"  # an empty compile cache
     assert cache() == "hit"
     # Another learning rate is another training program, while the evaluation programs are the same ones:
     # only the training program counts.
