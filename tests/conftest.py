@@ -228,8 +228,8 @@ def mnist_run(mnist_dir, tmp_path_factory) -> Path:
     from jaxintro.cli import main
 
     run = tmp_path_factory.mktemp("runs") / "mnist"
-    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1", "--run-dir", str(run),
-                 "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1",
+                 "--run-dir", str(run)]) == 0
     return run
 
 
@@ -239,5 +239,5 @@ def digits_run(tmp_path_factory) -> Path:
     from jaxintro.cli import main
 
     run = tmp_path_factory.mktemp("runs") / "digits"
-    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run)]) == 0
     return run

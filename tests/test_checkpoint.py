@@ -20,7 +20,7 @@ from jaxintro.cli import main
 from jaxintro.errors import CheckpointError
 from jaxintro.evaluate import load_run
 
-DIGITS = ["--dataset", "digits", "--no-compile-cache"]
+DIGITS = ["--dataset", "digits"]
 
 
 def train(capsys, *argv) -> dict:

@@ -55,7 +55,7 @@ def launch(argv: list[str], environ: dict[str, str] | None = None) -> subprocess
 
 def pair_argv(port: int, rank: int, run_dir: Path, *extra: str, processes: int = 2) -> list[str]:
     return ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes), "--process-id", str(rank),
-            "--run-dir", str(run_dir), "--no-compile-cache", "--json", *extra]
+            "--run-dir", str(run_dir), "--json", *extra]
 
 
 @contextlib.contextmanager
@@ -136,7 +136,7 @@ def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_r
     if not resume:
         return
     port = free_port()
-    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--no-compile-cache", "--json"]
+    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--json"]
                      for rank in (0, 1)]) as procs:
         resumed = finish(procs, time.monotonic(), 600)
     for code, out, err, _ in resumed:
@@ -231,7 +231,7 @@ def test_a_resume_past_a_damaged_checkpoint_completes_on_every_process(tmp_path)
         if path.is_file() and path.stat().st_size > 1000:
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
     port = free_port()
-    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--epochs", "4", "--no-compile-cache",
+    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--epochs", "4",
                       "--json"] for rank in (0, 1)]) as procs:
         results = finish(procs, time.monotonic(), TIMEOUT_S * 5)
     for code, out, err, took in results:
@@ -250,8 +250,7 @@ def slurm_env(rank: int, port: int) -> dict[str, str]:
 
 def test_coordinator_auto_reads_a_slurm_step_and_trains_like_explicit_flags(tmp_path):
     port, run = free_port(), tmp_path / "r"
-    argv = ["--coordinator", "auto", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run),
-            "--no-compile-cache", "--json"]
+    argv = ["--coordinator", "auto", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--json"]
     with processes(argv, argv, environs=[slurm_env(0, port), slurm_env(1, port)]) as procs:
         results = finish(procs, time.monotonic(), 600)
     for code, out, err, _ in results:

@@ -53,6 +53,6 @@ def test_an_old_run_folder_evaluates_predicts_serves_and_resumes(old_run, tmp_pa
     assert sum(last_json(capsys)["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
     app = serve.load_app(old_run)
     assert app.run_info()["checkpoint_epoch"] == 2 and len(app.mistakes.index) > 0
-    assert main(["train", "--resume", str(old_run), "--epochs", "3", "--json", "--no-compile-cache"]) == 0
+    assert main(["train", "--resume", str(old_run), "--epochs", "3", "--json"]) == 0
     resumed = last_json(capsys)
     assert resumed["epochs"] == 3 and resumed["finished"]

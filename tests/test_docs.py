@@ -31,7 +31,7 @@ def workdir(tmp_path_factory) -> Path:
     """A folder as a reader has it after `make train`: a finished run in runs/mnist (on digits: offline, quick)."""
     folder = tmp_path_factory.mktemp("reader")
     subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", "10",
-                    "--run-dir", "runs/mnist", "--no-compile-cache"], cwd=folder, check=True, capture_output=True,
+                    "--run-dir", "runs/mnist"], cwd=folder, check=True, capture_output=True,
                    timeout=300)
     return folder
 
@@ -105,7 +105,7 @@ def test_shown_experiment_outputs_name_the_real_default_folders(tmp_path):
     printed = set()
     for name in ("dropout", "clipping"):
         proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "--lang", "en", "experiment", name, "--dataset",
-                               "digits", "--epochs", "1", "--no-compile-cache"], cwd=tmp_path, capture_output=True,
+                               "digits", "--epochs", "1"], cwd=tmp_path, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         printed |= {line for line in proc.stdout.splitlines() if line.startswith("Plot: ")}

@@ -136,7 +136,7 @@ def test_a_spread_run_resumes_and_reports_its_devices(tmp_path):
     # --resume alike; checkpoints written from two devices restore into a resumed run that ends where an
     # uninterrupted one does.
     def train(*argv: str) -> dict:
-        proc = subprocess.run([sys.executable, "-c", TWO_CORES, "train", *argv, "--json", "--no-compile-cache"],
+        proc = subprocess.run([sys.executable, "-c", TWO_CORES, "train", *argv, "--json"],
                               capture_output=True, text=True, timeout=600, env={**os.environ, "LANG": "C.UTF-8"})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "spread over 2 CPU devices" in proc.stdout
@@ -284,7 +284,7 @@ def test_a_diverged_member_is_reported_and_left_out(data):
 
 def test_every_member_diverging_is_one_clear_error_and_leaves_no_folder(tmp_path, capsys):
     run = tmp_path / "r"
-    argv = ["train", "--dataset", "digits", "--epochs", "2", "--seeds", "2", "--run-dir", str(run), "--no-compile-cache"]
+    argv = ["train", "--dataset", "digits", "--epochs", "2", "--seeds", "2", "--run-dir", str(run)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not a warning per member, then a run of NaNs: one error
         assert main([*argv, "--optimizer", "sgd", "--lr", "1e11"]) == 1
@@ -304,7 +304,7 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     run = tmp_path / "seeds"
     called = time.perf_counter()
     summary = run_json(capsys, "train", "--dataset", "digits", "--epochs", "2", "--seeds", "3", "--seed", "4",
-                       "--run-dir", str(run), "--json", "--no-compile-cache")
+                       "--run-dir", str(run), "--json")
     elapsed = time.perf_counter() - called
     members = summary["members"]
     assert [m["seed"] for m in members] == [4, 5, 6] and summary["member_count"] == 3
@@ -333,7 +333,7 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     assert "Resuming" in out and "mean ± std of 3 members" in out
     straight = tmp_path / "straight"
     run_json(capsys, "train", "--dataset", "digits", "--epochs", "3", "--seeds", "3", "--seed", "4",
-             "--run-dir", str(straight), "--json", "--no-compile-cache")
+             "--run-dir", str(straight), "--json")
     from jaxintro.evaluate import load_run
 
     assert_trees_close(load_run(run).params, load_run(straight).params)
@@ -343,8 +343,7 @@ def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
     from PIL import Image
 
     run = tmp_path / "seeds"
-    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json",
-             "--no-compile-cache")
+    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json")
     image = tmp_path / "digit.png"
     pixels = np.zeros((8, 8), np.uint8)
     pixels[1:7, 3:5] = 255
@@ -370,8 +369,7 @@ def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
 @pytest.mark.parametrize("style", ["linen", "nnx", "equinox"])
 def test_sweep_works_for_every_model_style_with_dropout(tmp_path, capsys, style):
     summary = run_json(capsys, "sweep", "--dataset", "digits", "--epochs", "1", "--model", style, "--dropout", "0.1",
-                       "--lr", "1e-3,3e-3", "--seeds", "2", "--run-dir", str(tmp_path / "sweep"), "--json",
-                       "--no-compile-cache")
+                       "--lr", "1e-3,3e-3", "--seeds", "2", "--run-dir", str(tmp_path / "sweep"), "--json")
     settings = summary["settings"]
     assert [s["lr"] for s in settings] == [1e-3, 3e-3] and summary["member_count"] == 4
     assert summary["best"]["test_accuracy"] == max(s["test_accuracy"] for s in settings)
@@ -448,8 +446,7 @@ def test_serve_predicts_with_the_ensemble_and_says_so(tmp_path, capsys):
     from jaxintro.evaluate import load_run, predict_proba
 
     run = tmp_path / "seeds"
-    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json",
-             "--no-compile-cache")
+    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json")
     app = serve.load_app(run)
     info = app.run_info()
     assert info["members"] == 2 and info["model"] == "jax MLP 64-256-128-10: the ensemble of its 2 members"

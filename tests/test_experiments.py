@@ -9,7 +9,7 @@ import pytest
 
 from jaxintro.cli import main
 
-SMALL = ["--dataset", "digits", "--epochs", "3", "--no-compile-cache"]
+SMALL = ["--dataset", "digits", "--epochs", "3"]
 
 
 def run_json(capsys, argv):

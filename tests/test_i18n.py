@@ -248,8 +248,7 @@ def test_train_reads_spanish_and_resumes_under_the_same_flag(tmp_path, capsys, e
     from jaxintro.cli import main
 
     run = tmp_path / "r"
-    assert main(["--lang", "es", "train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run),
-                 "--no-compile-cache"]) == 0
+    assert main(["--lang", "es", "train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Entrenando el MLP jax 64-256-128-10 sobre digits (1437 de entrenamiento"), out
     assert re.search(r"^Epoch +1 \| Loss: ", out, re.M), out  # the lesson's own line stays English

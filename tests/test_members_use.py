@@ -28,7 +28,7 @@ from jaxintro.evaluate import load_run
 from jaxintro.models import build_model
 from jaxintro.train import Trainer
 
-SWEEP = ["--dataset", "digits", "--epochs", "2", "--seeds", "1", "--no-compile-cache", "--json"]
+SWEEP = ["--dataset", "digits", "--epochs", "2", "--seeds", "1", "--json"]
 
 
 def run_json(capsys, *argv: str) -> tuple[dict, str]:
@@ -51,7 +51,7 @@ def diverged_sweep(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("diverged") / "r"
     with pytest.warns(RuntimeWarning, match="diverged"):
         assert main(["sweep", "--optimizer", "sgd", "--lr", "0.1,1e12", "--run-dir", str(run), *SWEEP[:4], "--seeds",
-                     "2", "--no-compile-cache"]) == 0
+                     "2"]) == 0
     return run
 
 
@@ -96,7 +96,7 @@ def test_a_sweep_predicts_evaluates_and_serves_through_its_best_setting(bad_lr_s
 
 def test_a_sweep_prints_no_ensemble_of_all_its_settings(tmp_path, capsys):
     summary, out = run_json(capsys, "sweep", "--lr", "1e-3,3e-3", "--run-dir", str(tmp_path / "r"), *SWEEP[:4],
-                            "--seeds", "2", "--no-compile-cache", "--json")
+                            "--seeds", "2", "--json")
     assert "ensemble of all" not in out and "Ensemble: " not in out  # per epoch, and at the end
     assert "Ensemble of the best setting's 2 seeds" in out and "seeds' ensemble" in out
     evaluated, _ = run_json(capsys, "evaluate", str(tmp_path / "r"), "--json")

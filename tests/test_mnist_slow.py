@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def _train(mnist_dir, run_dir, *flags: str) -> dict:
     """A 10-epoch MNIST run's JSON summary (read from its result file: stdout is the caller's)."""
     assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--json", "--run-dir", str(run_dir),
-                 "--no-compile-cache", *flags]) == 0
+                 *flags]) == 0
     return json.loads((run_dir / "result.json").read_text())
 
 
@@ -37,7 +37,7 @@ def test_lesson_mlp_reaches_97_percent_in_10_epochs(lesson_run):
 @pytest.mark.parametrize("style", ["linen", "nnx", "equinox"])
 def test_every_model_style_reaches_97_percent(mnist_dir, tmp_path, capsys, style):
     code = main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--model", style, "--json",
-                 "--run-dir", str(tmp_path / "run"), "--no-compile-cache"])
+                 "--run-dir", str(tmp_path / "run")])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["param_count"] == 235_146
@@ -48,7 +48,7 @@ def test_lessons_python_loop_matches_the_compiled_epoch(mnist_dir, tmp_path, cap
     results = {}
     for loop in ("scan", "python"):
         assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--loop", loop, "--json",
-                     "--run-dir", str(tmp_path / loop), "--no-compile-cache"]) == 0
+                     "--run-dir", str(tmp_path / loop)]) == 0
         results[loop] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     first = {loop: json.loads((tmp_path / loop / "metrics.jsonl").read_text().splitlines()[0])["loss"]
              for loop in results}
@@ -61,7 +61,7 @@ def test_members_of_a_seeds_run_are_the_single_runs(mnist_dir, tmp_path, lesson_
     # In its own process, as a user runs it: the CLI creates two CPU devices and spreads the members over them.
     run_dir = tmp_path / "seeds"
     proc = subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "mnist", "--data-dir",
-                           str(mnist_dir), "--run-dir", str(run_dir), "--no-compile-cache", "--seed", "0", "--seeds",
+                           str(mnist_dir), "--run-dir", str(run_dir), "--seed", "0", "--seeds",
                            "2", "--devices", "2"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((run_dir / "result.json").read_text())

@@ -45,9 +45,9 @@ def test_lang_is_understood_before_or_after_the_command(capsys, argv):
 def test_a_flag_after_the_command_does_not_count_as_typed_for_resume(tmp_path, capsys):
     # `--lang` typed after `train --resume` is honoured like any reporting flag, not refused as a config change.
     run = tmp_path / "r"
-    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "--epochs", "2", "--lang", "es", "--no-compile-cache"]) == 0
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--lang", "es"]) == 0
     assert "Reanudando" in capsys.readouterr().out
 
 
@@ -92,7 +92,7 @@ def test_a_negative_value_is_read_as_a_value(tmp_path, capsys, argv, message):
 
 def test_resume_names_one_refused_flag_in_the_singular(tmp_path, capsys):
     run = tmp_path / "r"
-    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
     code, err = error_of(capsys, ["train", "--resume", str(run), "--lr", "0.1"])
     assert code == 2 and "cannot honour --lr; drop it, or start a new run with it" in err
     code, err = error_of(capsys, ["train", "--resume", str(run), "--lr", "0.1", "--seed", "3"])
@@ -140,7 +140,7 @@ def test_an_unreadable_image_names_no_python_object(digits_app):
 
 def test_the_time_line_names_the_initialisation(tmp_path, capsys):
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(tmp_path / "r"),
-                 "--json", "--no-compile-cache"]) == 0
+                 "--json"]) == 0
     out = capsys.readouterr().out
     times = json.loads(out.strip().splitlines()[-1])["time_breakdown"]
     assert times["init"] > 0 and sum(v for k, v in times.items() if k != "total") == pytest.approx(times["total"])

@@ -77,7 +77,7 @@ def launch(rank: int, port: int, run_dir, epochs: int = 2, extra=()) -> subproce
     return subprocess.Popen(
         [sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", str(epochs),
          "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(rank),
-         "--run-dir", str(run_dir), "--no-compile-cache", "--json", *extra],
+         "--run-dir", str(run_dir), "--json", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -91,8 +91,7 @@ def test_two_processes_agree_with_each_other_and_with_one_process(tmp_path, caps
     assert summaries[0]["processes"] == 2 and summaries[0]["devices"] == 2
     for key in ("test_accuracy", "train_accuracy", "final_loss"):
         assert summaries[0][key] == summaries[1][key]
-    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(tmp_path / "single"),
-                 "--no-compile-cache", "--json"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(tmp_path / "single"), "--json"]) == 0
     single = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summaries[0]["final_loss"] == pytest.approx(single["final_loss"], rel=1e-5)
     multi_params, single_params = load_run(tmp_path / "multi").params, load_run(tmp_path / "single").params

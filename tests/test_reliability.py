@@ -170,20 +170,20 @@ def test_nan_loss_stops_naming_epoch_and_step_and_leaves_a_reusable_folder(tmp_p
     # A fresh run that diverges in its first epoch: SGD at lr 1e6.
     run = tmp_path / "nan"
     code = main(["train", "--dataset", "digits", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e6",
-                 "--run-dir", str(run), "--no-compile-cache"])
+                 "--run-dir", str(run)])
     err = capsys.readouterr().err
     assert code == 1
     assert "training diverged: loss became nan at epoch 1, step" in err and "lower --lr" in err
     assert "no epoch finished" in err
     # No epoch finished, so nothing of the run is kept: the corrected command uses the same folder.
     assert not run.exists()
-    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
 
 
 def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
     """Resume a good run with a learning rate that blows up: the old epochs stay restorable."""
     run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run)]) == 0
     import jaxintro.train as train
 
     real = train.check_finite
@@ -207,13 +207,13 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
 def test_a_finite_explosion_warns_with_the_likely_cause(tmp_path, capsys):
     with pytest.warns(RuntimeWarning, match="exploded.*learning rate is most likely too high"):
         code = main(["train", "--dataset", "digits", "--epochs", "1", "--lr", "1e6", "--run-dir",
-                     str(tmp_path / "r"), "--no-compile-cache"])
+                     str(tmp_path / "r")])
     assert code == 0  # finite: a warning, not a failure (a NaN would be exit 1, tested above)
 
 
 def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run), "--no-compile-cache"]) == 0
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
     import shutil
 
     shutil.rmtree(run / "checkpoints" / "1" / "state")

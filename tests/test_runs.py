@@ -16,7 +16,7 @@ from jaxintro import runs
 from jaxintro.cli import main
 from jaxintro.errors import ConfigError
 
-DIGITS = ["--dataset", "digits", "--no-compile-cache"]
+DIGITS = ["--dataset", "digits"]
 
 
 def test_a_failed_data_load_leaves_nothing_and_the_corrected_command_works(tmp_path, capsys, monkeypatch):

@@ -220,7 +220,7 @@ def test_mistakes_of_other_model_styles_use_vmap_grad_norms(tmp_path):
     # The fast norms are written for the pure-JAX MLP; the other styles get the same numbers through vmap(grad).
     run_dir = tmp_path / "equinox"
     assert main(["train", "--dataset", "digits", "--model", "equinox", "--hidden", "32", "--epochs", "1",
-                 "--run-dir", str(run_dir), "--no-compile-cache"]) == 0
+                 "--run-dir", str(run_dir)]) == 0
     run, data = load_run(run_dir), load_dataset("digits")
     mistakes = serve.find_mistakes(run, data.x_test, data.y_test)
     wrong = np.flatnonzero(predict_proba(run, data.x_test).argmax(1) != data.y_test)

@@ -17,7 +17,7 @@ from jaxintro import checkpoint
 from jaxintro.cli import main
 from jaxintro.evaluate import load_run
 
-DIGITS = ["--dataset", "digits", "--no-compile-cache"]
+DIGITS = ["--dataset", "digits"]
 
 
 def start(argv: list[str]) -> subprocess.Popen:
