@@ -28,11 +28,15 @@ install: $(STAMP)
 train: $(STAMP)
 	$(BIN)/jaxintro train $(ARGS)
 
+# Two workers (pytest-xdist) take tests as they free up: while one test waits (a heartbeat, a browser, a child's
+# time limit), the other computes. `make test WORKERS=0` runs them all in one process.
+WORKERS ?= 2
+
 test: $(STAMP) browser
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
 
 test-fast: $(STAMP) browser
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/jaxintro bench $(ARGS)
