@@ -28,7 +28,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 from jaxintro.data import Dataset, sha256_hex
 
 REPO = Path(__file__).resolve().parents[1]
-MNIST_DIR = REPO.parent / "shared" / "data" / "mnist"
+# Beside the checkout; `make mutation` runs the tests from mutants/, one folder deeper.
+MNIST_DIR = next((d / "shared" / "data" / "mnist" for d in REPO.parents[:2] if (d / "shared" / "data").is_dir()),
+                 REPO.parent / "shared" / "data" / "mnist")
 
 
 def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path, compiled: Path | None = None) -> None:

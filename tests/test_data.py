@@ -27,9 +27,13 @@ def small_spec(rng_seed: int = 0) -> tuple[DatasetSpec, dict[str, np.ndarray]]:
         "t10k-images-idx3-ubyte": rng.integers(0, 256, (10, 4, 4), dtype=np.uint8),
         "t10k-labels-idx1-ubyte": rng.integers(0, 10, (10,), dtype=np.uint8),
     }
+    return spec_for(arrays), arrays
+
+
+def spec_for(arrays: dict[str, np.ndarray]) -> DatasetSpec:
+    """A dataset whose four canonical files are `arrays`, with their hashes and shapes."""
     files = [FileSpec(stem, sha256_hex(idx_bytes(a)), a.shape) for stem, a in arrays.items()]
-    spec = DatasetSpec("tiny", *files, mirrors=("http://127.0.0.1:9/",))
-    return spec, arrays
+    return DatasetSpec("tiny", *files, mirrors=("http://127.0.0.1:9/",))
 
 
 def test_parse_idx_roundtrip_images_and_labels():
@@ -43,22 +47,6 @@ def test_parse_idx_big_endian_int32():
     values = np.array([1, -2, 70000], dtype=">i4")
     raw = bytes([0, 0, 0x0C, 1]) + (3).to_bytes(4, "big") + values.tobytes()
     np.testing.assert_array_equal(parse_idx(raw), [1, -2, 70000])
-
-
-@pytest.mark.parametrize(
-    "raw, message",
-    [
-        (b"\x00\x00", "too short"),
-        (b"\x08\x03\x00\x00" + bytes(12), "bad magic"),
-        (b"PK\x03\x04" + bytes(12), "bad magic"),
-        (bytes([0, 0, 0x08, 3]) + (2).to_bytes(4, "big"), "truncated"),
-        (bytes([0, 0, 0x08, 1]) + (5).to_bytes(4, "big") + bytes(4), "holds 4"),
-        (bytes([0, 0, 0x08, 1]) + (5).to_bytes(4, "big") + bytes(6), "holds 6"),
-    ],
-)
-def test_parse_idx_rejects_bad_files(raw, message):
-    with pytest.raises(DataError, match=message):
-        parse_idx(raw, "f")
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -163,6 +151,37 @@ def test_wrong_content_is_rejected(file_server, isolated_cache):
     assert list(dest.iterdir()) == []
 
 
+def test_when_every_mirror_fails_the_error_names_each_one_and_why(file_server, isolated_cache):
+    spec, arrays = small_spec()
+    serve_dataset(file_server, arrays, prefix="/down/", mode="500")
+    wrong = arrays["train-images-idx3-ubyte"] // 2
+    serve_dataset(file_server, {"train-images-idx3-ubyte": wrong}, prefix="/wrong/")
+    # Bytes whose checksum matches but that are no IDX file: parse_idx is the last check.
+    not_idx = dataclasses.replace(spec.train_images, sha256=sha256_hex(b"abc"))
+    file_server.routes["/junk/train-images-idx3-ubyte.gz"] = ("ok", gzip.compress(b"abc"))
+    urls = [f"{file_server.url}/{name}/" for name in ("down", "wrong", "junk")]
+    dest = isolated_cache / "not" / "yet"  # made, parents too
+    with pytest.raises(DataNotFoundError) as err:
+        data.download_file(not_idx, tuple(urls[:2]), dest)
+    file = "train-images-idx3-ubyte.gz"
+    assert str(err.value) == (
+        f"could not download {file} from any mirror ({urls[0]}{file}: Internal Server Error; "
+        f"{urls[1]}{file}: {urls[1]}{file}: SHA-256 {sha256_hex(idx_bytes(wrong))}, expected {sha256_hex(b'abc')})")
+    with pytest.raises(DataNotFoundError) as err:
+        data.download_file(not_idx, (urls[2],), dest)
+    assert str(err.value) == (
+        f"could not download {file} from any mirror ({urls[2]}{file}: {urls[2]}{file}: 3 bytes is too short for "
+        "an IDX header (4 bytes at least); re-download it)")
+    assert list(dest.iterdir()) == []
+
+
+def test_mirrors_can_be_named_in_the_environment(monkeypatch):
+    monkeypatch.setenv("JAXINTRO_MIRRORS", "http://a.example/mnist,,http://b.example/")
+    assert data.mirrors_for(data.MNIST) == ("http://a.example/mnist/", "http://b.example/")
+    monkeypatch.setenv("JAXINTRO_MIRRORS", "")
+    assert data.mirrors_for(data.MNIST) == data.MNIST.mirrors
+
+
 def test_timeout_moves_on(file_server, isolated_cache):
     spec, arrays = small_spec()
     serve_dataset(file_server, arrays, prefix="/slow/", mode="slow")
@@ -229,25 +248,56 @@ def test_describe_sources_reports_each_dataset(mnist_dir, isolated_cache, monkey
     assert list(rows) == ["digits", "mnist", "fashion-mnist"]
     assert rows["mnist"] == {"dataset": "mnist", "source": str(mnist_dir), "status": "ok (SHA-256 verified)"}
     # The named folder holds MNIST, not Fashion-MNIST: said for that folder, never reported as found.
-    assert rows["fashion-mnist"]["source"] == str(mnist_dir)
-    assert rows["fashion-mnist"]["status"].startswith("not here:") and "mnist" in rows["fashion-mnist"]["status"]
+    assert rows["fashion-mnist"] == {"dataset": "fashion-mnist", "source": str(mnist_dir), "status": (
+        f"not here: {mnist_dir / 'train-images-idx3-ubyte.gz'} is mnist's train-images-idx3-ubyte: {mnist_dir} "
+        "holds mnist, not fashion-mnist: pass --dataset mnist to use it, or point --data-dir at a fashion-mnist "
+        "folder")}
 
 
 def test_describe_sources_without_data_says_where_each_dataset_would_come_from(isolated_cache, monkeypatch):
     only_the_cache_for_fashion(monkeypatch)
     # Without a folder and with an empty cache, each IDX dataset would be downloaded, from the mirror in force.
     rows = {r["dataset"]: r for r in data.describe_sources()}
-    assert rows["digits"]["status"] == "ok (always offline)"
+    assert rows["digits"] == {"dataset": "digits", "source": "scikit-learn (bundled)", "status": "ok (always offline)"}
     for name in ("mnist", "fashion-mnist"):
-        assert rows[name]["source"] == "download from http://127.0.0.1:9/"
-        assert rows[name]["status"].startswith("not on disk (searched ")
-        assert str(isolated_cache / "jaxintro" / name) in rows[name]["status"]
+        assert rows[name] == {"dataset": name, "source": "download from http://127.0.0.1:9/",
+                              "status": f"not on disk (searched {isolated_cache / 'jaxintro' / name})"}
     # A cache folder holding part of MNIST: reported as failing, with what is missing (never as downloadable).
     (isolated_cache / "jaxintro" / "mnist").mkdir(parents=True)
     (isolated_cache / "jaxintro" / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
-    row = {r["dataset"]: r for r in data.describe_sources()}["mnist"]
-    assert row["source"] == "?" and row["status"].startswith("FAILS: ")
-    assert "holds only part of mnist; missing train-labels-idx1-ubyte" in row["status"]
+    rows = {r["dataset"]: r for r in data.describe_sources()}
+    assert list(rows) == ["digits", "mnist", "fashion-mnist"]  # a failing dataset does not hide the next
+    row = rows["mnist"]
+    partial = isolated_cache / "jaxintro" / "mnist"
+    assert row == {"dataset": "mnist", "source": "?", "status": f"FAILS: {partial}: holds only part of mnist; missing "
+                   "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte[.gz]"}
+    # The same folder named with --data-dir: the row says which folder fails.
+    assert {r["dataset"]: r for r in data.describe_sources(partial)}["mnist"]["source"] == str(partial)
+
+
+def test_a_named_folder_that_verifies_is_searched_by_later_loads_without_the_flag(tmp_path, monkeypatch):
+    spec, arrays = small_spec()
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        for stem, array in arrays.items():
+            write_idx(folder, stem, array)
+    cache = tmp_path / "not" / "yet" / "cache"  # made on first use, parents too
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    record = cache / "jaxintro" / "tiny.location"
+    assert data.search_dirs(spec, None) == [cache / "jaxintro" / "tiny"] and data.remembered_dir(spec) is None
+    assert data.search_dirs(data.FASHION_MNIST, None)[-1] == Path("/usr/share/datasets/fashion-mnist")
+    load_idx_dataset(spec, first / ".." / "first", download=False)
+    assert record.read_text(encoding="utf-8") == f"{first.resolve()}\n"
+    assert data.search_dirs(spec, None) == [cache / "jaxintro" / "tiny", first.resolve()]
+    assert Path(load_idx_dataset(spec, download=False).source) == first.resolve()
+    load_idx_dataset(spec, second, download=False)  # the newest folder named wins
+    assert data.remembered_dir(spec) == second.resolve()
+    record.write_text("\n", encoding="utf-8")
+    assert data.remembered_dir(spec) is None
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data.default_cache_dir() == tmp_path / ".cache" / "jaxintro"
 
 
 # ---------------------------------------------------------------- a folder the user named
@@ -287,3 +337,141 @@ def test_data_and_train_agree_on_a_cache_folder_holding_another_dataset(isolated
     assert str(wrong) in row["status"]
     with pytest.raises(DataNotFoundError, match="searched"):
         load_dataset("fashion-mnist", download=False)
+
+
+# ---------------------------------------------------------------- each fault's whole message
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"\x00\x00\x08", "f: 3 bytes is too short for an IDX header (4 bytes at least); re-download it"),
+    (b"\x00\x00\x08\x00", "f: header of rank 0 is truncated (4 bytes); re-download the file"),
+    (b"\x00\x00\x08\x01\x00\x00\x00", "f: header of rank 1 is truncated (7 bytes); re-download the file"),
+    # Each of the magic number's three checks on its own: first byte, second byte, type byte.
+    (b"\x01\x00\x08\x01", "f: bad magic number 01000801 (expected 0000 then a type byte 08-0e and a rank); "
+                          "this is not an IDX file, or it is still compressed under another name"),
+    (b"\x00\x01\x08\x01", "f: bad magic number 00010801 (expected 0000 then a type byte 08-0e and a rank); "
+                          "this is not an IDX file, or it is still compressed under another name"),
+    (b"\x00\x00\x07\x01", "f: bad magic number 00000701 (expected 0000 then a type byte 08-0e and a rank); "
+                          "this is not an IDX file, or it is still compressed under another name"),
+    (bytes([0, 0, 0x0C, 1]) + (3).to_bytes(4, "big") + bytes(8),
+     "f: header says shape (3,) (12 data bytes) but the file holds 8; "
+     "it is truncated or corrupt: delete it and re-download"),
+    (bytes([0, 0, 0x08, 1]) + (5).to_bytes(4, "big") + bytes(6),
+     "f: header says shape (5,) (5 data bytes) but the file holds 6; "
+     "it is truncated or corrupt: delete it and re-download"),
+    (b"PK\x03\x04" + bytes(12), "f: bad magic number 504b0304 (expected 0000 then a type byte 08-0e and a rank); "
+                                "this is not an IDX file, or it is still compressed under another name"),
+    (bytes([0, 0, 0x0E, 5]) + b"".join(d.to_bytes(4, "big") for d in (0, 3484, 3484, 3690, 25740507)),
+     "f: header shape (0, 3484, 3484, 3690, 25740507) cannot be represented; the file is corrupt"),
+], ids=["3 bytes", "rank 0", "cut header", "byte 0", "byte 1", "type byte", "int32 short", "too long", "zip",
+        "unrepresentable"])
+def test_a_bad_idx_file_gets_one_line_naming_it_and_the_fix(raw, message):
+    with pytest.raises(DataError) as err:
+        parse_idx(raw, "f")
+    assert str(err.value) == message
+
+
+def test_the_smallest_idx_files_parse():
+    np.testing.assert_array_equal(parse_idx(b"\x00\x00\x08\x01" + bytes(4)), np.zeros(0, np.uint8))
+    assert parse_idx(bytes([0, 0, 0x08, 1, 0, 0, 0, 1, 7])).tolist() == [7]
+
+
+def test_parsed_arrays_start_on_a_64_byte_boundary():
+    # On the CPU, jax.device_put shares 64-byte-aligned host memory instead of copying it.
+    for n in range(1, 17):
+        images = np.arange(n * 3, dtype=np.uint8).reshape(n, 3)
+        out = parse_idx(idx_bytes(images))
+        assert out.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(out, images)
+
+
+def test_each_unreadable_file_gets_one_line_naming_it_and_the_fix(tmp_path, monkeypatch):
+    spec, arrays = small_spec()
+    images = spec.train_images
+    folder = tmp_path / "train-images-idx3-ubyte.gz"
+    folder.mkdir()
+    with pytest.raises(DataError) as err:
+        read_verified(folder, images)
+    assert str(err.value) == f"{folder}: is a folder, expected the IDX file train-images-idx3-ubyte[.gz]; " \
+                             "remove or rename it"
+    path = write_idx(tmp_path, "train-labels-idx1-ubyte", arrays["train-labels-idx1-ubyte"])
+    for error, message in [(PermissionError(13, "Permission denied"),
+                            f"{path}: no permission to read it; fix with: chmod a+r {path}"),
+                           (OSError(5, "Input/output error"), f"{path}: cannot be read (Input/output error)")]:
+        def fail(self, error=error):
+            raise error
+        with monkeypatch.context() as m:
+            m.setattr(Path, "read_bytes", fail)
+            with pytest.raises(DataError) as err:
+                read_verified(path, spec.train_labels)
+        assert str(err.value) == message
+
+
+def test_a_file_of_the_wrong_content_or_shape_gets_one_line_naming_it_and_the_fix(tmp_path):
+    spec, arrays = small_spec()
+    images = arrays["train-images-idx3-ubyte"].copy()
+    images[0, 0, 0] ^= 1
+    path = write_idx(tmp_path, "train-images-idx3-ubyte", images)
+    with pytest.raises(DataError) as err:
+        read_verified(path, spec.train_images)
+    assert str(err.value) == (
+        f"{path}: SHA-256 of the decompressed file is {sha256_hex(idx_bytes(images))}, expected "
+        f"{spec.train_images.sha256}; the file is corrupt or truncated: delete it and re-download, "
+        "or point --data-dir at the right folder")
+    # The right bytes, but a spec that promises another shape.
+    path = write_idx(tmp_path, "train-images-idx3-ubyte", arrays["train-images-idx3-ubyte"])
+    wrong_shape = dataclasses.replace(spec.train_images, shape=(10, 4, 4))
+    with pytest.raises(DataError) as err:
+        read_verified(path, wrong_shape)
+    assert str(err.value) == f"{path}: shape (20, 4, 4), expected (10, 4, 4)"
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(DataError) as err:
+        read_verified(path, spec.train_images)
+    assert str(err.value) == (f"{path}: damaged gzip data (Compressed file ended before the end-of-stream marker was "
+                              "reached); delete it and re-download")
+
+
+def test_another_file_of_the_same_dataset_or_of_another_is_named(mnist_dir):
+    labels = mnist_dir / "train-labels-idx1-ubyte.gz"
+    with pytest.raises(DataError) as err:
+        read_verified(labels, data.MNIST.test_labels)
+    assert not isinstance(err.value, data.WrongDatasetError)
+    assert str(err.value) == (
+        f"{labels}: SHA-256 of the decompressed file is {data.MNIST.train_labels.sha256}, expected "
+        f"{data.MNIST.test_labels.sha256}; it is mnist's train-labels-idx1-ubyte: delete it and re-download, "
+        "or point --data-dir at the right folder")
+    with pytest.raises(data.WrongDatasetError) as err:
+        read_verified(labels, data.FASHION_MNIST.train_labels)
+    assert err.value.holds == "mnist"
+    assert str(err.value) == (
+        f"{labels} is mnist's train-labels-idx1-ubyte: {mnist_dir} holds mnist, not fashion-mnist: "
+        "pass --dataset mnist to use it, or point --data-dir at a fashion-mnist folder")
+
+
+@pytest.mark.parametrize("split", ["train", "t10k"])
+def test_images_and_labels_that_disagree_get_one_line_naming_both_files(tmp_path, split):
+    spec, arrays = small_spec()
+    arrays[f"{split}-labels-idx1-ubyte"] = arrays[f"{split}-labels-idx1-ubyte"][:-1]
+    spec = spec_for(arrays)
+    paths = [write_idx(tmp_path, stem, a) for stem, a in arrays.items()]
+    images, labels = (paths[0], paths[1]) if split == "train" else (paths[2], paths[3])
+    n = len(arrays[f"{split}-images-idx3-ubyte"])
+    with pytest.raises(DataError) as err:
+        load_idx_dataset(spec, tmp_path)
+    assert str(err.value) == (f"{images} holds {n} images but {labels} holds {n - 1} labels; "
+                              "the two files come from different sets: re-download both")
+
+
+@pytest.mark.parametrize("split", ["train", "t10k"])
+def test_a_label_past_the_last_class_is_refused_naming_it(tmp_path, split):
+    spec, arrays = small_spec()
+    arrays[f"{split}-labels-idx1-ubyte"][3] = 10  # one past the last of the ten classes
+    spec = spec_for(arrays)
+    paths = [write_idx(tmp_path, stem, a) for stem, a in arrays.items()]
+    with pytest.raises(DataError) as err:
+        load_idx_dataset(spec, tmp_path)
+    assert str(err.value) == f"{paths[1] if split == 'train' else paths[3]}: label 10 out of range 0..9"
+    arrays[f"{split}-labels-idx1-ubyte"][3] = 9  # the last class itself is fine
+    for stem, a in arrays.items():
+        write_idx(tmp_path, stem, a)
+    assert load_idx_dataset(spec_for(arrays), tmp_path).y_train.max() <= 9

@@ -53,8 +53,10 @@ def test_a_transparent_canvas_export_reads_like_the_same_drawing_on_white():
     ((255, 255, 255, 255), (245, 245, 245, 255)),  # a stroke too faint to be ink
 ])
 def test_an_image_with_no_ink_is_an_error_not_a_guess(background, ink):
-    with pytest.raises(DataError, match="no ink found"):
-        load_image(png_bytes(drawing(background=background, ink=ink)), (28, 28))
+    with pytest.raises(DataError) as err:
+        load_image(png_bytes(drawing(background=background, ink=ink)), (28, 28), name="pad.png")
+    assert str(err.value) == ("pad.png: no ink found (the image is blank or uniform); "
+                              "give a picture of one digit, dark on light or light on dark")
 
 
 def bomb_png(width: int, height: int) -> bytes:
@@ -164,5 +166,41 @@ def test_the_jitted_stage_is_total_a_blank_canvas_gives_zeros():
 def test_a_file_that_is_not_an_image_is_a_data_error(tmp_path):
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")
-    with pytest.raises(DataError, match="not a readable image"):
+    with pytest.raises(DataError) as err:
         load_image(Path(bad), (28, 28))
+    assert str(err.value) == f"{bad}: not a readable image (not a format Pillow knows); give a PNG or JPEG file"
+
+
+def test_other_sides_keep_mnists_proportions():
+    # MNIST fits the ink in 20 of 28 pixels, then centres it by mass; the 8x8 digits fill the whole canvas.
+    assert images.framing(28) == (20, True) and images.framing(8) == (8, False)
+    assert images.framing(56) == (40, True) and images.framing(14) == (10, True)
+    assert images.framing(1) == (1, True)  # never an empty box
+
+
+def test_the_ink_box_is_scaled_into_the_box_and_centred_in_the_frame():
+    canvas = np.zeros((112, 112), np.float32)
+    canvas[10:50, 30:50] = 4.0  # 40 tall, 20 wide, off centre, peak 4: scale 20/40 puts it on rows 4-23, columns 9-18
+    canvas[60:70, 80:100] = 0.3  # under a tenth of the peak: not ink, not part of the box
+    for by_mass in (False, True):  # a uniform box's centre of mass is its centre: no shift
+        out = np.asarray(fit_like_mnist(jnp.asarray(canvas), side=28, box=20, by_mass=by_mass))
+        rows, cols = np.nonzero(out > 0.5)
+        assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (4, 24, 9, 19)
+        assert out.min() >= 0.0 and out.max() == pytest.approx(1.0)
+    faint = np.asarray(fit_like_mnist(jnp.asarray(canvas / 8), side=28, box=20, by_mass=False))
+    assert faint.max() == pytest.approx(1.0)  # any peak becomes 1
+
+
+def test_a_lopsided_digit_is_moved_by_whole_pixels_until_its_mass_is_centred():
+    canvas = np.zeros((112, 112), np.float32)
+    canvas[10:90, 20:30] = 1.0  # an L: most of its mass low and left of its box's centre
+    canvas[80:90, 20:70] = 1.0
+    centres = np.arange(28) + 0.5
+
+    def centre_of_mass(out):
+        return out.sum(axis=1) @ centres / out.sum(), out.sum(axis=0) @ centres / out.sum()
+
+    boxed = centre_of_mass(np.asarray(fit_like_mnist(jnp.asarray(canvas), side=28, box=20, by_mass=False)))
+    moved = centre_of_mass(np.asarray(fit_like_mnist(jnp.asarray(canvas), side=28, box=20, by_mass=True)))
+    assert boxed[0] > 15 and boxed[1] < 12  # box-centred, the mass sits low and left
+    assert abs(moved[0] - 14) <= 0.5 and abs(moved[1] - 14) <= 0.5

@@ -11,64 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import idx_bytes, write_idx
-from jaxintro import checkpoint, data
+from jaxintro import checkpoint
 from jaxintro.cli import main
-from jaxintro.data import DatasetSpec, FileSpec, load_idx_dataset, parse_idx, read_verified, sha256_hex
-from jaxintro.errors import CheckpointError, DataError
+from jaxintro.data import parse_idx
+from jaxintro.errors import DataError
 from jaxintro.runs import claim_run_dir
 
-# ---------------------------------------------------------------- data files
-
-
-def spec_for(arrays: dict[str, np.ndarray]) -> DatasetSpec:
-    files = [FileSpec(stem, sha256_hex(idx_bytes(a)), a.shape) for stem, a in arrays.items()]
-    return DatasetSpec("tiny", *files, mirrors=("http://127.0.0.1:9/",))
-
-
-def four_files(n_train=20, n_train_labels=20, label_max=9) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 4, 4), dtype=np.uint8),
-        "train-labels-idx1-ubyte": rng.integers(0, label_max + 1, (n_train_labels,), dtype=np.uint8),
-        "t10k-images-idx3-ubyte": rng.integers(0, 256, (10, 4, 4), dtype=np.uint8),
-        "t10k-labels-idx1-ubyte": rng.integers(0, 10, (10,), dtype=np.uint8),
-    }
-
-
-def test_image_and_label_counts_that_differ(tmp_path):
-    arrays = four_files(n_train_labels=19)
-    for stem, a in arrays.items():
-        write_idx(tmp_path, stem, a)
-    with pytest.raises(DataError, match="holds 20 images but .* holds 19 labels"):
-        load_idx_dataset(spec_for(arrays), tmp_path)
-
-
-def test_label_out_of_range(tmp_path):
-    arrays = four_files(label_max=200)
-    arrays["train-labels-idx1-ubyte"][3] = 200
-    for stem, a in arrays.items():
-        write_idx(tmp_path, stem, a)
-    with pytest.raises(DataError, match="label 200 out of range 0..9"):
-        load_idx_dataset(spec_for(arrays), tmp_path)
-
-
-def test_a_folder_where_a_file_should_be(tmp_path):
-    (tmp_path / "train-images-idx3-ubyte.gz").mkdir()
-    with pytest.raises(DataError, match="is a folder"):
-        read_verified(tmp_path / "train-images-idx3-ubyte.gz", data.MNIST.train_images)
-
-
-def test_no_read_permission(tmp_path, monkeypatch):
-    path = write_idx(tmp_path, "train-labels-idx1-ubyte", np.zeros(3, np.uint8))
-
-    def denied(self):
-        raise PermissionError(13, "Permission denied")
-
-    # Tests run as root in CI, where chmod cannot deny a read: simulate the OS's answer.
-    monkeypatch.setattr(Path, "read_bytes", denied)
-    with pytest.raises(DataError, match="no permission to read it; fix with: chmod a\\+r"):
-        read_verified(path, data.MNIST.train_labels)
+# ---------------------------------------------------------------- data files (each fault's message: test_data.py)
 
 
 @pytest.mark.parametrize("dims", [

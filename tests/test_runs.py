@@ -103,6 +103,43 @@ def empty_run(folder: Path) -> None:
     (folder / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
 
 
+def test_each_folder_is_described_from_its_files_alone(tmp_path):
+    assert runs.describe_run(tmp_path) is None  # neither a config nor a claim: not a run
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
+    (unreadable / runs.CONFIG_FILE).write_text("{half a config")
+    assert runs.describe_run(unreadable) == {
+        "run_dir": str(unreadable), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "?",
+        "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable", "result": None}
+    # Claimed by this live process, before its config is written: running.
+    starting = runs.claim_run_dir(tmp_path / "starting")
+    assert runs.describe_run(starting) == {
+        "run_dir": str(starting), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "single",
+        "member_count": 1, "diverged": 0, "test_accuracy": None, "status": "running", "result": None}
+    # A finished run of an older version: result.json without "finished", judged by its epoch count.
+    old = tmp_path / "old"
+    empty_run(old)
+    (old / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "auto", runs.RESOLVED_DATASET: "digits",
+                                                    "model": "flax", "epochs": 3}))
+    (old / runs.RESULT_FILE).write_text(json.dumps({"epochs": 3}))
+    info = runs.describe_run(old)
+    assert (info["dataset"], info["model"], info["planned_epochs"], info["status"]) == ("digits", "flax", 3, "finished")
+    assert runs.status_text(info) == "finished"
+    # Older configs: the dataset as asked (before `auto` was resolved), or "?" without one.
+    for config, dataset in (({"dataset": "mnist", "epochs": 1}, "mnist"), ({"epochs": 1}, "?")):
+        (old / runs.CONFIG_FILE).write_text(json.dumps(config))
+        assert runs.describe_run(old)["dataset"] == dataset
+
+
+def test_a_runs_end_is_read_from_its_result():
+    assert runs.is_finished({"finished": True, "epochs": 2}, 5)  # the result's own word wins over the count
+    assert not runs.is_finished({"finished": False, "epochs": 5}, 5)
+    assert runs.is_finished({"epochs": 5}, 5) and not runs.is_finished({"epochs": 4}, 5)
+    assert not runs.is_finished(None, 0)
+    stopped = {"status": "stopped after epoch 2: ...", "epochs": 2, "run_dir": "runs/a"}
+    assert runs.status_text(stopped) == "stopped after epoch 2: jaxintro train --resume runs/a"
+
+
 class Terminal(io.StringIO):
     """Standard input that is a terminal."""
 
@@ -133,8 +170,10 @@ def test_a_folder_that_cannot_be_created_is_refused_naming_the_flag(tmp_path):
     assert runs.writable_dir(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
     assert list((tmp_path / "a" / "b").iterdir()) == []  # the write test leaves nothing
     (tmp_path / "file").write_text("")
-    with pytest.raises(ConfigError, match=r"^--out .*file/sub is not writable \(.+\); choose another folder$"):
+    with pytest.raises(ConfigError) as err:
         runs.writable_dir(tmp_path / "file" / "sub", "--out")
+    assert str(err.value) == f"--out {tmp_path / 'file' / 'sub'} is not writable (Not a directory); choose another folder"
+    assert runs.writable_dir(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b"  # one that exists is fine
 
 
 def test_the_newest_finished_run_is_the_one_whose_result_was_written_last(tmp_path):
