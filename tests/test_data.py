@@ -61,30 +61,6 @@ def test_both_encodings_and_spellings_load(tmp_path, gz, dotted):
     np.testing.assert_array_equal(ds.y_train, arrays["train-labels-idx1-ubyte"])
 
 
-def test_checksum_mismatch_names_file_and_fix(tmp_path):
-    spec, arrays = small_spec()
-    images = arrays["train-images-idx3-ubyte"].copy()
-    images[0, 0, 0] ^= 1  # one flipped bit
-    path = write_idx(tmp_path, "train-images-idx3-ubyte", images)
-    with pytest.raises(DataError) as err:
-        read_verified(path, spec.train_images)
-    text = str(err.value)
-    assert str(path) in text and spec.train_images.sha256 in text and "re-download" in text
-
-
-def test_wrong_dataset_file_is_named(tmp_path, mnist_dir):
-    with pytest.raises(DataError, match="is mnist's train-labels-idx1-ubyte: .* pass --dataset mnist"):
-        read_verified(mnist_dir / "train-labels-idx1-ubyte.gz", data.FASHION_MNIST.train_labels)
-
-
-def test_damaged_gzip_is_a_clear_error(tmp_path):
-    spec, arrays = small_spec()
-    path = write_idx(tmp_path, "train-images-idx3-ubyte", arrays["train-images-idx3-ubyte"])
-    path.write_bytes(path.read_bytes()[:-20])
-    with pytest.raises(DataError, match="damaged gzip"):
-        read_verified(path, spec.train_images)
-
-
 def test_partial_folder_names_missing_files(tmp_path):
     spec, arrays = small_spec()
     write_idx(tmp_path, "train-images-idx3-ubyte", arrays["train-images-idx3-ubyte"])
@@ -387,11 +363,10 @@ def test_parsed_arrays_start_on_a_64_byte_boundary():
 
 def test_each_unreadable_file_gets_one_line_naming_it_and_the_fix(tmp_path, monkeypatch):
     spec, arrays = small_spec()
-    images = spec.train_images
     folder = tmp_path / "train-images-idx3-ubyte.gz"
     folder.mkdir()
     with pytest.raises(DataError) as err:
-        read_verified(folder, images)
+        read_verified(folder, spec.train_images)
     assert str(err.value) == f"{folder}: is a folder, expected the IDX file train-images-idx3-ubyte[.gz]; " \
                              "remove or rename it"
     path = write_idx(tmp_path, "train-labels-idx1-ubyte", arrays["train-labels-idx1-ubyte"])
@@ -400,6 +375,7 @@ def test_each_unreadable_file_gets_one_line_naming_it_and_the_fix(tmp_path, monk
                            (OSError(5, "Input/output error"), f"{path}: cannot be read (Input/output error)")]:
         def fail(self, error=error):
             raise error
+        # Tests run as root in CI, where chmod cannot deny a read: simulate the OS's answer.
         with monkeypatch.context() as m:
             m.setattr(Path, "read_bytes", fail)
             with pytest.raises(DataError) as err:
@@ -450,7 +426,7 @@ def test_another_file_of_the_same_dataset_or_of_another_is_named(mnist_dir):
 
 @pytest.mark.parametrize("split", ["train", "t10k"])
 def test_images_and_labels_that_disagree_get_one_line_naming_both_files(tmp_path, split):
-    spec, arrays = small_spec()
+    _, arrays = small_spec()
     arrays[f"{split}-labels-idx1-ubyte"] = arrays[f"{split}-labels-idx1-ubyte"][:-1]
     spec = spec_for(arrays)
     paths = [write_idx(tmp_path, stem, a) for stem, a in arrays.items()]
@@ -464,7 +440,7 @@ def test_images_and_labels_that_disagree_get_one_line_naming_both_files(tmp_path
 
 @pytest.mark.parametrize("split", ["train", "t10k"])
 def test_a_label_past_the_last_class_is_refused_naming_it(tmp_path, split):
-    spec, arrays = small_spec()
+    _, arrays = small_spec()
     arrays[f"{split}-labels-idx1-ubyte"][3] = 10  # one past the last of the ten classes
     spec = spec_for(arrays)
     paths = [write_idx(tmp_path, stem, a) for stem, a in arrays.items()]
@@ -474,4 +450,5 @@ def test_a_label_past_the_last_class_is_refused_naming_it(tmp_path, split):
     arrays[f"{split}-labels-idx1-ubyte"][3] = 9  # the last class itself is fine
     for stem, a in arrays.items():
         write_idx(tmp_path, stem, a)
-    assert load_idx_dataset(spec_for(arrays), tmp_path).y_train.max() <= 9
+    loaded = load_idx_dataset(spec_for(arrays), tmp_path)
+    assert max(loaded.y_train.max(), loaded.y_test.max()) == 9
