@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def test_both_encodings_and_spellings_load(tmp_path, gz, dotted):
     assert ds.x_train.dtype == np.uint8 and ds.x_train.shape == (20, 16)
     np.testing.assert_array_equal(ds.x_test.reshape(10, 4, 4), arrays["t10k-images-idx3-ubyte"])
     np.testing.assert_array_equal(ds.y_train, arrays["train-labels-idx1-ubyte"])
+    assert ds.image_shape == (4, 4) and ds.y_train.dtype == ds.y_test.dtype == np.int32  # the checkpoint keeps these
 
 
 def test_partial_folder_names_missing_files(tmp_path):
@@ -96,6 +98,15 @@ def test_download_verifies_and_caches(file_server, isolated_cache):
     assert path == dest / "train-images-idx3-ubyte.gz"
     np.testing.assert_array_equal(read_verified(path, spec.train_images), arrays["train-images-idx3-ubyte"])
     assert [p.name for p in dest.iterdir()] == [path.name]  # no temporary files left
+
+
+def test_a_download_is_staged_beside_the_cache_not_in_the_temp_folder(file_server, isolated_cache, monkeypatch):
+    # /tmp may be another file system, where the final rename fails: here there is no temp folder at all.
+    monkeypatch.setattr(tempfile, "tempdir", str(isolated_cache / "no-such-tmp"))
+    spec, arrays = small_spec()
+    serve_dataset(file_server, arrays)
+    dest = isolated_cache / "jaxintro" / "tiny"
+    assert data.download_file(spec.train_labels, (file_server.url + "/a/",), dest).is_file()
 
 
 def test_failing_mirror_falls_back_to_the_next(file_server, isolated_cache):

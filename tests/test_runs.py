@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,23 @@ def test_the_newest_finished_run_is_the_one_whose_result_was_written_last(tmp_pa
         (tmp_path / name / runs.RESULT_FILE).write_text(json.dumps({"finished": finished, "epochs": 10}))
         os.utime(tmp_path / name / runs.RESULT_FILE, (written, written))
     assert runs.newest_finished_run(tmp_path) == tmp_path / "new"
+
+
+def test_run_files_are_written_beside_their_target_not_in_the_temp_folder(tmp_path, monkeypatch):
+    # /tmp may be another file system: a rename from there is not atomic, or fails. Here there is none at all.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+    runs.write_atomic(tmp_path / "config.json", "{}")
+    assert (tmp_path / "config.json").read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert runs.writable_dir(tmp_path / "out", "--out") == tmp_path / "out"
+
+
+def test_a_freed_run_folder_is_empty_and_a_vanished_one_is_no_error(tmp_path):
+    folder = tmp_path / "mine"
+    (folder / runs.CHECKPOINT_DIR).mkdir(parents=True)  # a first checkpoint was being written, none finished
+    for name in (runs.CLAIM_FILE, runs.CONFIG_FILE, runs.METRICS_FILE, "curves.png"):
+        (folder / name).write_text("x")
+    runs.discard_run_dir(folder, created=False)  # the user named it: keep the folder, free it
+    assert folder.is_dir() and list(folder.iterdir()) == []
+    runs.discard_run_dir(folder, created=True)
+    assert not folder.exists()
+    runs.discard_run_dir(folder, created=True)  # removed meanwhile (by the user): nothing to do, no traceback
