@@ -44,9 +44,10 @@ bench: $(STAMP)
 # Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), data.py, runs.py and
 # images.py one change at a time and runs their fast unit tests against each ([tool.mutmut] in pyproject.toml);
 # docs/testing.md has the score and every surviving mutant. The results stay in mutants/ (git-ignored).
+# JAX starts with 4 CPU devices there, so the lesson's data-parallel epoch is checked in the tests' own process.
 mutation: $(STAMP)
 	rm -rf mutants
-	$(BIN)/mutmut run --max-children 2 || true
+	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true
 	$(BIN)/python tests/mutation_report.py mutants
 
 # The lesson's notebooks: each .ipynb regenerated from its jupytext source (notebooks/*.py, the file to edit),

@@ -256,12 +256,16 @@ def test_a_damaged_image_says_what_pillow_found():
     assert "truncated" in message and "not a format Pillow knows" not in message
 
 
-def test_a_large_jpeg_is_decoded_small_and_gives_uint8_pixels_like_the_png():
-    img = Image.new("L", (4400, 3000), 255)  # JPEG decodes it at half size, PNG reduces it to half after
-    ImageDraw.Draw(img).line(((2200, 500), (2200, 2500)), fill=0, width=200)
+def test_a_large_jpeg_is_decoded_small_and_gives_uint8_pixels_like_the_png(monkeypatch):
+    img = Image.new("L", (4200, 4200), 255)  # twice the working side: JPEG decodes it at half size (draft),
+    ImageDraw.Draw(img).line(((2100, 600), (2100, 3600)), fill=0, width=200)  # PNG is reduced after decoding
     jpeg, png = io.BytesIO(), io.BytesIO()
     img.save(jpeg, format="JPEG", quality=95)
     img.save(png, format="PNG")
+    decoded = []
+    monkeypatch.setattr(Image.Image, "reduce", lambda self, factor: decoded.append(self.size) or self)
     x = load_image(jpeg.getvalue(), (28, 28))
+    assert decoded == []  # already small: decoded at 2100x2100, nothing left to reduce
+    monkeypatch.undo()
     assert x.dtype == np.uint8 and x.shape == (784,)
     assert np.abs(x.astype(int) - load_image(png.getvalue(), (28, 28))).max() <= 8
