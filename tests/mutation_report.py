@@ -1,8 +1,11 @@
-"""`make mutation`'s report: per mutated module, mutmut's mutants killed, survived and left unchecked.
+"""`make mutation`'s report: per mutated module, mutants killed, survived (equivalent or not) and left unchecked.
 
-Reads the results mutmut 3 keeps beside each mutated file (`mutants/<path>.py.meta`) and prints a
-Markdown table, then every mutant that survived (with `--diffs`, the line each one changed; run it in
-the folder that holds `mutants/`, as `mutmut show` needs).
+Reads the results mutmut 3 keeps beside each mutated file (`mutants/<path>.py.meta`) and the reason
+given for each survivor in `tests/mutation_survivors.toml`, and prints Markdown: the table, then every
+survivor with its reason (with `--diffs`, the line it changed too; run it in the folder that holds
+`mutants/`, as `mutmut show` needs). A survivor is `equivalent` (no input tells it from the code),
+`accepted` (it differs only where it does not matter, said how) or `untested` (a behaviour no test
+pins yet); the score leaves the equivalent ones out: killed / (killed + non-equivalent survivors).
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
+import tomllib
+from collections import Counter, defaultdict
 from pathlib import Path
 
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 a test failed (killed), 0 every test passed (survived).
 STATUS = {1: "killed", 3: "killed", 0: "survived", None: "not checked", 33: "no tests", 5: "no tests",
           36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", 34: "skipped"}
+VERDICTS = ("equivalent", "accepted", "untested")
+REASONS = Path(__file__).with_name("mutation_survivors.toml")
 
 
 def results(mutants: Path) -> dict[str, dict[str, int | None]]:
@@ -27,26 +33,60 @@ def results(mutants: Path) -> dict[str, dict[str, int | None]]:
     return found
 
 
+def read_reasons(path: Path) -> dict[str, tuple[str, str]]:
+    """Each survivor's (verdict, reason) from `"name" = "verdict: reason"` lines; a bad verdict is an error."""
+    reasons = {}
+    for name, text in tomllib.loads(path.read_text(encoding="utf-8")).items():
+        verdict, _, reason = text.partition(": ")
+        if verdict not in VERDICTS or not reason:
+            raise ValueError(f"{path}: {name}: expected 'equivalent|accepted|untested: why', got {text!r}")
+        reasons[name] = (verdict, reason)
+    return reasons
+
+
+def score_rows(by_file: dict[str, dict[str, int | None]], reasons: dict[str, tuple[str, str]]) -> list[str]:
+    """The table's Markdown rows, one per module."""
+    rows = ["| module | mutants | killed | survived | of them equivalent | not checked | killed of non-equivalent |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for source, codes in by_file.items():
+        counts = Counter(STATUS.get(code, "suspicious") for code in codes.values())
+        survivors = [name for name, code in codes.items() if STATUS.get(code) == "survived"]
+        equivalent = sum(reasons.get(name, ("",))[0] == "equivalent" for name in survivors)
+        scored = counts["killed"] + counts["survived"] - equivalent
+        score = f"{100 * counts['killed'] / scored:.1f}%" if scored else "-"
+        unchecked = len(codes) - counts["killed"] - counts["survived"]
+        rows.append(f"| {source} | {len(codes)} | {counts['killed']} | {counts['survived']} | {equivalent} "
+                    f"| {unchecked} | {score} |")
+    return rows
+
+
+def survivor_lines(names: list[str], reasons: dict[str, tuple[str, str]], diffs: bool) -> list[str]:
+    """One Markdown line per survivor, grouped by verdict: name, reason (and with `diffs` its change)."""
+    grouped = defaultdict(list)
+    for name in names:
+        verdict, reason = reasons.get(name, ("no reason yet", f"add it to {REASONS.name}"))
+        change = f" `{changed_line(name)}`" if diffs else ""
+        grouped[verdict].append(f"- `{name.removeprefix('jaxintro.')}`: {reason}.{change}")
+    lines = []
+    for verdict in (*VERDICTS, "no reason yet"):
+        if grouped[verdict]:
+            lines += ["", f"{verdict} ({len(grouped[verdict])}):", *grouped[verdict]]
+    return lines
+
+
 def main(mutants: Path, diffs: bool = False) -> int:
-    """Print the table and the survivors (with `diffs`, each one's change); 1 when mutmut left no results."""
+    """Print the table and the survivors; 1 when mutmut left no results or a survivor has no reason."""
     by_file = results(mutants)
     if not by_file:
         print(f"no mutmut results under {mutants}/: run `make mutation`", file=sys.stderr)
         return 1
-    print("| module | mutants | killed | survived | other (timeout, no tests, not checked) | killed of checked |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    survivors = []
-    for source, codes in by_file.items():
-        counts = Counter(STATUS.get(code, "suspicious") for code in codes.values())
-        checked = counts["killed"] + counts["survived"]
-        score = f"{100 * counts['killed'] / checked:.1f}%" if checked else "-"
-        other = len(codes) - checked
-        print(f"| {source} | {len(codes)} | {counts['killed']} | {counts['survived']} | {other} | {score} |")
-        survivors += sorted(name for name, code in codes.items() if STATUS.get(code) == "survived")
+    reasons = read_reasons(REASONS)
+    survivors = sorted(name for codes in by_file.values() for name, code in codes.items()
+                       if STATUS.get(code) == "survived")
+    print("\n".join(score_rows(by_file, reasons)))
     print(f"\n{len(survivors)} survived (each one's diff: .venv/bin/mutmut show NAME):")
-    for name in survivors:
-        print(f"- `{name}`: {changed_line(name) if diffs else ''}".rstrip(": "))
-    return 0
+    print("\n".join(survivor_lines(survivors, reasons, diffs)))
+    return 1 if any(name not in reasons for name in survivors) else 0
 
 
 def changed_line(name: str) -> str:
@@ -55,7 +95,7 @@ def changed_line(name: str) -> str:
                            text=True, timeout=120).stdout.splitlines()
     old = " ".join(line[1:].strip() for line in shown if line.startswith("-") and not line.startswith("---"))
     new = " ".join(line[1:].strip() for line in shown if line.startswith("+") and not line.startswith("+++"))
-    return f"`{old[:110]}` -> `{new[:110]}`".replace("|", "\\|")
+    return f"{old[:110]}` -> `{new[:110]}".replace("|", "\\|")
 
 
 if __name__ == "__main__":
