@@ -292,18 +292,23 @@ def test_a_named_folder_that_verifies_is_searched_by_later_loads_without_the_fla
 
 @pytest.mark.parametrize("name", ["auto", "mnist"])
 @pytest.mark.parametrize("how", ["flag", "env"])
-@pytest.mark.parametrize("folder", ["missing", "empty"])
+@pytest.mark.parametrize("folder", ["missing", "empty", "file"])
 def test_a_named_data_folder_without_the_data_is_an_error_naming_it(tmp_path, monkeypatch, name, how, folder):
-    path = tmp_path / "nonexistent" if folder == "missing" else tmp_path
+    path = {"missing": tmp_path / "nonexistent", "empty": tmp_path, "file": tmp_path / "notes.txt"}[folder]
+    if folder == "file":
+        path.write_text("not a folder")
     if how == "env":
         monkeypatch.setenv("JAXINTRO_DATA_DIR", str(path))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no quiet fall-back to the 8x8 digits
         with pytest.raises(DataNotFoundError) as err:
             load_dataset(name, path if how == "flag" else None)
-    text = str(err.value)
-    assert str(path) in text and ("--data-dir" if how == "flag" else "JAXINTRO_DATA_DIR") in text
-    assert ("does not exist" if folder == "missing" else "holds none") in text
+    source = "--data-dir" if how == "flag" else "JAXINTRO_DATA_DIR"
+    problem = {"missing": f"{source} {path} does not exist", "file": f"{source} {path} is not a folder",
+               "empty": f"{source} {path} holds none of mnist's four IDX files"}[folder]
+    assert str(err.value) == (
+        f"{problem} (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,"
+        " .gz or not); point it at the folder that holds them, or leave it out to use the cache and the download")
 
 
 def test_another_datasets_folder_names_the_flag_that_loads_it(mnist_dir):
@@ -463,3 +468,36 @@ def test_a_label_past_the_last_class_is_refused_naming_it(tmp_path, split):
         write_idx(tmp_path, stem, a)
     loaded = load_idx_dataset(spec_for(arrays), tmp_path)
     assert max(loaded.y_train.max(), loaded.y_test.max()) == 9
+
+
+def test_a_dataset_found_nowhere_says_where_it_looked_and_how_to_get_it(file_server, isolated_cache, monkeypatch):
+    spec, _ = small_spec()
+    cache = isolated_cache / "jaxintro" / "tiny"
+    with pytest.raises(DataNotFoundError) as err:
+        load_idx_dataset(spec, download=False)
+    assert str(err.value) == f"tiny not found (searched {cache})"
+    monkeypatch.setenv("JAXINTRO_MIRRORS", file_server.url + "/nothing/")  # every file: 404
+    with pytest.raises(DataNotFoundError) as err:
+        load_idx_dataset(spec)
+    message = str(err.value)
+    assert message.startswith(f"tiny is not on disk (searched {cache}) and could not download ") and "Not Found" in message
+    assert message.endswith("; pass --data-dir DIR with the four IDX files, or connect to the internet once")
+
+
+def test_a_datasets_record_in_the_checkpoint_reads_back_the_same(tmp_path):
+    spec, arrays = small_spec()
+    for stem, array in arrays.items():
+        write_idx(tmp_path, stem, array)
+    info = data.DatasetInfo.of(load_idx_dataset(spec, tmp_path, download=False))
+    record = {"name": "tiny", "image_shape": [4, 4], "classes": [str(c) for c in range(10)], "features": 16}
+    assert info.to_json() == record
+    assert data.DatasetInfo.from_json(record) == info
+    assert data.DatasetInfo.from_json({"name": "tiny"}) is None  # a checkpoint from before this record
+
+
+def test_mnist_like_lays_out_the_four_idx_files_with_their_digests():
+    spec = data.mnist_like("x", ("a", "b", "c", "d"), ("http://mirror/",), system_dirs=("/data/x",))
+    assert [(f.stem, f.sha256, f.shape) for f in spec.files] == [
+        ("train-images-idx3-ubyte", "a", (60000, 28, 28)), ("train-labels-idx1-ubyte", "b", (60000,)),
+        ("t10k-images-idx3-ubyte", "c", (10000, 28, 28)), ("t10k-labels-idx1-ubyte", "d", (10000,))]
+    assert (spec.name, spec.mirrors, spec.system_dirs) == ("x", ("http://mirror/",), ("/data/x",))
