@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -204,3 +205,64 @@ def test_a_freed_run_folder_is_empty_and_a_vanished_one_is_no_error(tmp_path):
     runs.discard_run_dir(folder, created=True)
     assert not folder.exists()
     runs.discard_run_dir(folder, created=True)  # removed meanwhile (by the user): nothing to do, no traceback
+
+
+def test_a_default_run_folder_is_named_by_the_time_then_numbered_and_holds_the_claim(tmp_path, monkeypatch):
+    noon = dt.datetime(2026, 12, 4, 12, 0, 0)
+
+    class Clock:
+        @staticmethod
+        def now() -> dt.datetime:
+            return noon
+
+    monkeypatch.setattr(runs.dt, "datetime", Clock)
+    root = tmp_path / "new" / "runs"  # made, parents too
+    umask = os.umask(0o022)
+    try:
+        first, second = runs.claim_run_dir(None, root), runs.claim_run_dir(None, root)
+    finally:
+        os.umask(umask)
+    assert (first, second) == (root / "20261204-120000", root / "20261204-120000-1")
+    assert (first / runs.CLAIM_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+    assert (first / runs.CLAIM_FILE).stat().st_mode & 0o777 == 0o644
+    for attempt in range(2, 1000):  # a thousand runs in one second: the next one gives up, with a way out
+        (root / f"20261204-120000-{attempt}").mkdir()
+    with pytest.raises(ConfigError) as err:
+        runs.claim_run_dir(None, root)
+    assert str(err.value) == f"could not claim a new run folder under {root}; pass --run-dir DIR"
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ConfigError) as err:
+        runs.claim_run_dir(None, tmp_path / "file")
+    assert str(err.value) == f"cannot create the runs folder {tmp_path / 'file'}: File exists; pass --run-dir DIR"
+
+
+def test_a_named_folder_that_holds_a_run_is_live_or_cannot_be_written_is_refused_whole(tmp_path):
+    done, live, blocked = tmp_path / "done", tmp_path / "live", tmp_path / "file" / "run"
+    (done / runs.CHECKPOINT_DIR / "10").mkdir(parents=True)  # a finished checkpoint: a run to resume
+    live.mkdir()
+    (live / runs.CLAIM_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")  # this process holds it
+    (tmp_path / "file").write_text("not a folder")
+    for folder in (done, live):
+        with pytest.raises(ConfigError) as err:
+            runs.claim_run_dir(folder)
+        assert str(err.value) == (f"--run-dir {folder} already holds a run; choose another folder, continue it with "
+                                  f"--resume {folder}, or see `jaxintro runs`")
+    assert not (done / runs.CLAIM_FILE).exists()  # the refused claim is taken back
+    with pytest.raises(ConfigError) as err:
+        runs.claim_run_dir(blocked)
+    assert str(err.value) == f"--run-dir {blocked} is not writable (Not a directory); choose another folder"
+
+
+def test_a_claim_is_live_while_its_process_runs_or_when_another_host_made_it(tmp_path):
+    marker = tmp_path / runs.CLAIM_FILE
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for text, live in [(f"{os.getpid()} {socket.gethostname()}", True), (f"{os.getpid()}", True),
+                       (f"{finished.stdout.strip()} {socket.gethostname()}", False),
+                       (f"{os.getpid()} another-host", True), ("not a pid", False)]:
+        marker.write_text(text + "\n")
+        assert runs.claim_is_live(tmp_path) is live, text
+
+
+def test_json_safe_turns_every_nan_and_infinity_into_null_at_any_depth():
+    value = {"a": [1.0, float("nan"), (2, float("inf"))], "b": {"c": -float("inf"), "d": "x"}}
+    assert runs.json_safe(value) == {"a": [1.0, None, [2, None]], "b": {"c": None, "d": "x"}}
