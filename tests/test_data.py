@@ -190,15 +190,23 @@ def test_whole_dataset_downloads_into_cache_then_loads_offline(file_server, isol
 
 
 def test_the_digits_are_scikit_learns_read_from_its_file_without_importing_it(monkeypatch):
-    from sklearn.datasets import load_digits as sk_load_digits
+    import sklearn.datasets
 
-    bunch = sk_load_digits()
+    bunch = sklearn.datasets.load_digits()
     for found in (True, False):  # scikit-learn's file where it keeps it, else its own loader
         monkeypatch.setattr(Path, "is_file", lambda self, found=found: found)
+        loader = (lambda: bunch) if not found else (lambda: pytest.fail("scikit-learn imported, its file unread"))
+        monkeypatch.setattr(sklearn.datasets, "load_digits", loader)
+        if not found:
+            monkeypatch.setattr(np, "loadtxt", lambda *args, **kwargs: pytest.fail("read a file that is not there"))
         pixels, labels = data.digits_table()
         np.testing.assert_array_equal(pixels, bunch.data)
         np.testing.assert_array_equal(labels, bunch.target)
+        assert labels.dtype.kind == "i"
     monkeypatch.undo()
+    ds = data.load_digits()
+    assert (ds.classes, ds.image_shape, ds.source) == (tuple("0123456789"), (8, 8), "scikit-learn (bundled)")
+    assert ds.x_train.shape == (1437, 64) and ds.x_test.shape == (360, 64) and ds.x_train.max() == 255
     # The point of reading the file: a digits run does not pay for importing scikit-learn.
     probe = "import sys; from jaxintro.data import load_digits; load_digits(); print('sklearn' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
