@@ -11,7 +11,9 @@ import pytest
 
 from conftest import synthetic_dataset
 from jaxintro.config import TrainConfig
-from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images
+import optax
+
+from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
 from jaxintro.train import Trainer, fit
 
 
@@ -71,6 +73,26 @@ def test_a_step_lowers_the_loss(tiny):
     for _ in range(5):
         params, opt_state, metrics = step(params, opt_state, batch, None)
     assert float(metrics["loss"]) < float(first["loss"])
+
+
+def test_each_step_gets_its_own_dropout_key_and_none_without_dropout():
+    key = jax.random.key(3)
+    assert jax.random.key_data(step_key(key, 5, True)).tolist() == jax.random.key_data(jax.random.fold_in(key, 5)).tolist()
+    assert step_key(key, 5, False) is None
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_a_step_reports_its_gradients_norm_and_uses_its_dropout_key(tiny, optimizer):
+    trainer = Trainer.create(TrainConfig(dataset="digits", batch_size=64, dropout=0.5, optimizer=optimizer), tiny)
+    state = trainer.init_state()
+    x, y = tiny.x_train[:64], tiny.y_train[:64]
+    step = jax.jit(trainer.step_fn())
+    _, _, metrics = step(state.params, state.opt_state, (x, y), jax.random.key(1))
+    grads = jax.grad(loss_fn)(state.params, trainer.model.apply, scale_images(x), y, jax.random.key(1))
+    assert float(metrics["grad_norm"]) == pytest.approx(float(optax.tree.norm(grads)), rel=1e-5)
+    _, _, other_mask = step(state.params, state.opt_state, (x, y), jax.random.key(2))
+    _, _, no_dropout = step(state.params, state.opt_state, (x, y), None)
+    assert len({float(m["loss"]) for m in (metrics, other_mask, no_dropout)}) == 3  # each key its own mask
 
 
 def test_a_step_counts_the_correct_predictions_of_the_parameters_it_updates(tiny):
