@@ -176,15 +176,11 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_fl
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
 
 
-def build_parser() -> ArgumentParser:
-    """All subcommands and their flags."""
-    parser = ArgumentParser(prog="jaxintro", description=_("The lesson 'Introduction to JAX', runnable."))
-    parser.add_argument("--version", action="version", version=f"jaxintro {__version__}",
-                        help=_("show program's version number and exit"))
-    parser.add_argument("--lang", choices=LANGUAGES, default=None,
-                        help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
-    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
+Commands = argparse._SubParsersAction  # what `add_subparsers` returns: one parser per command
 
+
+def _add_train(sub: Commands) -> None:
+    """`jaxintro train` and its flags."""
     p = sub.add_parser("train", help=_("train the lesson's MLP (default: pure JAX + Optax on MNIST)"))
     add_train_flags(p)
     p.add_argument("--run-dir", default=None, help=_("where to write this run (default: runs/<timestamp>)"))
@@ -198,6 +194,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
+
+def _add_sweep(sub: Commands) -> None:
+    """`jaxintro sweep` and its flags."""
     p = sub.add_parser("sweep", help=_("a grid of learning rates (and weight decays) x seeds, trained as one compiled "
                                        "program; mean +- std test accuracy per setting"))
     add_train_flags(p, grid=True)
@@ -206,6 +205,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
+
+def _add_profile(sub: Commands) -> None:
+    """`jaxintro profile` and its flags."""
     p = sub.add_parser("profile",
                        help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
     add_train_flags(p, member_flags=False)
@@ -213,6 +215,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
+
+def _add_runs(sub: Commands) -> None:
+    """`jaxintro runs` and its flags."""
     p = sub.add_parser("runs", help=_("list run folders (dataset, model, epochs, accuracy, finished or not)"))
     p.add_argument("--root", default="runs", help=_("folder holding the runs"))
     p.add_argument("--remove-unfinished", action="store_true",
@@ -220,6 +225,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--yes", action="store_true", help=_("with --remove-unfinished: do not ask"))
     p.add_argument("--json", action="store_true", help=_("print the list as JSON"))
 
+
+def _add_bench(sub: Commands) -> None:
+    """`jaxintro bench` and its flags."""
     p = sub.add_parser("bench", help=_("exercise 4: nojit vs jit-step vs scan-epoch vs PyTorch, side by side"))
     add_data_flags(p)
     p.add_argument("--rows", default=",".join(BENCH_ROWS), help=_("comma-separated rows to run"))
@@ -235,18 +243,27 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", default="runs/bench", help=_("folder for bench.png and bench.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
+
+def _add_evaluate(sub: Commands) -> None:
+    """`jaxintro evaluate` and its flags."""
     p = sub.add_parser("evaluate", help=_("test accuracy, per-class accuracy and a confusion matrix of a run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
     add_setting_flag(p)
     p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset (default: where it trained)"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
+
+def _add_predict(sub: Commands) -> None:
+    """`jaxintro predict` and its flags."""
     p = sub.add_parser("predict", help=_("classify PNG/JPEG images with a trained run"))
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("images", nargs="+", metavar="IMAGE")
     add_setting_flag(p)
     p.add_argument("--json", action="store_true", help=_("one JSON object per image"))
 
+
+def _add_grads(sub: Commands) -> None:
+    """`jaxintro grads` and its flags."""
     p = sub.add_parser("grads", help=_("exercise 2: per-example gradients and their norms"))
     add_data_flags(p)
     p.add_argument("--run", default=None, metavar="RUN_DIR", help=_("a trained pure-JAX run (default: train briefly)"))
@@ -257,6 +274,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--bench", action="store_true", help=_("time loop vs vmap vs fast norms (and torch.func)"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
+
+def _add_experiment(sub: Commands) -> None:
+    """`jaxintro experiment` and its flags."""
     p = sub.add_parser("experiment", help=_("the lesson's experiments: dropout, models, clipping"))
     p.add_argument("name", choices=["dropout", "models", "clipping"])
     add_train_flags(p, member_flags=False)
@@ -266,15 +286,24 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
 
+
+def _add_tour(sub: Commands) -> None:
+    """`jaxintro tour` and its flags."""
     p = sub.add_parser("tour", help=_("every concept of the lesson, run and printed with real values"))
     p.add_argument("--section", default=None, help=_("run one section (see --list)"))
     p.add_argument("--list", action="store_true", help=_("list the sections"))
     p.add_argument("--devices", type=positive_int, default=4, help=_("CPU devices for the sharding section"))
 
+
+def _add_data(sub: Commands) -> None:
+    """`jaxintro data` and its flags."""
     p = sub.add_parser("data", help=_("list datasets, where each would load from, and whether it verifies"))
     p.add_argument("--data-dir", default=None, help=_("a folder to look in first (or set JAXINTRO_DATA_DIR)"))
     p.add_argument("--json", action="store_true", help=_("print the list as JSON"))
 
+
+def _add_serve(sub: Commands) -> None:
+    """`jaxintro serve` and its flags."""
     p = sub.add_parser("serve", help=_("a local web page: draw a digit, see the prediction, saliency and mistakes"))
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None,
                    help=_("the run to serve (default: the newest finished run under runs/)"))
@@ -284,6 +313,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset, for the mistakes panel"))
     add_setting_flag(p)
 
+
+def _add_exercises(sub: Commands) -> None:
+    """`jaxintro exercises` and its flags."""
     p = sub.add_parser("exercises", help=_("write the lesson's code yourself and have it checked: init, list, check, "
                                            "hint, solution (default: list)"))
     actions = p.add_subparsers(dest="action", parser_class=ArgumentParser)
@@ -307,6 +339,19 @@ def build_parser() -> ArgumentParser:
         q.add_argument("--dir", default=None, help=folder_help)
         q.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,
                        help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
+
+
+def build_parser() -> ArgumentParser:
+    """All subcommands and their flags."""
+    parser = ArgumentParser(prog="jaxintro", description=_("The lesson 'Introduction to JAX', runnable."))
+    parser.add_argument("--version", action="version", version=f"jaxintro {__version__}",
+                        help=_("show program's version number and exit"))
+    parser.add_argument("--lang", choices=LANGUAGES, default=None,
+                        help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
+    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
+    for add_command in (_add_train, _add_sweep, _add_profile, _add_runs, _add_bench, _add_evaluate, _add_predict,
+                        _add_grads, _add_experiment, _add_tour, _add_data, _add_serve, _add_exercises):
+        add_command(sub)  # in this order: `jaxintro --help` lists them so
     for command in sub.choices.values():  # `jaxintro tour --lang es` as well as `jaxintro --lang es tour`
         command.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,
                              help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
