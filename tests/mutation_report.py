@@ -4,8 +4,10 @@ Reads the results mutmut 3 keeps beside each mutated file (`mutants/<path>.py.me
 given for each survivor in `tests/mutation_survivors.toml`, and prints Markdown: the table, then every
 survivor with its reason (with `--diffs`, the line it changed too; run it in the folder that holds
 `mutants/`, as `mutmut show` needs). A survivor is `equivalent` (no input tells it from the code),
-`accepted` (it differs only where it does not matter, said how) or `untested` (a behaviour no test
-pins yet); the score leaves the equivalent ones out: killed / (killed + non-equivalent survivors).
+`accepted` (it differs only where it does not matter, said how), `untested` (a behaviour no test
+pins yet) or `fixed` (a test added after the run kills it, watched failing with the change made by
+hand; the next run counts it killed). The score leaves only the equivalent ones out:
+killed / (killed + non-equivalent survivors).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 a test failed (killed), 0 every test passed (survived).
 STATUS = {1: "killed", 3: "killed", 0: "survived", None: "not checked", 33: "no tests", 5: "no tests",
           36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", 34: "skipped"}
-VERDICTS = ("equivalent", "accepted", "untested")
+VERDICTS = ("equivalent", "accepted", "untested", "fixed")
 REASONS = Path(__file__).with_name("mutation_survivors.toml")
 
 
@@ -39,7 +41,7 @@ def read_reasons(path: Path) -> dict[str, tuple[str, str]]:
     for name, text in tomllib.loads(path.read_text(encoding="utf-8")).items():
         verdict, _, reason = text.partition(": ")
         if verdict not in VERDICTS or not reason:
-            raise ValueError(f"{path}: {name}: expected 'equivalent|accepted|untested: why', got {text!r}")
+            raise ValueError(f"{path}: {name}: expected 'equivalent|accepted|untested|fixed: why', got {text!r}")
         reasons[name] = (verdict, reason)
     return reasons
 

@@ -42,7 +42,7 @@ def test_the_score_leaves_equivalent_survivors_out_and_a_survivor_needs_a_reason
 def test_a_reason_needs_one_of_the_three_verdicts(tmp_path):
     path = tmp_path / "survivors.toml"
     path.write_text('"jaxintro.lesson.x_f__mutmut_1" = "probably fine: who knows"\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape("expected 'equivalent|accepted|untested: why'")):
+    with pytest.raises(ValueError, match=re.escape("expected 'equivalent|accepted|untested|fixed: why'")):
         read_reasons(path)
 
 
