@@ -7,12 +7,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from conftest import synthetic_dataset
 from jaxintro.config import TrainConfig
-import optax
-
 from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
 from jaxintro.train import Trainer, fit
 
@@ -181,17 +179,16 @@ def test_no_recompilation_after_the_first_epoch(tiny, loop):
     assert compiles[0] == compiles[1] == compiles[2] == compiles[3], compiles
 
 
-def test_the_data_parallel_epoch_on_several_devices_is_the_one_device_epoch():
+def test_the_data_parallel_epoch_on_several_devices_is_the_one_device_epoch(tiny):
     # test_parallel.py checks this in processes of their own; here it runs in this one, where mutation
     # testing can see it, when JAX started with 4 CPU devices (`make mutation` sets JAX_NUM_CPU_DEVICES=4).
     if jax.device_count() < 4:
         pytest.skip("needs JAX started with 4 CPU devices (as make mutation does); test_parallel.py checks it")
-    ds = synthetic_dataset(n_train=512, side=8)
 
     def run(devices, parallel):  # SGD: its parameters follow the averaged gradient linearly
         config = TrainConfig(epochs=2, batch_size=64, devices=devices, parallel=parallel, seed=5, optimizer="sgd",
                              lr=0.05)
-        result = fit(config, ds, log=lambda _: None)
+        result = fit(config, tiny, log=lambda _: None)
         metrics = {k: np.concatenate([m[k] for m in result.step_metrics]) for k in ("loss", "correct", "grad_norm")}
         return metrics, [np.asarray(leaf) for leaf in jax.tree.leaves(result.state.params)]
 
