@@ -9,9 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import pytest
 
 from jaxintro import checkpoint
 from jaxintro.cli import main
@@ -56,8 +54,8 @@ def test_sigterm_stops_after_a_checkpoint_with_exit_143_and_resumes_to_the_same_
 
 
 def test_a_second_ctrl_c_quits_in_the_middle_of_a_long_compiled_epoch(tmp_path, mnist_dir):
-    # Wide layers make one compiled epoch take many seconds: long enough to tell "now" from "after the epoch".
-    proc = start(["--dataset", "mnist", "--data-dir", str(mnist_dir), "--hidden", "2048,2048", "--epochs", "100",
+    # Wide layers make one compiled epoch take seconds: long enough to tell "now" from "after the epoch".
+    proc = start(["--dataset", "mnist", "--data-dir", str(mnist_dir), "--hidden", "1024,1024", "--epochs", "100",
                   "--run-dir", str(tmp_path / "r"), "--no-compile-cache"])
     try:
         line = wait_for_epoch(proc, 1)
