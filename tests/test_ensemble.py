@@ -37,7 +37,7 @@ def quiet(line: str) -> None:
     pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def data():
     return synthetic_dataset(2048, 256)
 
@@ -79,15 +79,17 @@ SPREAD_CHECK = textwrap.dedent("""
     from jaxintro.train import Trainer, fit
     data = synthetic_dataset(2048, 256)
     small = dict(dataset="digits", batch_size=64, hidden=(32, 16), epochs=1)
-    cases = {"seeds-dropout": (dict(seeds=4, dropout=0.2), [dict(seed=5 + k, dropout=0.2) for k in range(4)]),
-             "vmapped-groups-of-2": (dict(seeds=4, member_group=2), [dict(seed=5 + k) for k in range(4)]),
-             "sweep": (dict(seeds=1, lr_grid=(1e-3, 3e-3)), [dict(seed=5, lr=1e-3), dict(seed=5, lr=3e-3)])}
+    # Of four members, 0 and 1 train on device 0 and 2 and 3 on device 1: members 1 and 2 stand for both
+    # devices, and for both places in a vmapped group of 2.
+    cases = {"seeds-dropout": (dict(seeds=4, dropout=0.2), {k: dict(seed=5 + k, dropout=0.2) for k in (1, 2)}),
+             "vmapped-groups-of-2": (dict(seeds=4, member_group=2), {k: dict(seed=5 + k) for k in (1, 2)}),
+             "sweep": (dict(seeds=1, lr_grid=(1e-3, 3e-3)), {0: dict(seed=5, lr=1e-3), 1: dict(seed=5, lr=3e-3)})}
     out = {}
     for name, (members, singles) in cases.items():
         result = fit(TrainConfig(**small, seed=5, **members), data, log=lambda line: None)
         leaf = result.state.params["layer1"]["w"]
         diffs = []
-        for k, single in enumerate(singles):
+        for k, single in singles.items():
             one = fit(TrainConfig(**small, **single), data, log=lambda line: None)
             # A sweep's optimizer state holds its hyper-parameters too: there the parameters are compared.
             both = "lr_grid" not in members
