@@ -72,8 +72,8 @@ def report(tmp_path_factory) -> tuple[dict, str, Path]:
     with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
         monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
         monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
-        code = main(["bench", "--dataset", "digits", "--rows", "nojit,scan-epoch,vmap-seeds-8,spread-seeds-8",
-                     "--repeats", "1", "--nojit-steps", "3", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
+        code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
+                     "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
     assert code == 0
     return json.loads(printed.getvalue().strip().splitlines()[-1]), printed.getvalue(), out
 
@@ -86,7 +86,7 @@ def test_bench_cli_reports_every_field(report):
     assert report["matmul_gflops"] > 0
     assert report["train_flops_per_step"] == 2 * forward + 2 * 128 * (256 * 128 + 128 * 10)
     names = [row["name"] for row in report["rows"]]
-    assert names == ["nojit", "scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
+    assert names == ["scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
     for row in report["rows"]:
         assert row["skipped"] is None
         for key in ("compile_seconds", "ms_per_step", "samples_per_second", "fraction_of_peak", "peak_rss_mb"):
