@@ -9,6 +9,7 @@ table in docs/reliability.md).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -191,27 +192,36 @@ def test_ctrl_c_in_one_process_stops_every_process_after_one_common_epoch(tmp_pa
     TIMES.append(("Ctrl-C in process 1", ", ".join(f"{t:.1f} s (exit {c})" for c, _, _, t in results)))
 
 
-@pytest.mark.parametrize("fault, victim", [("SIGKILL", 1), ("SIGKILL", 0), ("SIGSTOP", 1)],
-                         ids=["peer-dies", "coordinator-dies", "peer-stalls"])
-def test_a_dead_or_stalled_peer_ends_the_others_within_the_heartbeat_bound(tmp_path, fault, victim):
-    run, port = tmp_path / "r", free_port()
-    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", "100000") for rank in (0, 1)]
-    with processes(*argvs) as procs:
-        # Saves are asynchronous and each waits for the one before: by epoch 3's line, epoch 1's is on disk.
-        wait_for_epoch(procs[0], 3)
+def test_a_dead_or_stalled_peer_ends_the_others_within_the_heartbeat_bound(tmp_path):
+    # Three pairs at once, one fault each: a peer dies, the coordinator dies, a peer stalls. After its fault a
+    # survivor only waits (on a failed collective or a heartbeat), so the rows share the wait, not the cores.
+    rows = [("SIGKILL", 1), ("SIGKILL", 0), ("SIGSTOP", 1)]
+    with contextlib.ExitStack() as stack:
+        pairs = []
+        for i in range(len(rows)):
+            run, port = tmp_path / f"r{i}", free_port()
+            argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", "100000") for rank in (0, 1)]
+            pairs.append((run, stack.enter_context(processes(*argvs))))
+        for _, procs in pairs:
+            # Saves are asynchronous and each waits for the one before: by epoch 3's line, epoch 1's is on disk.
+            wait_for_epoch(procs[0], 3)
         sent = time.monotonic()
-        procs[victim].send_signal(getattr(signal, fault))
-        survivor = procs[1 - victim]
-        code, out, err, took = finish([survivor], sent, TIMEOUT_S * 3)[0]
-    # A lost peer is a failure (never 0), said in one of two ways: the collective that failed (jaxintro's line,
-    # exit 1) or JAX's coordination service ending the process (exit 134 = SIGABRT) naming the unhealthy task.
-    assert code in (1, -signal.SIGABRT), (code, err[-2000:])
-    said = any(words in err.lower() for words in ("lost its peers", "detected fatal errors", "unhealthy",
-                                                  "heartbeat", "leader task"))
-    assert said, err[-2000:]
-    assert took < TIMEOUT_S * 3
-    TIMES.append((f"{fault} of process {victim}", f"survivor: {took:.1f} s (exit {code})"))
-    assert load_run(run).epoch >= 1  # the checkpoints written before the fault are intact
+        for (fault, victim), (_, procs) in zip(rows, pairs):
+            procs[victim].send_signal(getattr(signal, fault))
+        survivors = [procs[1 - victim] for (_, victim), (_, procs) in zip(rows, pairs)]
+        with concurrent.futures.ThreadPoolExecutor(len(rows)) as pool:  # each survivor's own exit time
+            ended = list(pool.map(lambda survivor: finish([survivor], sent, TIMEOUT_S * 3)[0], survivors))
+    for (fault, victim), (run, _), (code, out, err, took) in zip(rows, pairs, ended):
+        # A lost peer is a failure (never 0), said in one of two ways: the collective that failed (jaxintro's
+        # line, exit 1) or JAX's coordination service ending the process (exit 134 = SIGABRT) naming the
+        # unhealthy task.
+        assert code in (1, -signal.SIGABRT), (fault, victim, code, err[-2000:])
+        said = any(words in err.lower() for words in ("lost its peers", "detected fatal errors", "unhealthy",
+                                                      "heartbeat", "leader task"))
+        assert said, (fault, victim, err[-2000:])
+        assert took < TIMEOUT_S * 3, (fault, victim, took)
+        TIMES.append((f"{fault} of process {victim}", f"survivor: {took:.1f} s (exit {code})"))
+        assert load_run(run).epoch >= 1  # the checkpoints written before the fault are intact
 
 
 def test_different_run_folders_are_refused_by_every_process_before_training(tmp_path):
