@@ -63,30 +63,33 @@ def test_flops_per_step_by_hand_and_by_xla():
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> tuple[dict, str, Path]:
-    """One `bench` run with every part a test below reads (its JSON, its stdout, its folder): rows in their own
-    processes, the end-to-end jobs and the members pair, each trained 2 epochs on the digits instead of 10
-    (what is checked is what the report holds, not how fast)."""
+def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
+    """One `bench` run for the three tests that read a report: its JSON, what it printed, and its folder.
+
+    The rows run in their own processes; the end-to-end jobs (PyTorch's among them) and the members pair
+    train 2 epochs on the digits instead of 10: what is checked is what the report holds, not how fast.
+    """
+    pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("bench")
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
         monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
         monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
-        code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
-                     "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
-    assert code == 0
+        code = main(["bench", "--dataset", "digits", "--rows", "nojit,scan-epoch,vmap-seeds-8,spread-seeds-8",
+                     "--repeats", "1", "--nojit-steps", "3", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
+    assert code == 0, printed.getvalue()[-3000:]
     return json.loads(printed.getvalue().strip().splitlines()[-1]), printed.getvalue(), out
 
 
-def test_bench_cli_reports_every_field(report):
-    report, _, out = report
+def test_bench_cli_reports_every_field(bench_report):
+    report, _, out = bench_report
     # Counted by hand for digits' 64 inputs: forward and weight-gradient matmuls of three layers, input
     # gradients of layers 2 and 3 (never of layer 1), 2 FLOPs per multiply-add.
     forward = 2 * 128 * (64 * 256 + 256 * 128 + 128 * 10)
     assert report["matmul_gflops"] > 0
     assert report["train_flops_per_step"] == 2 * forward + 2 * 128 * (256 * 128 + 128 * 10)
     names = [row["name"] for row in report["rows"]]
-    assert names == ["scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
+    assert names == ["nojit", "scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
     for row in report["rows"]:
         assert row["skipped"] is None
         for key in ("compile_seconds", "ms_per_step", "samples_per_second", "fraction_of_peak", "peak_rss_mb"):
@@ -141,8 +144,8 @@ def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkey
     assert [r["ms_per_step"] for r in report["rows"]] == [2.5, 1.1]  # each row's median round
 
 
-def test_vmap_row_counts_all_its_models_and_the_members_pair_is_reported(report):
-    report, _, _ = report
+def test_vmap_row_counts_all_its_models_and_the_members_pair_is_reported(bench_report):
+    report, _, _ = bench_report
     rows = {row["name"]: row for row in report["rows"]}
     vmap = rows["vmap-seeds-8"]
     assert vmap["models"] == 8 and rows["scan-epoch"]["models"] == 1
@@ -201,9 +204,8 @@ def test_the_torch_job_trains_the_plans_model_on_the_plans_first_batches(plan):
     assert result["test_accuracy"] == pytest.approx(ours.history[0].test_accuracy, abs=0.02)
 
 
-def test_bench_e2e_times_each_job_and_reports_what_each_trained(report):
-    pytest.importorskip("torch")
-    report, out, _ = report
+def test_bench_e2e_times_each_job_and_reports_what_each_trained(bench_report):
+    report, printed, _ = bench_report
     jobs = {(r["loop"], r["cache"]): r for r in report["end_to_end"]}
     assert set(jobs) == {("lesson", "-"), ("torch-eager", "-"), ("scan", "cold"), ("scan", "warm"),
                          ("python", "cold"), ("python", "warm")}
@@ -220,7 +222,7 @@ def test_bench_e2e_times_each_job_and_reports_what_each_trained(report):
     for cache in ("cold", "warm"):
         assert report["train_vs_lesson"][cache] == pytest.approx(
             jobs[("scan", cache)]["wall_seconds"] / jobs[("lesson", "-")]["wall_seconds"])
-    assert "jaxintro train (scan) / the lesson's script:" in out
+    assert "jaxintro train (scan) / the lesson's script:" in printed
 
 
 def test_end_to_end_rounds_keep_each_jobs_best_round_and_its_range():

@@ -37,7 +37,7 @@ def quiet(line: str) -> None:
     pass
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def data():
     return synthetic_dataset(2048, 256)
 

@@ -22,7 +22,7 @@ def assert_close(got, want, rtol=1e-5):
     assert np.linalg.norm(got - want) <= rtol * np.linalg.norm(want), np.linalg.norm(got - want) / np.linalg.norm(want)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def setup():
     model = build_model("jax", 784, (256, 128), 10)
     params = model.init(jax.random.key(0))

@@ -1,6 +1,7 @@
 """The lesson's notebooks: in step with their jupytext sources, without outputs, and run with their numbers checked.
 
-Each notebook runs top to bottom in a real Jupyter kernel (nbclient, ipykernel) on this interpreter,
+The English notebook runs top to bottom in a real Jupyter kernel (nbclient, ipykernel) on this interpreter
+(the Spanish one's code is checked to be the same, token for token),
 with small values injected after its `parameters` cell (papermill's convention): a few epochs on a
 subset of MNIST from ../shared/data/mnist, or scikit-learn's bundled digits when that is absent.
 """
