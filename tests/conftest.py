@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import json
+import os
 import signal
 import sys
 import tempfile
@@ -26,6 +28,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from jaxintro.data import Dataset, sha256_hex
+
+# Under `make mutation`: mutmut sets this in every process it runs the tests in, from its copy in mutants/.
+MUTATION = "MUTANT_UNDER_TEST" in os.environ
 
 REPO = Path(__file__).resolve().parents[1]
 # Beside the checkout; `make mutation` runs the tests from mutants/, one folder deeper.
@@ -73,14 +78,36 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         import jax
 
         jax.devices()
+        # One compile cache for the session, in this process and in every process it starts (JAX reads these
+        # variables when it starts): a program the suite compiled once is read back, not compiled again.
+        compiled = compiled_cache(tmp_path_factory)
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compiled))
+        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        if MUTATION:  # with a size limit JAX locks the folder (filelock) that two mutants' processes share
+            jax.config.update("jax_compilation_cache_max_size", 2**33)
+        from jaxintro.runtime import enable_compile_cache
+
+        enable_compile_cache(compiled)
         yield
 
 
 def compiled_cache(tmp_path_factory) -> Path:
-    """The session's one compile-cache folder."""
-    folder = tmp_path_factory.getbasetemp() / "compiled"
+    """The session's one compile-cache folder.
+
+    Under `make mutation` every mutant's session shares one, in mutants/: a program one of them compiled, the
+    next reads back (a mutant that changes a program changes its key, so it is compiled afresh).
+    """
+    folder = Path("xla-cache").resolve() if MUTATION else tmp_path_factory.getbasetemp() / "compiled"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `make mutation`, a mutant's tests run fastest first: mutmut stops at the first one that fails."""
+    stats = Path("mutmut-stats.json")  # each test's time, measured by mutmut before it mutates anything
+    if MUTATION and stats.is_file():
+        seconds = json.loads(stats.read_text())["duration_by_test"]
+        items.sort(key=lambda item: seconds.get(item.nodeid, 0.0))
 
 
 # What an in-process `main()` sets in JAX's global config and a later test would inherit (the compile cache

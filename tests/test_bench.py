@@ -66,8 +66,9 @@ def test_flops_per_step_by_hand_and_by_xla():
 def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
     """One `bench` run for the three tests that read a report: its JSON, what it printed, and its folder.
 
-    The rows run in their own processes; the end-to-end jobs (PyTorch's among them) and the members pair
-    train 2 epochs on the digits instead of 10: what is checked is what the report holds, not how fast.
+    The rows run in their own processes (the no-jit row is checked above, in this one); the end-to-end jobs
+    (PyTorch's among them) and the members pair train 2 epochs on the digits instead of 10: what is checked
+    is what the report holds, not how fast.
     """
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("bench")
@@ -75,8 +76,8 @@ def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
     with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
         monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
         monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
-        code = main(["bench", "--dataset", "digits", "--rows", "nojit,scan-epoch,vmap-seeds-8,spread-seeds-8",
-                     "--repeats", "1", "--nojit-steps", "3", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
+        code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
+                     "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
     assert code == 0, printed.getvalue()[-3000:]
     return json.loads(printed.getvalue().strip().splitlines()[-1]), printed.getvalue(), out
 
@@ -89,7 +90,7 @@ def test_bench_cli_reports_every_field(bench_report):
     assert report["matmul_gflops"] > 0
     assert report["train_flops_per_step"] == 2 * forward + 2 * 128 * (256 * 128 + 128 * 10)
     names = [row["name"] for row in report["rows"]]
-    assert names == ["nojit", "scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
+    assert names == ["scan-epoch", "vmap-seeds-8", "spread-seeds-8"]
     for row in report["rows"]:
         assert row["skipped"] is None
         for key in ("compile_seconds", "ms_per_step", "samples_per_second", "fraction_of_peak", "peak_rss_mb"):
