@@ -231,30 +231,43 @@ def test_a_dead_or_stalled_peer_ends_the_others_within_the_heartbeat_bound(tmp_p
         assert load_run(run).epoch >= 1  # the checkpoints written before the fault are intact
 
 
-def test_different_run_folders_are_refused_by_every_process_before_training(tmp_path):
-    port = free_port()
-    (tmp_path / "host-b").mkdir()  # each "host" has a folder of its own, as on a cluster without shared storage
-    with processes(pair_argv(port, 0, tmp_path / "host-a", "--dataset", "digits", "--epochs", "2"),
-                   pair_argv(port, 1, tmp_path / "host-b", "--dataset", "digits", "--epochs", "2")) as procs:
-        start = time.monotonic()
-        results = finish(procs, start, 120)
+# The runs refused before anyone trains: a wrong --num-processes on either side, and a different --run-dir per
+# process. Each mostly waits for a join that never completes, so the three pairs start at once.
+REFUSALS = {"peer-says-3": (2, 3), "coordinator-says-3": (3, 2), "different-run-folders": (2, 2)}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> dict[str, tuple[Path, list[tuple[int, str, str, float]]]]:
+    """Each refusal's folder and, per process, (exit code, stdout, stderr, seconds since the three started)."""
+    argvs, environs, folders = [], [], {}
+    # Nobody trains here: a shorter bound (10 s) ends the wait for a third process sooner, as it would for a user.
+    short = env(JAXINTRO_DISTRIBUTED_TIMEOUT=str(TIMEOUT_S // 2))
+    for name, counts in REFUSALS.items():
+        port, folders[name] = free_port(), tmp_path_factory.mktemp(name)
+        runs = (folders[name] / "r",) * 2
+        if name == "different-run-folders":  # each "host" has one of its own, as on a cluster without shared storage
+            runs = (folders[name] / "host-a", folders[name] / "host-b")
+            runs[1].mkdir()
+        argvs += [pair_argv(port, rank, runs[rank], "--dataset", "digits", "--epochs", "2", processes=counts[rank])
+                  for rank in (0, 1)]
+        environs += [short, short] if name.endswith("-3") else [env(), env()]
+    with processes(*argvs, environs=environs) as procs:
+        results = finish(procs, time.monotonic(), TIMEOUT_S * 4)
+    return {name: (folders[name], results[2 * i:2 * i + 2]) for i, name in enumerate(REFUSALS)}
+
+
+def test_different_run_folders_are_refused_by_every_process_before_training(refused):
+    folder, results = refused["different-run-folders"]
     for code, out, err, _ in results:
         assert code == 2, err[-2000:]
         assert "is not one folder that every process sees: process(es) 1" in err and "Epoch" not in out
-    assert not (tmp_path / "host-a").exists()  # process 0's claim is withdrawn
+    assert not (folder / "host-a").exists()  # process 0's claim is withdrawn
     TIMES.append(("different --run-dir per process", ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
 
 
-@pytest.mark.parametrize("counts", [(2, 3), (3, 2)], ids=["peer-says-3", "coordinator-says-3"])
-def test_a_wrong_process_count_on_one_side_ends_both(tmp_path, counts):
-    port, run = free_port(), tmp_path / "r"
-    # Nobody trains here: a shorter bound (10 s) ends the wait for a third process sooner, as it would for a user.
-    short = env(JAXINTRO_DISTRIBUTED_TIMEOUT=str(TIMEOUT_S // 2))
-    with processes(pair_argv(port, 0, run, "--dataset", "digits", "--epochs", "2", processes=counts[0]),
-                   pair_argv(port, 1, run, "--dataset", "digits", "--epochs", "2", processes=counts[1]),
-                   environs=[short, short]) as procs:
-        start = time.monotonic()
-        results = finish(procs, start, TIMEOUT_S * 4)
+@pytest.mark.parametrize("counts", ["peer-says-3", "coordinator-says-3"])
+def test_a_wrong_process_count_on_one_side_ends_both(refused, counts):
+    _, results = refused[counts]
     for code, out, err, took in results:
         # Once joined, jaxintro compares the counts (exit 2, one line). A coordinator that waits for a third
         # process never lets the others join: JAX ends them at the join time-out (SIGABRT), or jaxintro does.
@@ -262,7 +275,8 @@ def test_a_wrong_process_count_on_one_side_ends_both(tmp_path, counts):
         assert any(words in err for words in ("disagree on --num-processes", "could not join", "did not join",
                                               "detected fatal errors")), err[-2000:]
         assert took < TIMEOUT_S * 3
-    TIMES.append((f"--num-processes {counts[0]} on process 0, {counts[1]} on process 1",
+    first, second = REFUSALS[counts]
+    TIMES.append((f"--num-processes {first} on process 0, {second} on process 1",
                   ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
 
 
