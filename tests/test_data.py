@@ -214,10 +214,41 @@ def test_the_digits_are_scikit_learns_read_from_its_file_without_importing_it(mo
 
 
 def test_auto_falls_back_to_digits_with_a_warning_when_offline():
-    with pytest.warns(UserWarning, match="(?=.*Falling back to scikit-learn's small 8x8 'digits')(?=.*--data-dir)"):
+    with pytest.raises(DataNotFoundError) as missing:  # what loading MNIST itself says here, offline
+        load_idx_dataset(data.MNIST)
+    with pytest.warns(UserWarning) as warned:
         ds = load_dataset("auto")
+    assert [str(w.message) for w in warned] == [
+        f"MNIST is not available ({missing.value}). Falling back to scikit-learn's small 8x8 'digits' set, whose "
+        "accuracies are not comparable with MNIST's."]
+    assert "--data-dir" in str(missing.value)  # how to get MNIST, said once, by the error
     assert ds.name == "digits" and ds.x_train.shape == (1437, 64) and ds.x_train.dtype == np.uint8
     assert ds.x_train.max() == 255
+
+
+def test_an_unknown_dataset_is_refused_with_the_choices():
+    # The CLI's --dataset choices refuse it first; a caller of the library gets this sentence.
+    with pytest.raises(DataError) as caught:
+        load_dataset("nope")
+    assert str(caught.value) == "unknown dataset 'nope'; choose one of auto, mnist, fashion-mnist, digits"
+
+
+@pytest.mark.parametrize("name", ["tiny", "auto"])
+def test_load_dataset_downloads_only_when_asked(file_server, isolated_cache, monkeypatch, name):
+    spec, arrays = small_spec()
+    serve_dataset(file_server, arrays)
+    monkeypatch.setenv("JAXINTRO_MIRRORS", file_server.url + "/a/")
+    monkeypatch.setitem(data.IDX_DATASETS, "tiny", spec)
+    monkeypatch.setattr(data, "MNIST", spec)  # `auto` looks for MNIST: here, the served tiny set
+    if name == "auto":  # not downloaded: `auto` falls back to the digits, with its warning
+        with pytest.warns(UserWarning, match="Falling back"):
+            assert load_dataset(name, download=False).name == "digits"
+    else:  # not downloaded: a named dataset is not found
+        with pytest.raises(DataNotFoundError, match="tiny not found"):
+            load_dataset(name, download=False)
+    assert not (isolated_cache / "jaxintro" / "tiny").exists()
+    assert load_dataset(name).name == "tiny"  # downloaded, by default
+    assert (isolated_cache / "jaxintro" / "tiny").is_dir()
 
 
 def test_auto_does_not_hide_a_corrupt_file(tmp_path, mnist_dir):

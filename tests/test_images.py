@@ -269,3 +269,31 @@ def test_a_large_jpeg_is_decoded_small_and_gives_uint8_pixels_like_the_png(monke
     monkeypatch.undo()
     assert x.dtype == np.uint8 and x.shape == (784,)
     assert np.abs(x.astype(int) - load_image(png.getvalue(), (28, 28))).max() <= 8
+
+
+@pytest.mark.parametrize("shape", [(1, 40), (40, 1)], ids=["one-pixel-tall", "one-pixel-wide"])
+def test_a_one_pixel_thin_dash_is_read_like_the_same_dash_on_a_larger_sheet(shape):
+    dash = np.full(shape, 200)  # dark on light paper: its border is the paper whatever its thickness
+    dash.flat[10:30] = 50
+    sheet = np.full((shape[0] + 2, shape[1] + 2), 200)  # the same dash with a row or column of paper around it
+    sheet[1:-1, 1:-1] = dash
+    np.testing.assert_array_equal(images.read_ink(gray_png(dash), 28), images.read_ink(gray_png(sheet), 28))
+
+
+def test_a_grey_and_alpha_canvas_export_reads_like_the_same_drawing_on_white():
+    # PNG's grey + alpha mode (LA): alpha 0 over black, like the RGBA canvas export, must be put on paper too.
+    transparent = drawing(strokes=SEVEN, background=(0, 0, 0, 0)).convert("LA")
+    on_white = drawing(strokes=SEVEN).convert("L")
+    np.testing.assert_array_equal(load_image(png_bytes(transparent), (28, 28)), load_image(png_bytes(on_white), (28, 28)))
+
+
+def test_a_palette_png_with_a_transparent_colour_reads_like_the_same_drawing_on_white():
+    # A palette PNG marks a colour transparent (its tRNS chunk): here black, the paper; the ink is dark grey.
+    mask = np.zeros((64, 64), np.uint8)
+    mask[8:56, 30:36] = 1
+    palette = Image.fromarray(mask, mode="P")
+    palette.putpalette([0, 0, 0, 17, 17, 17])
+    out = io.BytesIO()
+    palette.save(out, format="PNG", transparency=0)
+    on_white = gray_png(np.where(mask == 1, 17, 255))
+    np.testing.assert_array_equal(load_image(out.getvalue(), (28, 28)), load_image(on_white, (28, 28)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import io
 import json
 import os
@@ -266,3 +267,22 @@ def test_a_claim_is_live_while_its_process_runs_or_when_another_host_made_it(tmp
 def test_json_safe_turns_every_nan_and_infinity_into_null_at_any_depth():
     value = {"a": [1.0, float("nan"), (2, float("inf"))], "b": {"c": -float("inf"), "d": "x"}}
     assert runs.json_safe(value) == {"a": [1.0, None, [2, None]], "b": {"c": None, "d": "x"}}
+
+
+def test_json_files_are_indented_with_sorted_keys_and_end_with_a_newline(tmp_path):
+    # config.json and result.json are read by people too (the docs show them): two spaces, keys in order.
+    runs.write_json(tmp_path / "a.json", {"b": 1, "a": [1, 2]})
+    assert (tmp_path / "a.json").read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path, monkeypatch):
+    target = tmp_path / "result.json"
+    runs.write_json(target, {"epoch": 1})
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):  # the disk's own error, not another one
+        runs.write_json(target, {"epoch": 2})
+    assert json.loads(target.read_text()) == {"epoch": 1} and os.listdir(tmp_path) == ["result.json"]
