@@ -183,14 +183,15 @@ def test_other_sides_keep_mnists_proportions():
 def test_the_ink_box_is_scaled_into_the_box_and_centred_in_the_frame():
     canvas = np.zeros((112, 112), np.float32)
     canvas[10:50, 30:50] = 4.0  # 40 tall, 20 wide, off centre, peak 4: scale 20/40 puts it on rows 4-23, columns 9-18
-    canvas[60:70, 80:100] = 0.3  # under a tenth of the peak: not ink, not part of the box
+    canvas[60:70, 80:100] = 0.4  # a tenth of the peak exactly: not ink, not part of the box
     for by_mass in (False, True):  # a uniform box's centre of mass is its centre: no shift
         out = np.asarray(fit_like_mnist(jnp.asarray(canvas), side=28, box=20, by_mass=by_mass))
         rows, cols = np.nonzero(out > 0.5)
         assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (4, 24, 9, 19)
         assert out.min() >= 0.0 and out.max() == pytest.approx(1.0)
-    faint = np.asarray(fit_like_mnist(jnp.asarray(canvas / 8), side=28, box=20, by_mass=False))
-    assert faint.max() == pytest.approx(1.0)  # any peak becomes 1
+        # Any peak becomes 1, and a faint canvas (its mass under 1 too) is placed as the same canvas at full strength.
+        faint = np.asarray(fit_like_mnist(jnp.asarray(canvas / 8000), side=28, box=20, by_mass=by_mass))
+        np.testing.assert_allclose(faint, out, atol=1e-6)
 
 
 def test_a_lopsided_digit_is_moved_by_whole_pixels_until_its_mass_is_centred():
@@ -297,3 +298,20 @@ def test_a_palette_png_with_a_transparent_colour_reads_like_the_same_drawing_on_
     palette.save(out, format="PNG", transparency=0)
     on_white = gray_png(np.where(mask == 1, 17, 255))
     np.testing.assert_array_equal(load_image(out.getvalue(), (28, 28)), load_image(on_white, (28, 28)))
+
+
+def test_paper_lighter_than_the_rest_of_the_paper_is_no_ink():
+    gray = np.full((48, 48), 200)  # light paper and dark ink, as in the test above: two bars, an 11
+    gray[10:30, 14:17] = 50
+    gray[10:30, 24:27] = 50
+    speck = gray.copy()
+    speck[20, 20] = 230  # lighter than the paper, between the bars: below the paper is nothing, not negative ink
+    np.testing.assert_array_equal(images.read_ink(gray_png(speck), 56), images.read_ink(gray_png(gray), 56))
+
+
+def test_an_image_past_twice_the_working_side_is_box_reduced_right_after_decoding():
+    wide = np.full((64, 2 * images.WORK_SIDE + 100), 255)  # twice the working side and more: reduced by 2
+    wide[16:48, 1000:3000] = 0
+    reduced = Image.fromarray(wide.astype(np.uint8), mode="L").reduce(2)  # under twice the side: read as it is
+    assert max(reduced.size) < 2 * images.WORK_SIDE
+    np.testing.assert_array_equal(images.read_ink(gray_png(wide), 28), images.read_ink(png_bytes(reduced), 28))
