@@ -286,3 +286,20 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path,
     with pytest.raises(OSError, match="No space left on device"):  # the disk's own error, not another one
         runs.write_json(target, {"epoch": 2})
     assert json.loads(target.read_text()) == {"epoch": 1} and os.listdir(tmp_path) == ["result.json"]
+
+
+def test_a_full_disk_names_the_write_it_stopped(tmp_path, monkeypatch):
+    from jaxintro.faults import WriteFault
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(WriteFault) as metrics:
+        runs.write_metrics(tmp_path, [{"epoch": 1}])
+    monkeypatch.setattr(os, "open", full_disk)
+    with pytest.raises(WriteFault) as claim:
+        runs._write_claim(tmp_path / runs.CLAIM_FILE)
+    assert str(metrics.value) == "metrics.jsonl: No space left on device [ENOSPC]"
+    assert str(claim.value) == "the claim of the run folder: No space left on device [ENOSPC]"
+    assert os.listdir(tmp_path) == []  # neither left a file behind
