@@ -237,7 +237,8 @@ def test_an_unknown_dataset_is_refused_with_the_choices():
 def test_load_dataset_downloads_only_when_asked(file_server, isolated_cache, monkeypatch, name):
     spec, arrays = small_spec()
     serve_dataset(file_server, arrays)
-    monkeypatch.setenv("JAXINTRO_MIRRORS", file_server.url + "/a/")
+    spec = dataclasses.replace(spec, mirrors=(file_server.url + "/a/",))  # its own mirror: no JAXINTRO_MIRRORS
+    monkeypatch.delenv("JAXINTRO_MIRRORS")
     monkeypatch.setitem(data.IDX_DATASETS, "tiny", spec)
     monkeypatch.setattr(data, "MNIST", spec)  # `auto` looks for MNIST: here, the served tiny set
     if name == "auto":  # not downloaded: `auto` falls back to the digits, with its warning
@@ -540,3 +541,32 @@ def test_mnist_like_lays_out_the_four_idx_files_with_their_digests():
         ("train-images-idx3-ubyte", "a", (60000, 28, 28)), ("train-labels-idx1-ubyte", "b", (60000,)),
         ("t10k-images-idx3-ubyte", "c", (10000, 28, 28)), ("t10k-labels-idx1-ubyte", "d", (10000,))]
     assert (spec.name, spec.mirrors, spec.system_dirs) == ("x", ("http://mirror/",), ("/data/x",))
+
+
+def test_folders_holding_another_dataset_are_passed_over_and_said_so(isolated_cache, tmp_path, monkeypatch):
+    # Two datasets the program knows: `tiny`'s cache and remembered folder hold `other`'s files; its own files
+    # are in a later folder. `other` is on disk nowhere.
+    (tiny, tiny_arrays), (other, other_arrays) = small_spec(0), small_spec(1)
+    remembered, system = tmp_path / "remembered", tmp_path / "system"
+    tiny = dataclasses.replace(tiny, system_dirs=(str(system),))
+    other = dataclasses.replace(other, name="other", system_dirs=(str(tmp_path / "a"), str(tmp_path / "b")),
+                                mirrors=("http://127.0.0.1:9/other/",))
+    monkeypatch.delenv("JAXINTRO_MIRRORS")  # each dataset's own mirrors
+    monkeypatch.setattr(data, "IDX_DATASETS", {"tiny": tiny, "other": other})
+    monkeypatch.setattr(data, "KNOWN_FILES", {f.sha256: (spec.name, f.stem) for spec in (tiny, other)
+                                              for f in spec.files})
+    cache = isolated_cache / "jaxintro" / "tiny"
+    for folder, arrays in ((cache, other_arrays), (remembered, other_arrays), (system, tiny_arrays)):
+        folder.mkdir(parents=True)
+        for stem, array in arrays.items():
+            write_idx(folder, stem, array)
+    (isolated_cache / "jaxintro" / "tiny.location").write_text(f"{remembered}\n", encoding="utf-8")
+
+    found = data.find_dataset(tiny)
+    assert found.folder == system and found.skipped == (f"{cache} holds other", f"{remembered} holds other")
+    rows = {row["dataset"]: row for row in data.describe_sources()}
+    assert rows["tiny"] == {"dataset": "tiny", "source": str(system), "status":
+                            f"ok (SHA-256 verified) (passed over: {cache} holds other; {remembered} holds other)"}
+    assert rows["other"] == {"dataset": "other", "source": "download from http://127.0.0.1:9/other/", "status":
+                             f"not on disk (searched {isolated_cache / 'jaxintro' / 'other'}, {tmp_path / 'a'}, "
+                             f"{tmp_path / 'b'})"}
