@@ -45,6 +45,8 @@ bench: $(STAMP)
 # images.py one change at a time and runs their fast unit tests against each ([tool.mutmut] in pyproject.toml);
 # docs/testing.md has the score and every surviving mutant. The results stay in mutants/ (git-ignored).
 # JAX starts with 4 CPU devices there, so the lesson's data-parallel epoch is checked in the tests' own process.
+# The mutants' processes share one compile cache (mutants/xla-cache) and run each mutant's tests fastest first
+# (tests/conftest.py): about N minutes on 2 cores.
 mutation: $(STAMP)
 	rm -rf mutants
 	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true

@@ -11,10 +11,11 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
+from filelock import FileLock
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -100,6 +101,23 @@ def compiled_cache(tmp_path_factory) -> Path:
     folder = Path("xla-cache").resolve() if MUTATION else tmp_path_factory.getbasetemp() / "compiled"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """A folder and `make(folder)`'s result (JSON), made once per test run by whichever pytest-xdist worker asks
+    first; the tests only read them.
+
+    A module or session fixture is made once per worker that runs one of its tests: twice when the random
+    order sends them to both. Here the other worker waits for the first and reads what it wrote.
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common tmp folder
+    folder, done = root / name, root / f"{name}.json"
+    with FileLock(root / f"{name}.lock"):
+        if not done.is_file():
+            folder.mkdir()
+            done.write_text(json.dumps(make(folder)))
+        return folder, json.loads(done.read_text())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -248,7 +266,7 @@ def file_server() -> Iterator[FileServer]:
     server.close()
 
 
-__all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer"]
+__all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer", "once_per_run"]
 
 
 @pytest.fixture(scope="session")

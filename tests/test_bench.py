@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import synthetic_dataset
+from conftest import once_per_run, synthetic_dataset
 from jaxintro import bench
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
@@ -71,15 +71,19 @@ def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
     is what the report holds, not how fast.
     """
     pytest.importorskip("torch")
-    out = tmp_path_factory.mktemp("bench")
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
-        monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
-        monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
-        code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
-                     "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
-    assert code == 0, printed.getvalue()[-3000:]
-    return json.loads(printed.getvalue().strip().splitlines()[-1]), printed.getvalue(), out
+
+    def run_bench(out: Path) -> tuple[dict, str]:
+        printed = io.StringIO()
+        with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
+            monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
+            monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
+            code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
+                         "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
+        assert code == 0, printed.getvalue()[-3000:]
+        return json.loads(printed.getvalue().strip().splitlines()[-1]), printed.getvalue()
+
+    out, (report, printed) = once_per_run(tmp_path_factory, "bench-report", run_bench)
+    return report, printed, out
 
 
 def test_bench_cli_reports_every_field(bench_report):

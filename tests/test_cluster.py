@@ -27,6 +27,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import once_per_run
 from jaxintro.cli import main
 from jaxintro.evaluate import load_run
 
@@ -108,14 +109,17 @@ def summary(out: str) -> dict:
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory) -> tuple[list[dict], Path]:
     """The 2-process run of EPOCHS epochs that no fault touched: each process's summary, and the run's folder."""
-    run = tmp_path_factory.mktemp("whole") / "r"
-    port = free_port()
-    with processes(pair_argv(port, 0, run, "--dataset", "digits", "--epochs", str(EPOCHS)),
-                   pair_argv(port, 1, run, "--dataset", "digits", "--epochs", str(EPOCHS))) as procs:
-        results = finish(procs, time.monotonic(), 600)
-    for code, _, err, _ in results:
-        assert code == 0, err[-2000:]
-    return [summary(out) for _, out, _, _ in results], run
+    def train(folder: Path) -> list[dict]:
+        port = free_port()
+        with processes(pair_argv(port, 0, folder / "r", "--dataset", "digits", "--epochs", str(EPOCHS)),
+                       pair_argv(port, 1, folder / "r", "--dataset", "digits", "--epochs", str(EPOCHS))) as procs:
+            results = finish(procs, time.monotonic(), 600)
+        for code, _, err, _ in results:
+            assert code == 0, err[-2000:]
+        return [summary(out) for _, out, _, _ in results]
+
+    folder, summaries = once_per_run(tmp_path_factory, "whole", train)
+    return summaries, folder / "r"
 
 
 @pytest.fixture(scope="module")
@@ -140,30 +144,54 @@ def test_two_processes_agree_with_each_other_and_with_one_process(whole, tmp_pat
         assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
 
 
-# Whoever got the signal, the stop leaves the same kind of checkpoint, checked in every row; resuming from it is
-# one code path, run once (in the row that signals both).
-@pytest.mark.parametrize("targets, resume", [((0,), False), ((1,), False), ((0, 1), True)],
-                         ids=["sigterm-0", "sigterm-1", "sigterm-both"])
-def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_result(tmp_path, uninterrupted,
-                                                                                      targets, resume):
-    run, port = tmp_path / "r", free_port()
-    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", str(EPOCHS)) for rank in (0, 1)]
+# The rows that signal a training pair once its process 0 reports epoch 1: whom, and with which signal.
+SIGNALS = {"sigterm-0": ((0,), signal.SIGTERM), "sigterm-1": ((1,), signal.SIGTERM),
+           "sigterm-both": ((0, 1), signal.SIGTERM), "ctrl-c-in-1": ((1,), signal.SIGINT)}
+
+
+@pytest.fixture(scope="module")
+def signalled(tmp_path_factory) -> dict[str, tuple[Path, list[tuple[int, str, str, float]]]]:
+    """Each signal row's run folder and, per process, (exit code, stdout, stderr, seconds after its signal)."""
+    folder, results = once_per_run(tmp_path_factory, "signalled", run_signalled)
+    return {name: (folder / name, results[name]) for name in SIGNALS}
+
+
+def run_signalled(folder: Path) -> dict[str, list[tuple[int, str, str, float]]]:
+    """The four rows at once, a pair of processes each: each pair mostly waits, for its peer and its epochs."""
+    argvs = [pair_argv(port, rank, folder / name, "--dataset", "digits", "--epochs", str(EPOCHS))
+             for name, port in [(name, free_port()) for name in SIGNALS] for rank in (0, 1)]
     with processes(*argvs) as procs:
-        wait_for_epoch(procs[0], 1)
-        sent = time.monotonic()
-        for rank in targets:
-            procs[rank].send_signal(signal.SIGTERM)
-        results = finish(procs, sent, TIMEOUT_S * 3)
+        pairs = {name: procs[2 * i:2 * i + 2] for i, name in enumerate(SIGNALS)}
+        sent = {}
+        for name, (targets, signum) in SIGNALS.items():
+            wait_for_epoch(pairs[name][0], 1)
+            sent[name] = time.monotonic()
+            for rank in targets:
+                pairs[name][rank].send_signal(signum)
+        return {name: finish(pairs[name], sent[name], TIMEOUT_S * 3) for name in SIGNALS}
+
+
+def stopped_at_one_epoch(run: Path, results: list[tuple[int, str, str, float]]) -> int:
+    """Every process exited 143 at the same epoch, which the run's checkpoint holds, and said how to resume."""
     stopped = []
     for code, out, err, _ in results:
-        assert code == 143, err[-2000:]
+        assert code == 143 and "Traceback" not in err, err[-2000:]
         assert f"continue with: jaxintro train --resume {run}" in out
         stopped.append(summary(out)["epochs"])
     assert stopped[0] == stopped[1] < EPOCHS  # one epoch boundary for all
     assert load_run(run).epoch == stopped[0]  # one consistent checkpoint
-    TIMES.append((f"SIGTERM to process {' and '.join(map(str, targets))}",
+    return stopped[0]
+
+
+# Whoever got the signal, the stop leaves the same kind of checkpoint, checked in every row; resuming from it is
+# one code path, run once (in the row that signals both).
+@pytest.mark.parametrize("row", ["sigterm-0", "sigterm-1", "sigterm-both"])
+def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_result(signalled, uninterrupted, row):
+    run, results = signalled[row]
+    stopped = stopped_at_one_epoch(run, results)
+    TIMES.append((f"SIGTERM to process {' and '.join(map(str, SIGNALS[row][0]))}",
                   ", ".join(f"{t:.1f} s (exit {c})" for c, _, _, t in results)))
-    if not resume:
+    if row != "sigterm-both":
         return
     port = free_port()
     with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--json"]
@@ -171,28 +199,16 @@ def test_sigterm_to_any_process_stops_all_at_one_epoch_and_resumes_to_the_same_r
         resumed = finish(procs, time.monotonic(), 600)
     for code, out, err, _ in resumed:
         assert code == 0, err[-2000:]
-        assert f"from epoch {stopped[0]} to {EPOCHS}" in out
+        assert f"from epoch {stopped} to {EPOCHS}" in out
         assert summary(out)["final_loss"] == uninterrupted["final_loss"]
         assert summary(out)["test_accuracy"] == uninterrupted["test_accuracy"]
 
 
-def test_ctrl_c_in_one_process_stops_every_process_after_one_common_epoch(tmp_path):
+def test_ctrl_c_in_one_process_stops_every_process_after_one_common_epoch(signalled):
     # Ctrl-C in the terminal of process 1 only: it becomes a preemption notice that every process agrees on.
-    run, port = tmp_path / "r", free_port()
-    argvs = [pair_argv(port, rank, run, "--dataset", "digits", "--epochs", str(EPOCHS)) for rank in (0, 1)]
-    with processes(*argvs) as procs:
-        wait_for_epoch(procs[0], 1)
-        sent = time.monotonic()
-        procs[1].send_signal(signal.SIGINT)
-        results = finish(procs, sent, TIMEOUT_S * 3)
-    stopped = []
-    for code, out, err, _ in results:
-        assert code == 143 and "Traceback" not in err, err[-2000:]
-        assert f"continue with: jaxintro train --resume {run}" in out
-        stopped.append(summary(out)["epochs"])
+    run, results = signalled["ctrl-c-in-1"]
+    stopped_at_one_epoch(run, results)
     assert "Ctrl-C: asking every process to stop after a common epoch" in results[1][2]
-    assert stopped[0] == stopped[1] < EPOCHS  # one epoch boundary for all
-    assert load_run(run).epoch == stopped[0]  # one consistent checkpoint
     TIMES.append(("Ctrl-C in process 1", ", ".join(f"{t:.1f} s (exit {c})" for c, _, _, t in results)))
 
 
@@ -239,11 +255,18 @@ REFUSALS = {"peer-says-3": (2, 3), "coordinator-says-3": (3, 2), "different-run-
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory) -> dict[str, tuple[Path, list[tuple[int, str, str, float]]]]:
     """Each refusal's folder and, per process, (exit code, stdout, stderr, seconds since the three started)."""
+    folder, results = once_per_run(tmp_path_factory, "refused", run_refusals)
+    return {name: (folder / name, results[name]) for name in REFUSALS}
+
+
+def run_refusals(folder: Path) -> dict[str, list[tuple[int, str, str, float]]]:
+    """The three refusals at once, each in a folder of its own in `folder`."""
     argvs, environs, folders = [], [], {}
     # Nobody trains here: a shorter bound (10 s) ends the wait for a third process sooner, as it would for a user.
     short = env(JAXINTRO_DISTRIBUTED_TIMEOUT=str(TIMEOUT_S // 2))
     for name, counts in REFUSALS.items():
-        port, folders[name] = free_port(), tmp_path_factory.mktemp(name)
+        port, folders[name] = free_port(), folder / name
+        folders[name].mkdir()
         runs = (folders[name] / "r",) * 2
         if name == "different-run-folders":  # each "host" has one of its own, as on a cluster without shared storage
             runs = (folders[name] / "host-a", folders[name] / "host-b")
@@ -253,7 +276,7 @@ def refused(tmp_path_factory) -> dict[str, tuple[Path, list[tuple[int, str, str,
         environs += [short, short] if name.endswith("-3") else [env(), env()]
     with processes(*argvs, environs=environs) as procs:
         results = finish(procs, time.monotonic(), TIMEOUT_S * 4)
-    return {name: (folders[name], results[2 * i:2 * i + 2]) for i, name in enumerate(REFUSALS)}
+    return {name: results[2 * i:2 * i + 2] for i, name in enumerate(REFUSALS)}
 
 
 def test_different_run_folders_are_refused_by_every_process_before_training(refused):

@@ -285,7 +285,8 @@ def test_a_grey_and_alpha_canvas_export_reads_like_the_same_drawing_on_white():
     # PNG's grey + alpha mode (LA): alpha 0 over black, like the RGBA canvas export, must be put on paper too.
     transparent = drawing(strokes=SEVEN, background=(0, 0, 0, 0)).convert("LA")
     on_white = drawing(strokes=SEVEN).convert("L")
-    np.testing.assert_array_equal(load_image(png_bytes(transparent), (28, 28)), load_image(png_bytes(on_white), (28, 28)))
+    np.testing.assert_array_equal(load_image(png_bytes(transparent), (28, 28)),
+                                  load_image(png_bytes(on_white), (28, 28)))
 
 
 def test_a_palette_png_with_a_transparent_colour_reads_like_the_same_drawing_on_white():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import once_per_run
 from jaxintro.cli import main
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,10 @@ def _train(mnist_dir, run_dir, *flags: str) -> dict:
 @pytest.fixture(scope="module")
 def lesson_run(mnist_dir, tmp_path_factory) -> dict:
     """The lesson's run, seed 0, 10 epochs: trained once for the tests that compare with it."""
-    return _train(mnist_dir, tmp_path_factory.mktemp("lesson") / "run", "--seed", "0")
+    def train(folder: Path) -> dict:
+        return _train(mnist_dir, folder / "run", "--seed", "0")
+
+    return once_per_run(tmp_path_factory, "lesson-run", train)[1]
 
 
 def test_lesson_mlp_reaches_97_percent_in_10_epochs(lesson_run):

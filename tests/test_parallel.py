@@ -8,10 +8,12 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import once_per_run
 from jaxintro.cli import main
 
 # Runs in a fresh interpreter: the CPU device count must be set before JAX starts.
@@ -44,13 +46,16 @@ CASES = [(64, "sgd", 1e-5, True), (512, "sgd", 1e-5, True), (64, "adam", 1e-5, F
 
 
 @pytest.fixture(scope="module")
-def n_device_runs() -> dict:
+def n_device_runs(tmp_path_factory) -> dict:
     """Every case's runs on 1, 2 and 4 devices, from one fresh interpreter started with 4 CPU devices."""
-    cases = json.dumps([case[:2] for case in CASES])
-    proc = subprocess.run([sys.executable, "-c", N_DEVICE_CHECK, os.path.dirname(__file__), cases],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    def run(_folder: Path) -> dict:
+        cases = json.dumps([case[:2] for case in CASES])
+        proc = subprocess.run([sys.executable, "-c", N_DEVICE_CHECK, os.path.dirname(__file__), cases],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    return once_per_run(tmp_path_factory, "n-device-runs", run)[1]
 
 
 @pytest.mark.parametrize("n_train, optimizer, rtol, compare_params", CASES,

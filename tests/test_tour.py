@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import once_per_run
+
 from jaxintro import i18n
 from jaxintro.tour import SECTIONS, count_compiled_kernels, count_lowered_ops, lesson_batch, run_tour, title
 
@@ -32,8 +34,11 @@ def run_tour_process(argv: list[str], **locale: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def tour_output() -> str:
-    return run_tour_process(["--lang", "en", "tour"], LANG="es_ES.UTF-8")  # the flag beats the locale
+def tour_output(tmp_path_factory) -> str:
+    def tour(_folder: Path) -> str:
+        return run_tour_process(["--lang", "en", "tour"], LANG="es_ES.UTF-8")  # the flag beats the locale
+
+    return once_per_run(tmp_path_factory, "tour-output", tour)[1]
 
 
 @pytest.fixture(scope="module")
