@@ -567,6 +567,18 @@ def test_folders_holding_another_dataset_are_passed_over_and_said_so(isolated_ca
     rows = {row["dataset"]: row for row in data.describe_sources()}
     assert rows["tiny"] == {"dataset": "tiny", "source": str(system), "status":
                             f"ok (SHA-256 verified) (passed over: {cache} holds other; {remembered} holds other)"}
-    assert rows["other"] == {"dataset": "other", "source": "download from http://127.0.0.1:9/other/", "status":
-                             f"not on disk (searched {isolated_cache / 'jaxintro' / 'other'}, {tmp_path / 'a'}, "
-                             f"{tmp_path / 'b'})"}
+    searched = f"{isolated_cache / 'jaxintro' / 'other'}, {tmp_path / 'a'}, {tmp_path / 'b'}"
+    assert rows["other"] == {"dataset": "other", "source": "download from http://127.0.0.1:9/other/",
+                             "status": f"not on disk (searched {searched})"}
+    with pytest.raises(DataNotFoundError) as missing:
+        load_idx_dataset(other, download=False)
+    assert str(missing.value) == f"other not found (searched {searched})"
+
+
+def test_auto_with_a_named_folder_loads_from_that_folder(tmp_path, monkeypatch):
+    spec, arrays = small_spec()
+    for stem, array in arrays.items():
+        write_idx(tmp_path, stem, array)
+    monkeypatch.setattr(data, "MNIST", spec)  # `auto` looks for MNIST: here, the tiny set in that folder
+    loaded = load_dataset("auto", tmp_path)
+    assert loaded.name == "tiny" and Path(loaded.source) == tmp_path

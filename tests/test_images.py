@@ -151,7 +151,8 @@ def test_the_jitted_stage_is_traced_once_per_side(monkeypatch):
                         lambda canvas, **kw: (traces.append(kw["side"]), real(canvas, **kw))[1])
     images._jitted_fit.cache_clear()
     try:
-        images.warm_up((28, 28))  # what a server does before its first request: the images that follow reuse it
+        images.warm_up((28, 28))  # what a server does before its first request
+        assert traces == [28]  # compiled now, and reused by the images that follow
         for strokes in (SEVEN, (((140, 50), (140, 230)),), (((60, 60), (220, 220)), ((220, 60), (60, 220)))):
             load_image(png_bytes(drawing(strokes=strokes)), (28, 28))
         load_image(png_bytes(drawing(strokes=SEVEN)), (8, 8))
@@ -317,3 +318,13 @@ def test_an_image_past_twice_the_working_side_is_box_reduced_right_after_decodin
     reduced = Image.fromarray(wide.astype(np.uint8), mode="L").reduce(2)  # under twice the side: read as it is
     assert max(reduced.size) < 2 * images.WORK_SIDE
     np.testing.assert_array_equal(images.read_ink(gray_png(wide), 28), images.read_ink(png_bytes(reduced), 28))
+
+
+def test_shrinking_averages_the_strokes_instead_of_sampling_them():
+    canvas = np.zeros((112, 112), np.float32)
+    canvas[16:96:2, 16:96] = 1.0  # 40 one-pixel stripes over an 80 x 80 box: an even grey once shrunk 4 times
+    out = np.asarray(fit_like_mnist(jnp.asarray(canvas), side=28, box=20, by_mass=False))
+    inside = out[6:22, 6:22]  # the box's inside, away from its edges
+    # Antialiased, each pixel averages the four rows it covers (peak scaled to 1); sampled, it would be a
+    # stripe or a gap.
+    assert inside.min() > 0.9, inside.min()

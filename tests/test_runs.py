@@ -303,3 +303,13 @@ def test_a_full_disk_names_the_write_it_stopped(tmp_path, monkeypatch):
     assert str(metrics.value) == "metrics.jsonl: No space left on device [ENOSPC]"
     assert str(claim.value) == "the claim of the run folder: No space left on device [ENOSPC]"
     assert os.listdir(tmp_path) == []  # neither left a file behind
+
+
+def test_a_claim_by_another_users_process_is_live(tmp_path, monkeypatch):
+    (tmp_path / runs.CLAIM_FILE).write_text(f"1 {socket.gethostname()}\n")
+
+    def not_yours(pid: int, signum: int) -> None:  # what the kernel says of another user's process
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", not_yours)
+    assert runs.claim_is_live(tmp_path)
