@@ -46,7 +46,7 @@ bench: $(STAMP)
 # docs/testing.md has the score and every surviving mutant. The results stay in mutants/ (git-ignored).
 # JAX starts with 4 CPU devices there, so the lesson's data-parallel epoch is checked in the tests' own process.
 # The mutants' processes share one compile cache (mutants/xla-cache) and run each mutant's tests fastest first
-# (tests/conftest.py): about 35 minutes on 2 cores (docs/testing.md).
+# (tests/conftest.py): 26 to 35 minutes on 2 cores (docs/testing.md).
 mutation: $(STAMP)
 	rm -rf mutants
 	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true
