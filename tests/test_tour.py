@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from conftest import once_per_run
-
 from jaxintro import i18n
 from jaxintro.tour import SECTIONS, count_compiled_kernels, count_lowered_ops, lesson_batch, run_tour, title
 
