@@ -27,14 +27,14 @@ N_DEVICE_CHECK = textwrap.dedent("""
     from jaxintro.config import TrainConfig
     from jaxintro.train import fit
     out = {}
-    for n_train, optimizer in json.loads(sys.argv[2]):  # 64: one step of one global batch; 512: sixteen steps
-        ds = synthetic_dataset(n_train=n_train, side=8)
+    ds = synthetic_dataset(n_train=512, side=8)  # 2 epochs of 8 global batches: sixteen steps, one reshuffle
+    for optimizer in json.loads(sys.argv[2]):
         for devices, parallel in [(1, "shard_map"), (4, "shard_map"), (4, "sharding"), (2, "shard_map")]:
-            config = TrainConfig(epochs=1 if n_train == 64 else 2, batch_size=64, devices=devices, parallel=parallel,
+            config = TrainConfig(epochs=2, batch_size=64, devices=devices, parallel=parallel,
                                  seed=5, optimizer=optimizer, lr=0.05 if optimizer == "sgd" else 1e-3)
             result = fit(config, ds, log=lambda _: None)
             leaves = jax.tree.leaves(result.state.params)
-            out.setdefault(f"{n_train}-{optimizer}", {})[f"{devices}-{parallel}"] = {
+            out.setdefault(optimizer, {})[f"{devices}-{parallel}"] = {
                 "params": [np.asarray(leaf.addressable_data(0)).tolist() for leaf in leaves],
                 "losses": np.concatenate([m["loss"] for m in result.step_metrics]).tolist(),
                 "grad_norms": np.concatenate([m["grad_norm"] for m in result.step_metrics]).tolist(),
@@ -42,15 +42,16 @@ N_DEVICE_CHECK = textwrap.dedent("""
             }
     print(json.dumps(out))
 """)
-CASES = [(64, "sgd", 1e-5, True), (512, "sgd", 1e-5, True), (64, "adam", 1e-5, False), (512, "adam", 1e-4, False)]
+# (optimizer, tolerance after the first step, after sixteen, parameters compared)
+CASES = [("sgd", 1e-5, 1e-5, True), ("adam", 1e-5, 1e-4, False)]
 
 
 @pytest.fixture(scope="module")
 def n_device_runs(tmp_path_factory) -> dict:
     """Every case's runs on 1, 2 and 4 devices, from one fresh interpreter started with 4 CPU devices."""
     def run(_folder: Path) -> dict:
-        cases = json.dumps([case[:2] for case in CASES])
-        proc = subprocess.run([sys.executable, "-c", N_DEVICE_CHECK, os.path.dirname(__file__), cases],
+        optimizers = json.dumps([case[0] for case in CASES])
+        proc = subprocess.run([sys.executable, "-c", N_DEVICE_CHECK, os.path.dirname(__file__), optimizers],
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -58,18 +59,18 @@ def n_device_runs(tmp_path_factory) -> dict:
     return once_per_run(tmp_path_factory, "n-device-runs", run)[1]
 
 
-@pytest.mark.parametrize("n_train, optimizer, rtol, compare_params", CASES,
-                         ids=["sgd-one-step", "sgd-sixteen-steps", "adam-one-step", "adam-sixteen-steps"])
-def test_n_device_steps_equal_the_one_device_step(n_device_runs, n_train, optimizer, rtol, compare_params):
-    """The averaged gradient is the same to 1e-5. Parameters are compared under SGD: Adam's first step is
-    lr * g / |g|, which turns a 1e-9 difference in a near-zero gradient into a sign flip."""
-    runs = dict(n_device_runs[f"{n_train}-{optimizer}"])
+@pytest.mark.parametrize("optimizer, first_rtol, rtol, compare_params", CASES, ids=[case[0] for case in CASES])
+def test_n_device_steps_equal_the_one_device_step(n_device_runs, optimizer, first_rtol, rtol, compare_params):
+    """The averaged gradient is the same to 1e-5 at the first step. Parameters are compared under SGD: Adam's first
+    step is lr * g / |g|, which turns a 1e-9 difference in a near-zero gradient into a sign flip."""
+    runs = dict(n_device_runs[optimizer])
     one = runs.pop("1-shard_map")
-    assert one["devices"] == 1
+    assert one["devices"] == 1 and len(one["losses"]) == 16
     for name, run in runs.items():
         assert run["devices"] == int(name.split("-")[0])
-        np.testing.assert_allclose(run["losses"], one["losses"], rtol=rtol, err_msg=name)
-        np.testing.assert_allclose(run["grad_norms"], one["grad_norms"], rtol=rtol, err_msg=name)
+        for key in ("losses", "grad_norms"):
+            np.testing.assert_allclose(run[key][0], one[key][0], rtol=first_rtol, err_msg=name)
+            np.testing.assert_allclose(run[key], one[key], rtol=rtol, err_msg=name)
         for got, want in zip(run["params"] if compare_params else [], one["params"]):
             got, want = np.asarray(got), np.asarray(want)
             assert np.linalg.norm(got - want) <= rtol * np.linalg.norm(want), name
