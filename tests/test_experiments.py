@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jaxintro.cli import main
 
+REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--dataset", "digits", "--epochs", "3"]
 
 
 def run_json(capsys, argv):
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def run_in_default_folder(capsys, monkeypatch, folder: Path, name: str, *flags: str) -> tuple[dict, Path]:
+    """`experiment NAME` run in `folder` without --out: its report and the default folder it wrote into.
+
+    The READMEs show the `Plot:` line this prints: the line they show must be the one printed here.
+    """
+    monkeypatch.chdir(folder)
+    assert main(["experiment", name, *SMALL, *flags, "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    for doc in ("README.md", "README.es.md"):
+        shown = [line for line in (REPO / doc).read_text().splitlines()
+                 if line.startswith(f"Plot: runs/experiment-{name}/")]
+        assert shown and set(shown) <= set(lines), (doc, shown, lines)
+    return json.loads(lines[-1]), folder / "runs" / f"experiment-{name}"
 
 
 def refit(**flags):
@@ -37,8 +54,8 @@ def train_accuracy_dropout_off(result, digits, rate: float) -> float:
     return float(np.mean(np.asarray(logits).argmax(1) == digits.y_train))
 
 
-def test_dropout_experiment(capsys, tmp_path):
-    report = run_json(capsys, ["experiment", "dropout", *SMALL, "--rate", "0.3", "--out", str(tmp_path), "--json"])
+def test_dropout_experiment(capsys, monkeypatch, tmp_path):
+    report, out = run_in_default_folder(capsys, monkeypatch, tmp_path, "dropout", "--rate", "0.3")
     assert report["rate"] == 0.3
     assert 0.5 < report["accuracy_without"] <= 1 and 0.5 < report["accuracy_with"] <= 1
     assert report["accuracy_with"] != report["accuracy_without"]
@@ -48,7 +65,7 @@ def test_dropout_experiment(capsys, tmp_path):
         assert report[f"accuracy_{key}"] == result.history[-1].test_accuracy
         gap = train_accuracy_dropout_off(result, digits, rate) - result.history[-1].test_accuracy
         assert report[f"gap_{key}"] == pytest.approx(gap, abs=1e-9), key
-    assert (tmp_path / "dropout.png").exists() and (tmp_path / "dropout.json").exists()
+    assert (out / "dropout.png").exists() and json.loads((out / "dropout.json").read_text()) == report
 
 
 def test_models_experiment_covers_every_style(capsys, tmp_path):
@@ -59,8 +76,8 @@ def test_models_experiment_covers_every_style(capsys, tmp_path):
     assert all(r["test_accuracy"] > 0.6 for r in rows.values())
 
 
-def test_clipping_experiment_records_every_step(capsys, tmp_path):
-    report = run_json(capsys, ["experiment", "clipping", *SMALL, "--clip", "0.5", "--out", str(tmp_path), "--json"])
+def test_clipping_experiment_records_every_step(capsys, monkeypatch, tmp_path):
+    report, out = run_in_default_folder(capsys, monkeypatch, tmp_path, "clipping", "--clip", "0.5")
     # The fraction of all the clipped run's steps (3 epochs) whose norm before clipping exceeded 0.5.
     clipped, _digits = refit(clip_norm=0.5)
     norms = np.concatenate([m["grad_norm"] for m in clipped.step_metrics])
@@ -71,7 +88,7 @@ def test_clipping_experiment_records_every_step(capsys, tmp_path):
     assert report["clipped_fraction_first_epoch"] > 0
     assert report["max_norm_unclipped"] > 0.5
     assert {"accuracy_clipped", "accuracy_unclipped"} <= set(report)
-    assert (tmp_path / "grad_norms.png").exists()
+    assert (out / "grad_norms.png").exists()
 
 
 def test_clipping_changes_the_update_but_not_the_norm_record(tiny):
