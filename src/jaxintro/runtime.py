@@ -88,13 +88,13 @@ def release_free_memory() -> None:
     the process's resident memory would carry the compiler's garbage for the whole run.
     """
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
+        # The symbols already loaded into this process, libc's among them: no search for the library file
+        # (ctypes.util.find_library starts `ldconfig -p` on every call, and this runs after every save).
+        process = ctypes.CDLL(None)
+        if hasattr(process, "malloc_trim"):
+            process.malloc_trim(0)
     except OSError:
         pass
 
