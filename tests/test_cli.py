@@ -106,7 +106,8 @@ def test_hidden_sets_depth_and_widths_and_param_count_follows(capsys, tmp_path):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["hidden"] == [32, 16, 8]
 
 
-def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tmp_path, cold_compile_cache):
+def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tmp_path, cold_compile_cache,
+                                                                       monkeypatch):
     def cache(*extra: str) -> str:
         assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(tmp_path / str(len(seen))),
                      *extra, "--json"]) == 0
@@ -120,3 +121,9 @@ def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tm
     # only the training program counts.
     assert cache("--lr", "0.002") == "miss"
     assert cache("--no-compile-cache") == "off"
+    # The same folder reached through a symbolic link (a user cache under a linked home) is the same cache.
+    linked = tmp_path / "linked-cache"
+    linked.mkdir()
+    (linked / "jaxintro").symlink_to(cold_compile_cache.parent, target_is_directory=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(linked))
+    assert cache() == "hit"

@@ -53,6 +53,9 @@ def enable_compile_cache(directory: Path | None = None) -> Path:
     global _listening
     directory = directory or default_cache_dir() / "xla"
     directory.mkdir(parents=True, exist_ok=True)
+    # JAX writes the folder's path into every entry's key (it names XLA's GPU autotuning cache inside it):
+    # the same folder reached through a symbolic link would miss every entry written under its real path.
+    directory = directory.resolve()
     jax.config.update("jax_compilation_cache_dir", str(directory))
     # Cache every program: the epoch compiles in well under JAX's default 1 s threshold.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
