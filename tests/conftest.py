@@ -84,10 +84,8 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         compiled = compiled_cache(tmp_path_factory)
         monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compiled))
         monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-        # Several processes write and read the folder at once (both workers, the processes they start): with a
-        # size limit JAX takes a file lock around each entry, and no process reads one half-written.
-        monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**33))
-        jax.config.update("jax_compilation_cache_max_size", 2**33)
+        if MUTATION:  # with a size limit JAX locks the folder (filelock) that two mutants' processes share
+            jax.config.update("jax_compilation_cache_max_size", 2**33)
         from jaxintro.runtime import enable_compile_cache
 
         enable_compile_cache(compiled)
@@ -95,20 +93,14 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
 
 
 def compiled_cache(tmp_path_factory) -> Path:
-    """The test run's one compile-cache folder, shared by the pytest-xdist workers.
+    """The session's one compile-cache folder.
 
     Under `make mutation` every mutant's session shares one, in mutants/: a program one of them compiled, the
     next reads back (a mutant that changes a program changes its key, so it is compiled afresh).
     """
-    folder = Path("xla-cache").resolve() if MUTATION else common_tmp(tmp_path_factory) / "compiled"
+    folder = Path("xla-cache").resolve() if MUTATION else tmp_path_factory.getbasetemp() / "compiled"
     folder.mkdir(exist_ok=True)
     return folder
-
-
-def common_tmp(tmp_path_factory) -> Path:
-    """The tmp folder of the whole test run: the workers' common one under pytest-xdist."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tuple[Path, Any]:
@@ -118,7 +110,8 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tu
     A module or session fixture is made once per worker that runs one of its tests: twice when the random
     order sends them to both. Here the other worker waits for the first and reads what it wrote.
     """
-    root = common_tmp(tmp_path_factory)
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common tmp folder
     folder, done = root / name, root / f"{name}.json"
     with FileLock(root / f"{name}.lock"):
         if not done.is_file():
