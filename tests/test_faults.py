@@ -112,6 +112,17 @@ def test_every_write_can_fail_with_one_line_and_lose_nothing(n, name, what, on_d
         assert_safe_and_resumable(run, on_disk, digits_run)
 
 
+def test_a_write_fault_ends_the_process_though_a_library_thread_still_waits(tmp_path):
+    """After its one line `jaxintro` exits at once: a writer thread stuck on the refusing disk cannot hold it up."""
+    stuck = ("import threading; threading.Thread(target=threading.Event().wait).start(); "
+             "from jaxintro.cli import run; run()")
+    run = tmp_path / "r"
+    proc = subprocess.run([sys.executable, "-c", stuck, "train", *DIGITS, "--epochs", "3", "--run-dir", str(run)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, faults.FAIL_WRITE_ENV: "4:ENOSPC"})
+    line = the_one_line(proc, faults.EXIT_WRITE_FAULT)
+    assert f"could not write metrics.jsonl in {run}" in line and "epoch 1 is safely on disk" in line
+
+
 # ---------------------------------------------------------------- real faults
 
 

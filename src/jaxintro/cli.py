@@ -433,5 +433,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run() -> None:
+    """The `jaxintro` program (console script and `python -m jaxintro.cli`): `main`, then exit with its code."""
+    code = main()
+    if code == EXIT_WRITE_FAULT:
+        # The machine refused a write and what the run keeps is on disk. A library's writer thread (Orbax's)
+        # may still be waiting on that disk, and the interpreter's exit would wait for it: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
