@@ -437,8 +437,8 @@ def run() -> None:
     """The `jaxintro` program (console script and `python -m jaxintro.cli`): `main`, then exit with its code."""
     code = main()
     if code == EXIT_WRITE_FAULT:
-        # The machine refused a write and what the run keeps is on disk. A library's writer thread (Orbax's)
-        # may still be waiting on that disk, and the interpreter's exit would wait for it: leave now.
+        # The machine refused a write and what the run keeps is on disk. A library's thread (Orbax's writers)
+        # or exit handler may still wait on that disk, and the interpreter's exit would wait for it: leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
