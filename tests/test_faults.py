@@ -112,6 +112,22 @@ def test_every_write_can_fail_with_one_line_and_lose_nothing(n, name, what, on_d
         assert_safe_and_resumable(run, on_disk, digits_run)
 
 
+def test_a_save_that_failed_between_processes_is_told_from_a_refused_write(tmp_path):
+    """Orbax's barrier failing (a peer gone) names no OS error: a multi-process run then reports its lost peer
+    (test_cluster.py), not a write the disk refused."""
+    faults.watch(tmp_path)  # this run's folder, and a fresh errors.log
+    peer = faults.fault_from(ValueError("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error "
+                                        "[127.0.0.1]:23971: Connection reset by peer"), "checkpoint 3", tmp_path)
+    full = faults.fault_from(ValueError("INTERNAL: Error writing local file: os_error_code=28"), "checkpoint 3",
+                             tmp_path)
+    assert peer.between_processes() and (peer.os_error, full.os_error) == (None, errno.ENOSPC)
+    assert not full.between_processes() and not faults.fault_from(OSError(errno.EIO, "I/O error"), "metrics.jsonl",
+                                                                  tmp_path).between_processes()
+    (tmp_path / "elsewhere").mkdir()
+    gone = faults.fault_from(ValueError("UNKNOWN: no such file"), "checkpoint 3", tmp_path / "elsewhere" / "r")
+    assert gone.vanished and not gone.between_processes()
+
+
 def test_a_write_fault_ends_the_process_though_a_library_thread_still_waits(tmp_path):
     """After its one line `jaxintro` exits at once: a writer thread stuck on the refusing disk cannot hold it up."""
     stuck = ("import threading; threading.Thread(target=threading.Event().wait).start(); "

@@ -275,6 +275,7 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
+    from jaxintro.faults import WriteFault
     from jaxintro.train import fit
 
     rows = saver.rows
@@ -289,7 +290,8 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
             message = _("{error}; no epoch finished").format(error=exc)
         raise TrainingDivergedError(message) from None
     except Exception as exc:
-        if jax.process_count() == 1 or isinstance(exc, JaxintroError):
+        peer_in_save = isinstance(exc, WriteFault) and exc.between_processes()  # Orbax's barrier, not the disk
+        if jax.process_count() == 1 or (isinstance(exc, JaxintroError) and not peer_in_save):
             raise
         # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
         # means a peer died. Leave now: JAX's shutdown barrier would wait for it, then abort.
