@@ -124,8 +124,11 @@ def test_a_save_that_failed_between_processes_is_told_from_a_refused_write(tmp_p
     assert not full.between_processes() and not faults.fault_from(OSError(errno.EIO, "I/O error"), "metrics.jsonl",
                                                                   tmp_path).between_processes()
     (tmp_path / "elsewhere").mkdir()
-    gone = faults.fault_from(ValueError("UNKNOWN: no such file"), "checkpoint 3", tmp_path / "elsewhere" / "r")
+    gone = faults.fault_from(ValueError("UNKNOWN: Barrier failed"), "checkpoint 3", tmp_path / "elsewhere" / "r")
     assert gone.vanished and not gone.between_processes()
+    # A refusal whose errno the message does not name is still the disk's, not a lost peer.
+    denied = faults.fault_from(ValueError("PERMISSION_DENIED: Error opening file"), "checkpoint 3", tmp_path)
+    assert denied.os_error is None and not denied.between_processes()
 
 
 def test_a_write_fault_ends_the_process_though_a_library_thread_still_waits(tmp_path):

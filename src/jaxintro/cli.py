@@ -439,8 +439,11 @@ def run() -> None:
     if code == EXIT_WRITE_FAULT:
         # The machine refused a write and what the run keeps is on disk. A library's thread (Orbax's writers)
         # or exit handler may still wait on that disk, and the interpreter's exit would wait for it: leave now.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a reader that left (a closed pipe) must not keep the process here
+                pass
         os._exit(code)
     sys.exit(code)
 

@@ -44,6 +44,9 @@ _identity: dict[Path, tuple[int, int]] = {}  # each watched run folder's (device
 _written: dict[Path, str] = {}  # a file each watched folder holds once written (its config.json)
 CONFIG_NAME = "config.json"  # runs.CONFIG_FILE (runs imports this module)
 _records: list[str] = []  # the libraries' error records and the faults' tracebacks, for errors.log
+# What a failed exchange between processes says (Orbax's barrier over Gloo or JAX's coordination service), as
+# opposed to a write the disk refused: `Gloo AllGather failed: ... Connection reset by peer`, `Barrier timed out`.
+BETWEEN_PROCESSES = re.compile(r"gloo|barrier|coordination service|all-?gather", re.IGNORECASE)
 
 
 class WriteFault(JaxintroError):
@@ -60,7 +63,7 @@ class WriteFault(JaxintroError):
 
     def between_processes(self) -> bool:
         """Whether a save failed in the exchange between processes (Orbax's barrier), not on the disk."""
-        return self.os_error is None and not self.vanished
+        return self.os_error is None and not self.vanished and BETWEEN_PROCESSES.search(self.reason) is not None
 
 
 def os_reason(code: int | None, fallback: str = "") -> str:

@@ -53,7 +53,7 @@ def enable_compile_cache(directory: Path | None = None) -> Path:
     global _listening
     directory = directory or default_cache_dir() / "xla"
     directory.mkdir(parents=True, exist_ok=True)
-    # JAX writes the folder's path into every entry's key (it names XLA's GPU autotuning cache inside it):
+    # JAX writes the folder's path into every entry's key (it names XLA's GPU caches inside it):
     # the same folder reached through a symbolic link would miss every entry written under its real path.
     directory = directory.resolve()
     jax.config.update("jax_compilation_cache_dir", str(directory))

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from jaxintro.config import TrainConfig, config_from_flags
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
@@ -275,7 +275,6 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
-    from jaxintro.faults import WriteFault
     from jaxintro.train import fit
 
     rows = saver.rows
@@ -290,20 +289,42 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
             message = _("{error}; no epoch finished").format(error=exc)
         raise TrainingDivergedError(message) from None
     except Exception as exc:
-        peer_in_save = isinstance(exc, WriteFault) and exc.between_processes()  # Orbax's barrier, not the disk
-        if jax.process_count() == 1 or (isinstance(exc, JaxintroError) and not peer_in_save):
+        if jax.process_count() == 1 or (isinstance(exc, JaxintroError) and not peer_lost_in_save(exc)):
             raise
         # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
-        # means a peer died. Leave now: JAX's shutdown barrier would wait for it, then abort.
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        facts = dict(process=jax.process_index(), error=f"{type(exc).__name__}: {first}")
-        if rows:
-            message = _("jaxintro train: error: process {process} lost its peers ({error}); resume from epoch {epoch} "
-                        "with --resume {run_dir}").format(epoch=rows[-1]["epoch"], run_dir=run_dir, **facts)
-        else:
-            message = _("jaxintro train: error: process {process} lost its peers ({error}); no epoch finished").format(
-                **facts)
-        print(message, file=sys.stderr, flush=True)
-        os._exit(1)
+        # means a peer died.
+        leave_for_lost_peers(exc, run_dir)
     finally:
-        saver.close()
+        try:
+            saver.close()  # the last epoch's save: its barrier too can meet a peer that died
+        except JaxintroError as exc:
+            if jax.process_count() > 1 and peer_lost_in_save(exc):
+                leave_for_lost_peers(exc, run_dir)
+            raise
+
+
+def peer_lost_in_save(exc: BaseException) -> bool:
+    """Whether a checkpoint's save failed in Orbax's barrier between the processes (a peer died), not on the disk."""
+    from jaxintro.faults import WriteFault
+
+    return isinstance(exc, WriteFault) and exc.between_processes()
+
+
+def leave_for_lost_peers(exc: BaseException, run_dir: Path) -> NoReturn:
+    """One line that names the lost peers and the newest checkpoint on disk, then exit at once: JAX's shutdown
+    barrier would wait for the dead peer, then abort."""
+    import jax
+
+    from jaxintro.faults import committed_epochs
+
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    facts = dict(process=jax.process_index(), error=f"{type(exc).__name__}: {first}")
+    epochs = committed_epochs(run_dir)  # an epoch whose save the failure interrupted is not one to resume from
+    if epochs:
+        message = _("jaxintro train: error: process {process} lost its peers ({error}); resume from epoch {epoch} "
+                    "with --resume {run_dir}").format(epoch=epochs[-1], run_dir=run_dir, **facts)
+    else:
+        message = _("jaxintro train: error: process {process} lost its peers ({error}); no epoch finished").format(
+            **facts)
+    print(message, file=sys.stderr, flush=True)
+    os._exit(1)
