@@ -113,14 +113,14 @@ def test_every_write_can_fail_with_one_line_and_lose_nothing(n, name, what, on_d
 
 
 def test_a_save_that_failed_between_processes_is_told_from_a_refused_write(tmp_path):
-    """Orbax's barrier failing (a peer gone) names no OS error: a multi-process run then reports its lost peer
+    """Orbax's barrier failing (a peer gone) is told by its words: a multi-process run then reports its lost peer
     (test_cluster.py), not a write the disk refused."""
     faults.watch(tmp_path)  # this run's folder, and a fresh errors.log
     peer = faults.fault_from(ValueError("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error "
                                         "[127.0.0.1]:23971: Connection reset by peer"), "checkpoint 3", tmp_path)
     full = faults.fault_from(ValueError("INTERNAL: Error writing local file: os_error_code=28"), "checkpoint 3",
                              tmp_path)
-    assert peer.between_processes() and (peer.os_error, full.os_error) == (None, errno.ENOSPC)
+    assert peer.between_processes() and full.reason == "No space left on device [ENOSPC]"
     assert not full.between_processes() and not faults.fault_from(OSError(errno.EIO, "I/O error"), "metrics.jsonl",
                                                                   tmp_path).between_processes()
     (tmp_path / "elsewhere").mkdir()
@@ -128,7 +128,20 @@ def test_a_save_that_failed_between_processes_is_told_from_a_refused_write(tmp_p
     assert gone.vanished and not gone.between_processes()
     # A refusal whose errno the message does not name is still the disk's, not a lost peer.
     denied = faults.fault_from(ValueError("PERMISSION_DENIED: Error opening file"), "checkpoint 3", tmp_path)
-    assert denied.os_error is None and not denied.between_processes()
+    assert denied.reason == "PERMISSION_DENIED: Error opening file" and not denied.between_processes()
+
+
+def test_lost_peers_name_the_newest_checkpoint_on_disk(tmp_path):
+    """The line of a run that lost its peers names the newest committed checkpoint, not the epoch whose save the
+    failure interrupted (a step Orbax had not finished has no number of its own yet)."""
+    for step in ("1", "2", "3.orbax-checkpoint-tmp-7"):
+        (tmp_path / "checkpoints" / step).mkdir(parents=True)
+    leave = ("import sys; from pathlib import Path; from jaxintro.commands.train import leave_for_lost_peers; "
+             "leave_for_lost_peers(ValueError('UNKNOWN: Gloo AllGather failed'), Path(sys.argv[1]))")
+    proc = subprocess.run([sys.executable, "-c", leave, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (f"jaxintro train: error: process 0 lost its peers (ValueError: UNKNOWN: Gloo "
+                                   f"AllGather failed); resume from epoch 2 with --resume {tmp_path}")
 
 
 def test_a_write_fault_ends_the_process_though_a_library_thread_still_waits(tmp_path):
