@@ -52,18 +52,19 @@ BETWEEN_PROCESSES = re.compile(r"gloo|barrier|coordination service|all-?gather",
 class WriteFault(JaxintroError):
     """The machine refused a write of a run: `what` could not be written in `run_dir`, for `reason`."""
 
-    def __init__(self, what: str, run_dir: Path, reason: str, *, vanished: bool = False,
-                 os_error: int | None = None) -> None:
+    def __init__(self, what: str, run_dir: Path, reason: str, *, vanished: bool = False) -> None:
         super().__init__(f"{what}: {reason}")
         self.what = what
         self.run_dir = run_dir
         self.reason = reason
         self.vanished = vanished  # the run folder itself is gone: nothing of it is left to continue from
-        self.os_error = os_error  # the errno the OS refused the write with; None when no OS error was named
 
     def between_processes(self) -> bool:
-        """Whether a save failed in the exchange between processes (Orbax's barrier), not on the disk."""
-        return self.os_error is None and not self.vanished and BETWEEN_PROCESSES.search(self.reason) is not None
+        """Whether a save failed in the exchange between processes (Orbax's barrier), not on the disk.
+
+        A refusal of the OS has the OS's words as its reason (`os_reason`), never the library's message.
+        """
+        return BETWEEN_PROCESSES.search(self.reason) is not None
 
 
 def os_reason(code: int | None, fallback: str = "") -> str:
@@ -95,7 +96,7 @@ def fault_from(exc: BaseException, what: str, run_dir: Path) -> WriteFault:
     if folder_changed(run_dir):  # Orbax's thread found the folder gone: that is the fault to name
         return WriteFault(what, run_dir, _("the run folder was removed while the run was writing to it"),
                           vanished=True)
-    return WriteFault(what, run_dir, reason, os_error=code)
+    return WriteFault(what, run_dir, reason)
 
 
 @contextlib.contextmanager
