@@ -1,27 +1,40 @@
-# The README's two commands: `make train` and `make test`. Each sets itself up.
+# The README's two commands: `make train` and `make test`. Each sets itself up, installing only what it needs.
+SHELL  := bash
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
 # Extra flags for `make train`, e.g. make train ARGS="--data-dir ../shared/data/mnist".
 ARGS   ?=
 # The translations' sources; installing compiles them to .mo files (setup.py's build hook).
 LOCALE := src/jaxintro/locale
 PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
+# What an install depends on: a change to any of them installs again.
+SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 
 .PHONY: train test test-fast bench install clean messages serve browser notebooks mutation
 
-$(STAMP): pyproject.toml constraints.txt setup.py $(PO)
-	@echo "Setting up $(VENV): jaxintro and its pinned dependencies (JAX, Optax, Flax, Equinox, Orbax; PyTorch's CPU"
-	@echo "build for the benchmark; the test tools), about 2 GB once installed. First time only: about 2 minutes."
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[torch,dev]'
-	@$(BIN)/python -c "from importlib.metadata import version as v; print('Installed in $(VENV): jaxintro', v('jaxintro'), \
-		'with', ', '.join(f'{p} {v(p)}' for p in ('jax', 'optax', 'flax', 'equinox', 'orbax-checkpoint', 'torch')))"
-	@# An editable install turns a failed catalog compile into a mere warning: check that Spanish loads.
-	$(BIN)/python -c "import sys; from jaxintro.i18n import set_language; \
-		sys.exit(0 if set_language('es') == 'es' else 'the Spanish catalog did not compile (setup.py build hook)')"
-	touch $(STAMP)
+# One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
+STAMP     := $(VENV)/.installed
+TESTING   := $(VENV)/.installed-test
+BENCHING  := $(VENV)/.installed-bench
+MUTATING  := $(VENV)/.installed-mutation
+NOTEBOOKS := $(VENV)/.installed-notebooks
+
+$(STAMP): $(SETUP)
+	@scripts/venv.sh $(VENV) "training" ""
+	@touch $@
+$(TESTING): $(STAMP)
+	@scripts/venv.sh $(VENV) "the tests" "test,torch"
+	@touch $@
+$(BENCHING): $(STAMP)
+	@scripts/venv.sh $(VENV) "the benchmark" "torch"
+	@touch $@
+$(MUTATING): $(TESTING)
+	@scripts/venv.sh $(VENV) "mutation testing" "test,torch,mutation"
+	@touch $@
+$(NOTEBOOKS): $(STAMP)
+	@scripts/venv.sh $(VENV) "the notebooks" "notebooks"
+	@touch $@
 
 install: $(STAMP)
 
@@ -32,13 +45,13 @@ train: $(STAMP)
 # time limit), the other computes. `make test WORKERS=0` runs them all in one process.
 WORKERS ?= 2
 
-test: $(STAMP) browser
+test: $(TESTING) browser
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
 
-test-fast: $(STAMP) browser
+test-fast: $(TESTING) browser
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
 
-bench: $(STAMP)
+bench: $(BENCHING)
 	$(BIN)/jaxintro bench $(ARGS)
 
 # Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), data.py, runs.py and
@@ -47,16 +60,18 @@ bench: $(STAMP)
 # JAX starts with 4 CPU devices there, so the lesson's data-parallel epoch is checked in the tests' own process.
 # The mutants' processes share one compile cache (mutants/xla-cache) and run each mutant's tests fastest first
 # (tests/conftest.py): 26 to 35 minutes on 2 cores (docs/testing.md).
-mutation: $(STAMP)
+mutation: $(MUTATING)
 	rm -rf mutants
 	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true
 	$(BIN)/python tests/mutation_report.py mutants
 
 # The lesson's notebooks: each .ipynb regenerated from its jupytext source (notebooks/*.py, the file to edit),
-# without outputs, and .venv's Python registered as the Jupyter kernel "jaxintro (.venv)" that they ask for.
-notebooks: $(STAMP)
+# without outputs, and .venv's Python registered as the Jupyter kernel "jaxintro (.venv)" that they ask for,
+# inside .venv (share/jupyter/kernels): a Jupyter started from .venv finds it, another one with
+# JUPYTER_PATH=.venv/share/jupyter. Not user-wide, where the last clone to register owns the name.
+notebooks: $(NOTEBOOKS)
 	$(BIN)/python notebooks/build.py
-	$(BIN)/python -m ipykernel install --user --name jaxintro --display-name "jaxintro (.venv)"
+	$(BIN)/python -m ipykernel install --sys-prefix --name jaxintro --display-name "jaxintro (.venv)"
 
 # The page for the newest finished run (after `make train`), e.g. make serve ARGS="--port 8080 --open".
 serve: $(STAMP)
@@ -81,7 +96,7 @@ browser:
 
 # After adding or changing a message (_(), N_(), ngettext()): extract them all, merge them into each
 # catalog (new ones empty, changed ones fuzzy), translate those, then `make install` compiles them.
-messages: $(STAMP)
+messages: $(TESTING)
 	$(BIN)/pybabel extract --project=jaxintro --version="$$($(BIN)/python -c 'import jaxintro; print(jaxintro.__version__)')" \
 		--copyright-holder="the jaxintro authors" --add-location=file --add-comments=TRANSLATORS: \
 		-o $(LOCALE)/jaxintro.pot src/jaxintro
