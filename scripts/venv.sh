@@ -25,11 +25,11 @@ fail() {
 # What a new user sees of the installer: its phases as they happen (uv: resolved, prepared, installed) and
 # any warning or error, but not the list of every package added (the log keeps it), nor pip's notes on this
 # machine's empty local index folders.
-show() { grep --line-buffered -v -E '^ [+-] |^WARNING: Location .* is ignored|^(Collecting|Downloading|Requirement already|  )' || true; }
+show() { grep --line-buffered -v -E '^ [+~-] |^ Downloaded |^WARNING: Location .* is ignored|^(Collecting|Downloading|Requirement already|  )' || true; }
 
 size() {
     case "$extras" in
-        "") echo "JAX, Optax, Flax, Equinox, Orbax, Matplotlib and scikit-learn: about 700 MB, 10 to 30 s" ;;
+        "") echo "JAX, Optax, Flax, Equinox, Orbax, Matplotlib and scikit-learn: about 1 GB, 10 to 30 s" ;;
         *torch*) echo "the runtime and the extras $extras (PyTorch's CPU build, the test tools): about 2 GB, under a minute" ;;
         *) echo "the runtime and the extras $extras" ;;
     esac

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, synthetic_dataset
+from conftest import synthetic_dataset
 from jaxintro import serve
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
@@ -183,13 +182,3 @@ def test_the_offline_warning_gives_its_fix_once(recwarn):
     assert load_dataset("auto").name == "digits"  # the mirrors are unreachable in tests
     message = str(next(w.message for w in recwarn if "MNIST is not available" in str(w.message)))
     assert message.count("--data-dir") == 1 and message.count("internet") == 1
-
-
-def test_the_first_install_says_what_it_does_and_shows_pips_progress():
-    plan = subprocess.run(["make", "-n", "-B", "-f", "Makefile", ".venv/.installed"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, check=True).stdout.splitlines()
-    pip = next(i for i, line in enumerate(plan) if "pip install" in line)
-    said = " ".join(plan[:pip])
-    assert "echo" in said and "First time only: about 2 minutes" in said
-    assert "--quiet" not in plan[pip] and "-q " not in plan[pip]
-    assert any("Installed in" in line for line in plan[pip + 1:])

@@ -1,0 +1,70 @@
+"""The set-up: `make train` installs the runtime only, every install is pinned, and a failure says what to do.
+
+uv and pip give the same versions when every package either installs is pinned in constraints.txt, the one
+list of pins: the first test checks that of the environment this suite runs in (which `make test` set up).
+"""
+
+import re
+import subprocess
+import tomllib
+from importlib.metadata import distributions
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The venv's own tools (python -m venv puts them there), installed by neither uv nor pip's -c constraints.txt.
+VENV_OWN = {"pip", "setuptools", "jaxintro"}
+
+
+def normalize(name: str) -> str:
+    """A distribution's name as PyPI compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins() -> dict[str, str]:
+    """constraints.txt's pins by normalized name."""
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    pairs = (line.split("==") for line in lines if line.strip() and not line.startswith("#"))
+    return {normalize(name): version for name, version in pairs}
+
+
+def test_every_installed_package_is_pinned_at_its_installed_version():
+    pinned = pins()
+    installed = {normalize(d.metadata["Name"]): d.version for d in distributions() if d.metadata["Name"]}
+    # A local version (PyTorch's "+cpu" build) satisfies "==" of its public version, for pip and uv alike.
+    off = {name: (version, pinned.get(name)) for name, version in installed.items()
+           if name not in VENV_OWN and pinned.get(name) != version.split("+")[0]}
+    assert off == {}, f"installed (version, pin) not matching constraints.txt: {off}"
+
+
+def test_the_projects_own_pins_agree_with_constraints():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    exact = {normalize(name): version for name, version in (r.split("==") for r in wanted if "==" in r)}
+    disagree = {name: (version, pins().get(name)) for name, version in exact.items() if pins().get(name) != version}
+    assert exact and disagree == {}, f"pyproject.toml's (pin, constraints.txt's pin): {disagree}"
+    assert "uv" in pins(), "uv, which installs everything, is pinned like the rest"
+
+
+def make_plan(target: str) -> str:
+    """What `make TARGET` would run from scratch, without running it."""
+    return subprocess.run(["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=True).stdout
+
+
+def test_make_train_installs_the_runtime_only_and_make_test_adds_its_extras():
+    train = make_plan("train")
+    assert 'scripts/venv.sh .venv "training" ""' in train
+    assert "test" not in train.split("jaxintro train")[0] and "torch" not in train
+    test = make_plan("test")
+    assert 'scripts/venv.sh .venv "the tests" "test,torch"' in test and "mutation" not in test
+    assert 'scripts/venv.sh .venv "mutation testing" "test,torch,mutation"' in make_plan("mutation")
+    assert "ipykernel install --sys-prefix" in make_plan("notebooks"), "the kernel lives in .venv, not user-wide"
+
+
+def test_a_failed_set_up_says_what_failed_and_how_to_retry(tmp_path):
+    done = subprocess.run(["bash", "scripts/venv.sh", str(tmp_path / "venv"), "training", ""], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(tmp_path / "no-such-python")})
+    assert done.returncode == 1
+    assert "failed: could not create a virtual environment" in done.stderr
+    assert "run the same make command again" in done.stderr and "PIP=1" in done.stderr
