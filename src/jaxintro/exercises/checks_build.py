@@ -88,11 +88,12 @@ def _check_he_scale(init_params) -> None:
                 want=want))
 
 
-def _reference_forward(params: dict, x, *, last_relu: bool = False, relu: bool = True,
-                       bias: bool = True) -> np.ndarray:
+def _reference_forward(params: dict, x, *, last_relu: bool = False, relu: bool = True, bias: bool = True,
+                       string_order: bool = False) -> np.ndarray:
     """The lesson's forward (and its typical mistakes), in float64 NumPy."""
     params, h = numpy_tree(params), np.asarray(x, np.float64)
-    names = sorted(params, key=lambda n: int(n.removeprefix("layer")))
+    # The layers by number; string_order is the mistake of walking them as jax.tree.leaves lists them.
+    names = sorted(params) if string_order else sorted(params, key=lambda n: int(n.removeprefix("layer")))
     for k, name in enumerate(names):
         h = h @ params[name]["w"] + (params[name]["b"] if bias else 0.0)
         if relu and (k < len(names) - 1 or last_relu):

@@ -158,11 +158,14 @@ def _check_norms(got, grads: dict, inputs: str) -> None:
 
 
 def check_any_depth(ns: dict) -> None:
-    """Agrees with the lesson's 3-layer forward, then with the reference at every depth from 1 to 6."""
+    """Agrees with the lesson's 3-layer forward, then with the reference at depths 1 to 6 and at 12 layers."""
     mlp_forward = jax.jit(ns["mlp_forward"])
-    for depth in (3, 1, 2, 4, 5, 6):
-        sizes = (4, *[5 + (i % 2) for i in range(depth - 1)], 3)
-        params, (x, _y) = make_params(depth, sizes), make_batch(depth, 2, 4, 3)
+    cases = [(depth, (4, *[5 + (i % 2) for i in range(depth - 1)], 3)) for depth in (3, 1, 2, 4, 5, 6)]
+    # Twelve layers, whose keys sort as strings in another order than their numbers (layer10 before layer2):
+    # square first, so that walking them in jax.tree.leaves order runs and gives numbers that name the mistake.
+    cases += [(12, (4,) * 13), (12, (4, *[5 + (i % 2) for i in range(11)], 3))]
+    for depth, sizes in cases:
+        params, (x, _y) = make_params(depth, sizes), make_batch(depth, 2, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x)
         try:
             got = attempt(mlp_forward, params, x, name="mlp_forward", inputs=inputs)
@@ -173,11 +176,15 @@ def check_any_depth(ns: dict) -> None:
                     "layers the params hold").format(depth=depth, error=exc.message)) from exc
             raise
         if not close(got, _reference_forward(params, x)):
-            key = diagnose_forward(got, params, x)
+            key = ("layers_in_string_order" if close(got, _reference_forward(params, x, string_order=True))
+                   else diagnose_forward(got, params, x))
             if key == "mismatch" and depth != 3:
                 key = "depth_hard_coded"
-            what = (_("the depth is fixed at 3: it must follow the params") if key == "depth_hard_coded"
-                    else _(FORWARD_MISTAKES[key]))
+            what = {"depth_hard_coded": _("the depth is fixed at 3: it must follow the params"),
+                    "layers_in_string_order": _(
+                        "the layers ran in jax.tree.leaves order, which sorts the keys as strings (layer1, layer10, "
+                        "layer11, layer12, layer2, ...): count the layers with jax.tree.leaves, then walk them by "
+                        "number, params[f\"layer{{i}}\"]")}.get(key) or _(FORWARD_MISTAKES[key])
             raise CheckFailed(key, _("mlp_forward({inputs}), {depth} layers: {what}").format(
                 inputs=inputs, depth=depth, what=what))
 

@@ -157,20 +157,26 @@ def check_scan(ns: dict) -> None:
     """Equal to the Python loop's averages, under jit with decay traced; one program for any length (a scan)."""
     moving_average = ns["moving_average"]
 
-    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4, 7]), st.sampled_from([0.5, 0.9])), n=4)
+    # Lengths of 2 and more: with a single value the carry is never read again, so a wrong carry would pass.
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([2, 4, 7]), st.sampled_from([0.5, 0.9])), n=4)
     def agrees(case):
         seed, length, decay = case
         xs = _array(seed, (length,))
         inputs = describe(xs=xs, decay=decay)
         got = attempt(jax.jit(moving_average), xs, decay, name="moving_average", inputs=inputs)
-        want = _moving_average(np.asarray(xs, np.float64), decay)
+        x = np.asarray(xs, np.float64)
+        want = _moving_average(x, decay)
         if not close(got, want):
             shifted = np.concatenate([[0.0], want[:-1]])
-            swapped = _moving_average(np.asarray(xs, np.float64), 1 - decay)
+            carried_input = decay * np.concatenate([[0.0], x[:-1]]) + (1 - decay) * x  # step returned (x, m_new)
+            swapped = _moving_average(x, 1 - decay)
             key = ("returns_final_only" if np.shape(got) == () else "history_shifted" if close(got, shifted)
+                   else "carry_is_input" if close(got, carried_input)
                    else "decay_swapped" if close(got, swapped) else "mismatch")
             why = {"returns_final_only": _(" (only the last average: return every step's, the scan's outputs)"),
                    "history_shifted": _(" (each output is the previous step's average: output the new carry)"),
+                   "carry_is_input": _(" (the carry handed to the next step is x_t, not the new average: the step "
+                                       "returns (m_new, m_new), the average as the carry and as the output)"),
                    "decay_swapped": _(" (decay and 1 - decay are swapped)"), "mismatch": ""}[key]
             raise CheckFailed(key, _("moving_average({inputs}) = {got}, expected {want}{why}").format(
                 inputs=inputs, got=numbers(got), want=numbers(want), why=why))

@@ -51,9 +51,11 @@ Then grad_norms: each example's global L2 norm, over every layer's w and b toget
     "any_depth": """Exercise 3: an MLP of any depth
 
 Write mlp_forward for params with any number of layers ("layer1" ... "layerN", N from 1 up):
-ReLU between layers, none after the last. jax.tree.leaves(params) lists the arrays in a fixed
-order: layers in key order and, inside each layer, "b" before "w" (keys are sorted). With three
-layers it must agree with the lesson's forward.""",
+ReLU between layers, none after the last. Count the layers with jax.tree.leaves(params) (two
+leaves per layer, w and b), then walk them by number: params[f"layer{i}"]. Not in the order
+jax.tree.leaves lists them: it sorts dict keys as strings, so "layer10" comes before "layer2"
+and a deep MLP would apply its layers shuffled. With three layers it must agree with the
+lesson's forward.""",
     "jit_timing": """Exercise 4: jit against no jit, timed honestly
 
 Two traps make JIT timings wrong. The first call of a jitted function traces and compiles it:
@@ -150,9 +152,11 @@ HINTS = {
         "then jnp.sqrt.",
     ],
     "any_depth": [
-        "leaves = jax.tree.leaves(params) is [b1, w1, b2, w2, ...].",
-        "layers = list(zip(leaves[1::2], leaves[0::2])) gives [(w1, b1), (w2, b2), ...].",
-        "ReLU after every layer but the last: loop over layers[:-1], then apply layers[-1] alone.",
+        "A pytree's leaves tell its size: each layer holds two arrays, w and b.",
+        "n = len(jax.tree.leaves(params)) // 2 layers; walk them by number, params[f\"layer{i}\"] for i in "
+        "1..n. Their leaves' order is a trap: keys sort as strings, \"layer10\" before \"layer2\".",
+        "for i in range(1, n): x = jax.nn.relu(x @ params[f\"layer{i}\"][\"w\"] + params[f\"layer{i}\"][\"b\"]); "
+        "then layer n alone, without ReLU.",
     ],
     "jit_timing": [
         "Warm-up: jax.block_until_ready(f(*args)) once before time.perf_counter().",

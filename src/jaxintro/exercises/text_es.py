@@ -54,9 +54,11 @@ Después grad_norms: la norma L2 global de cada ejemplo, sobre w y b de todas la
     "any_depth": """Ejercicio 3: un MLP de cualquier profundidad
 
 Escribe mlp_forward para params con cualquier número de capas ("layer1" ... "layerN", N desde 1):
-ReLU entre capas, ninguna tras la última. jax.tree.leaves(params) lista los arrays en un orden
-fijo: las capas por orden de clave y, dentro de cada capa, "b" antes que "w" (las claves se
-ordenan). Con tres capas debe coincidir con el forward de la lección.""",
+ReLU entre capas, ninguna tras la última. Cuenta las capas con jax.tree.leaves(params) (dos
+hojas por capa, w y b) y recórrelas por número: params[f"layer{i}"]. No en el orden en que las
+lista jax.tree.leaves: ordena las claves del dict como texto, así que "layer10" va antes que
+"layer2" y un MLP profundo aplicaría sus capas desordenadas. Con tres capas debe coincidir con
+el forward de la lección.""",
     "jit_timing": """Ejercicio 4: jit contra sin jit, medido con honradez
 
 Dos trampas falsean los tiempos de JIT. La primera llamada a una función con jit la traza y la
@@ -157,9 +159,11 @@ HINTS = {
         "y luego jnp.sqrt.",
     ],
     "any_depth": [
-        "leaves = jax.tree.leaves(params) es [b1, w1, b2, w2, ...].",
-        "layers = list(zip(leaves[1::2], leaves[0::2])) da [(w1, b1), (w2, b2), ...].",
-        "ReLU tras cada capa menos la última: recorre layers[:-1] y aplica luego layers[-1] sola.",
+        "Las hojas de un pytree dicen su tamaño: cada capa guarda dos arrays, w y b.",
+        "n = len(jax.tree.leaves(params)) // 2 capas; recórrelas por número, params[f\"layer{i}\"] para i en "
+        "1..n. El orden de sus hojas es una trampa: las claves se ordenan como texto, \"layer10\" antes que \"layer2\".",
+        "for i in range(1, n): x = jax.nn.relu(x @ params[f\"layer{i}\"][\"w\"] + params[f\"layer{i}\"][\"b\"]); "
+        "después la capa n sola, sin ReLU.",
     ],
     "jit_timing": [
         "Calentamiento: jax.block_until_ready(f(*args)) una vez antes de time.perf_counter().",
