@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 import time
 import zlib
@@ -35,6 +36,41 @@ def png_bytes(img: Image.Image) -> bytes:
 
 
 SEVEN = (((80, 60), (200, 60)), ((200, 60), (120, 230)))
+# An EPS file: Pillow reads its header, then runs Ghostscript to draw it.
+EPS = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\n"
+       b"newpath 14 4 moveto 14 24 lineto 3 setlinewidth stroke\nshowpage\n%%EOF\n")
+
+
+def image_bytes(img: Image.Image, kind: str) -> bytes:
+    out = io.BytesIO()
+    img.convert("RGB").save(out, format=kind)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["BMP", "TIFF", "GIF", "WEBP", "EPS"])
+def test_only_png_and_jpeg_are_decoded(kind, tmp_path):
+    raw = EPS if kind == "EPS" else image_bytes(drawing(strokes=SEVEN), kind)
+    for source in (raw, tmp_path / "digit.png"):
+        (tmp_path / "digit.png").write_bytes(raw)
+        with pytest.raises(DataError, match="not a PNG or JPEG image"):
+            load_image(source, (28, 28))
+    assert load_image(image_bytes(drawing(strokes=SEVEN), "JPEG"), (28, 28)).max() == 255
+
+
+def test_a_sixteen_bit_grey_image_is_read_at_its_own_contrast():
+    # Dark ink at a quarter of full scale on white paper, in 16 bits: clipping to 8 bits would make it all white.
+    values = np.full((280, 280), 65535, np.uint16)
+    values[60:220, 130:150] = 16384
+    raw = png_bytes(Image.fromarray(values))
+    assert Image.open(io.BytesIO(raw)).mode.startswith("I")
+    digit = load_image(raw, (28, 28))
+    assert digit.max() == 255 and (digit > 0).sum() > 20
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path):
+    os.mkfifo(tmp_path / "digit.png")
+    with pytest.raises(DataError, match="not a regular file"):
+        load_image(tmp_path / "digit.png", (28, 28))
 
 
 def test_a_transparent_canvas_export_reads_like_the_same_drawing_on_white():
@@ -172,7 +208,7 @@ def test_a_file_that_is_not_an_image_is_a_data_error(tmp_path):
     bad.write_text("not an image")
     with pytest.raises(DataError) as err:
         load_image(Path(bad), (28, 28))
-    assert str(err.value) == f"{bad}: not a readable image (not a format Pillow knows); give a PNG or JPEG file"
+    assert str(err.value) == f"{bad}: not a readable image (not a PNG or JPEG image); give a PNG or JPEG file"
 
 
 def test_other_sides_keep_mnists_proportions():
@@ -256,7 +292,7 @@ def test_a_damaged_image_says_what_pillow_found():
         load_image(png_bytes(drawing(strokes=SEVEN))[:300], (28, 28))  # the header, then a cut
     message = str(err.value)
     assert message.startswith("the image: not a readable image (") and message.endswith("; give a PNG or JPEG file")
-    assert "truncated" in message and "not a format Pillow knows" not in message
+    assert "truncated" in message and "not a PNG or JPEG image" not in message
 
 
 def test_a_large_jpeg_is_decoded_small_and_gives_uint8_pixels_like_the_png(monkeypatch):

@@ -133,7 +133,7 @@ def test_an_unreadable_image_names_no_python_object(digits_app):
     with pytest.raises(serve.ApiError) as caught:
         digits_app.predict(kind, raw)
     message = str(caught.value)
-    assert "not a readable image (not a format Pillow knows)" in message
+    assert "not a readable image (not a PNG or JPEG image)" in message
     assert "object at 0x" not in message and "BytesIO" not in message
 
 

@@ -32,7 +32,7 @@ from jaxintro.evaluate import load_run, predict_proba
 from jaxintro.grads import per_example_grad_norms_vmap
 from jaxintro.images import load_image
 from jaxintro.lesson import scale_images
-from test_images import SEVEN, bomb_png, drawing, png_bytes
+from test_images import EPS, SEVEN, bomb_png, drawing, image_bytes, png_bytes
 
 ONE = (((140, 50), (140, 230)),)
 
@@ -71,6 +71,8 @@ def call(address: tuple[str, int], method: str, path: str, body: bytes | str | d
     """One request on a fresh connection; the JSON answer decoded (or the raw bytes for a page)."""
     if isinstance(body, dict):
         body = json.dumps(body)
+    if body is not None:  # as the page sends it: the server takes JSON only
+        headers = {"Content-Type": "application/json", **(headers or {})}
     conn = http.client.HTTPConnection(*address, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -94,6 +96,11 @@ def raw_request(address: tuple[str, int], data: bytes) -> tuple[int | None, byte
         return None, answer
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), body
+
+
+def host(address: tuple[str, int]) -> bytes:
+    """The Host header line a browser sends to the server at `address`."""
+    return f"Host: {address[0]}:{address[1]}\r\n".encode()
 
 
 def data_url(raw: bytes, kind: str = "image/png") -> str:
@@ -257,6 +264,13 @@ BAD_PREDICTS = [
     ("decompression bomb", json.dumps({"image": data_url(bomb_png(14000, 14000))}).encode(), 400,
      "larger than the limit"),
     ("not UTF-8", b'{"pixels": "\xff"}', 400, "malformed JSON"),
+    ("nested 100,000 deep", b'{"pixels": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+    ("an integer of 400 digits", ('{"pixels": [' + "9" * 400 + ", 0" * 63 + "]}").encode(), 400, "outside [0, 1]"),
+    ("a BMP", json.dumps({"image": data_url(image_bytes(drawing(), "BMP"))}).encode(), 400, "not a PNG or JPEG"),
+    ("a TIFF", json.dumps({"image": data_url(image_bytes(drawing(), "TIFF"))}).encode(), 400, "not a PNG or JPEG"),
+    ("an EPS", json.dumps({"image": data_url(EPS)}).encode(), 400, "not a PNG or JPEG"),
+    ("over the API's pixels", json.dumps({"image": data_url(png_bytes(drawing(1500)))}).encode(), 400,
+     "limit of 2,000,000 pixels"),
 ]
 
 
@@ -273,13 +287,13 @@ def test_a_body_over_1_mb_gets_413(digits_server):
     status, headers, answer = call(digits_server, "POST", "/api/predict", body)
     assert status == 413 and "limit is 1,000,000" in answer["error"]
     # A client announcing a huge body hears "no" at once, without sending it.
-    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n"
+    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\n" + host(digits_server) + b"Content-Length: 999999999\r\n"
                                            b"Connection: close\r\n\r\n")
     assert status == 413
 
 
 def test_a_body_without_length_is_refused(digits_server):
-    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    status, _ = raw_request(digits_server, b"POST /api/predict HTTP/1.1\r\n" + host(digits_server) + b"Transfer-Encoding: chunked\r\n"
                                            b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
     assert status == 411
 
@@ -307,7 +321,7 @@ def test_unknown_paths_get_a_json_404(digits_server, path):
     "/app.js%00.png", "/./app.css/..",
 ])
 def test_path_traversal_never_reads_a_file(digits_server, path):
-    status, body = raw_request(digits_server, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    status, body = raw_request(digits_server, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{digits_server[1]}\r\nConnection: close\r\n\r\n".encode())
     assert status == 404, body
     assert b"root:" not in body and b"def serve" not in body and b"import" not in body
 
@@ -316,7 +330,7 @@ def test_malformed_requests_get_json_errors(digits_server):
     # A request line that is not HTTP: the standard library answers in HTTP/0.9 style, a bare body.
     status, body = raw_request(digits_server, b"THIS IS NOT HTTP\r\n\r\n")
     assert status in (None, 400) and "Bad request" in json.loads(body)["error"]
-    status, body = raw_request(digits_server, b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n")
+    status, body = raw_request(digits_server, b"GET / HTTP/1.1\r\n" + host(digits_server) + b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n")
     assert status == 431 and "error" in json.loads(body)
     assert call(digits_server, "GET", "/api/run")[0] == 200
 
@@ -346,6 +360,7 @@ def test_the_page_names_no_other_host(digits_server):
 
 def test_host_warning_only_beyond_this_machine():
     assert serve.host_warning("127.0.0.1") is None and serve.host_warning("localhost") is None
+    assert serve.host_warning("::1") is None and serve.host_warning("127.0.0.2") is None
     assert "anyone" in serve.host_warning("0.0.0.0")
 
 
@@ -665,3 +680,141 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
                 server.wait(timeout=30)
             finally:
                 stop(server)
+
+
+# ---------------------------------------------------------------- other sites, slow clients, many images
+
+
+def test_an_eps_runs_no_program_in_the_api_nor_in_predict(digits_run, digits_server, tmp_path, monkeypatch):
+    # A stand-in Ghostscript on PATH leaves a mark if anything runs it (Pillow's EPS reader does, for any page).
+    marks = tmp_path / "gs-ran"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "gs").write_text(f"#!/bin/sh\necho \"$@\" >> {marks}\nexit 1\n")
+    (tmp_path / "bin" / "gs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    from PIL import EpsImagePlugin
+    monkeypatch.setattr(EpsImagePlugin, "gs_binary", None, raising=False)  # looked up again, on this PATH
+    status, _, answer = call(digits_server, "POST", "/api/predict", {"image": data_url(EPS)},
+                             {"Host": "evil.example", "Origin": "http://evil.example"})
+    assert status == 403 and "Host header" in answer["error"]
+    status, _, answer = call(digits_server, "POST", "/api/predict", {"image": data_url(EPS)})
+    assert status == 400 and "not a PNG or JPEG" in answer["error"]
+    fake = tmp_path / "digit.png"
+    fake.write_bytes(EPS)
+    done = subprocess.run([sys.executable, "-m", "jaxintro.cli", "predict", str(digits_run), str(fake)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "JAXINTRO_LANG": "en"})
+    assert done.returncode != 0 and "not a PNG or JPEG" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not marks.exists(), marks.read_text()
+
+
+@pytest.mark.parametrize("headers,refused", [
+    ({"Host": "evil.example:{port}"}, "Host header"),  # DNS rebinding: another name for 127.0.0.1
+    ({"Host": "127.0.0.1:1"}, "Host header"),  # another port
+    ({"Host": "127.0.0.1"}, "Host header"),
+    ({"Origin": "http://evil.example"}, "requests from"),  # another site's page
+    ({"Origin": "null"}, "requests from"),
+    ({"Host": "localhost:{port}"}, None),
+    ({"Origin": "http://127.0.0.1:{port}"}, None),  # the page itself
+])
+def test_another_site_is_refused(digits_server, headers, refused):
+    headers = {k: v.format(port=digits_server[1]) for k, v in headers.items()}
+    for method, path, body in (("GET", "/api/run", None), ("POST", "/api/predict", {"pixels": [0.5] * 64}),
+                               ("GET", "/", None)):
+        status, _, answer = call(digits_server, method, path, body, headers)
+        if refused:
+            assert status == 403 and refused in answer["error"], (method, path, answer)
+        else:
+            assert status == 200, (method, path, answer)
+
+
+def test_a_post_must_be_json(digits_server):
+    body = json.dumps({"pixels": [0.5] * 64})
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        status, _, answer = call(digits_server, "POST", "/api/predict", body, {"Content-Type": kind})
+        assert status == 415 and "application/json" in answer["error"], kind
+    assert call(digits_server, "POST", "/api/predict", body, {"Content-Type": "application/json; charset=utf-8"}
+                )[0] == 200
+
+
+def test_at_most_two_images_are_decoded_at_once(digits_app, digits_server, monkeypatch):
+    inside, most, lock = [0], [0], threading.Lock()
+    real = serve.load_image
+
+    def counting(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            time.sleep(0.3)
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(serve, "load_image", counting)
+    body = {"image": data_url(png_bytes(drawing(strokes=SEVEN)))}
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(lambda _: call(digits_server, "POST", "/api/predict", body)[0], range(6)))
+    assert statuses == [200] * 6 and most[0] == serve.DECODES == 2
+
+
+def test_a_slow_client_is_cut_off_at_the_deadline(digits_server, monkeypatch):
+    monkeypatch.setattr(serve, "REQUEST_SECONDS", 1.5)
+    start = time.monotonic()
+    with socket.create_connection(digits_server, timeout=10) as sock:
+        sock.sendall(b"GET /api/run HTTP/1.1\r\n")
+        with contextlib.suppress(OSError):
+            for _ in range(40):  # a header line every 0.2 s: each byte would restart a per-read time-out
+                sock.sendall(b"X-Slow: 1\r\n")
+                time.sleep(0.2)
+    assert time.monotonic() - start < 6, "the server held the connection past its whole-request deadline"
+    assert call(digits_server, "GET", "/api/run")[0] == 200
+
+
+def test_connections_are_capped_and_the_backlog_is_normal(digits_server, monkeypatch):
+    assert serve.Server.request_queue_size >= 128
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 3)
+    idle = [socket.create_connection(digits_server, timeout=10) for _ in range(3)]
+    try:
+        time.sleep(0.3)  # the server has taken all three
+        status, body = raw_request(digits_server, b"GET /api/run HTTP/1.1\r\n" + host(digits_server) + b"\r\n")
+        assert status == 503
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while call(digits_server, "GET", "/api/run")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert call(digits_server, "GET", "/api/run")[0] == 200
+
+
+def test_host_flags_bind_and_print_an_address_that_opens():
+    assert serve.page_url("0.0.0.0", 8) == "http://127.0.0.1:8/"
+    assert serve.page_url("::", 8) == "http://[::1]:8/" and serve.page_url("::1", 8) == "http://[::1]:8/"
+    assert serve.page_url("127.0.0.1", 8) == "http://127.0.0.1:8/"
+    with pytest.raises(serve.ConfigError, match="--host is empty"):
+        serve.bind("", 0)
+    server = serve.bind("0", 0)  # "0" is 0.0.0.0
+    try:
+        assert serve.page_url(server.server_address[0], 8) == "http://127.0.0.1:8/"
+    finally:
+        server.server_close()
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
+def test_serves_on_ipv6_loopback(digits_app):
+    try:
+        server = serve.bind("::1", 0)
+    except serve.ConfigError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    server.app = digits_app
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        status, _, answer = call(("::1", server.server_address[1]), "GET", "/api/run")
+        assert status == 200 and answer["features"] == 64
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

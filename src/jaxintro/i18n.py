@@ -47,3 +47,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
 def N_(message: str) -> str:
     """Mark `message` for extraction without translating it yet: it is translated with `_` where it is shown."""
     return message
+
+
+def printable(text: object) -> str:
+    """`text` safe to show on a terminal: control and format characters as Python escapes (\\x1b, \\n, \\u202e).
+
+    A folder name or a run's dataset comes from whoever made the run folder; printed raw, an escape sequence
+    in it could retitle or repaint the learner's terminal.
+    """
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))

@@ -29,9 +29,12 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from jaxintro.errors import DataError
-from jaxintro.i18n import _
+from jaxintro.i18n import _, printable
 
 MAX_PIXELS = 25_000_000  # refused before decoding: 25 MP is 100 MB as RGBA, a photo from any phone up to 24 MP
+# The only formats decoded: what the page and the README accept. Pillow opens about 40 others when asked for
+# none, and some run external programs (EPS runs Ghostscript) on bytes from anyone who can send them.
+FORMATS = ("PNG", "JPEG")
 WORK_SIDE = 2048  # larger images are box-reduced to about this side right after decoding
 NO_INK_LEVEL = 32  # an image whose darkest stroke is fainter than this (of 255) over its paper holds no digit
 CANVAS_PER_SIDE = 4  # the jitted stage reads a canvas of 4x the output side: 112x112 for MNIST
@@ -48,25 +51,28 @@ def framing(side: int) -> tuple[int, bool]:
     return FRAMING.get(side, (max(1, round(side * 20 / 28)), True))
 
 
-def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np.ndarray:
+def read_ink(source: ImageSource, canvas: int, *, name: str | None = None, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """Decode a PNG/JPEG (path or bytes) into a `canvas` x `canvas` float32 ink map in [0, 1], light ink on black."""
     from PIL import Image, UnidentifiedImageError
 
-    label = name or (str(source) if isinstance(source, Path) else _("the image"))
+    label = name or (printable(source) if isinstance(source, Path) else _("the image"))
     too_big = _("{name}: the image is larger than the limit of {limit:,} pixels; "
                 "shrink it (a digit needs a few hundred pixels a side) and try again").format(
-        name=label, limit=MAX_PIXELS)
+        name=label, limit=max_pixels)
+    if isinstance(source, Path) and source.exists() and not source.is_file():  # a FIFO or a device would hang
+        raise DataError(_("{name}: not a regular file; give a PNG or JPEG file").format(name=label))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit is lower
-            img = Image.open(source if isinstance(source, Path) else io.BytesIO(source))
+            img = Image.open(source if isinstance(source, Path) else io.BytesIO(source), formats=FORMATS)
         with img:
             # Only the header has been read so far: refuse a decompression bomb before it is decoded.
-            if img.width * img.height > MAX_PIXELS:
+            if img.width * img.height > max_pixels:
                 raise DataError(too_big + " " + _("(it is {width}x{height}, {pixels:,} pixels)").format(
                     width=img.width, height=img.height, pixels=img.width * img.height))
             img.draft("RGB", (WORK_SIDE, WORK_SIDE))  # JPEG: decode at a reduced scale (a no-op for PNG)
             img.load()
+            img = _eight_bit(img)
             # Grey first: `reduce` refuses 1-bit, palette and 16-bit modes, which PNGs often use.
             gray_img = _on_white(img).convert("L")
             factor = max(1, max(gray_img.size) // WORK_SIDE)
@@ -79,7 +85,7 @@ def read_ink(source: ImageSource, canvas: int, *, name: str | None = None) -> np
         raise DataError(too_big + has) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         # Pillow names the in-memory file it was given (`<_io.BytesIO object at 0x...>`): say what is wrong instead.
-        error = _("not a format Pillow knows") if isinstance(exc, UnidentifiedImageError) else exc
+        error = _("not a PNG or JPEG image") if isinstance(exc, UnidentifiedImageError) else exc
         raise DataError(_("{name}: not a readable image ({error}); give a PNG or JPEG file").format(
             name=label, error=error)) from None
     # Ink on paper is dark on light: MNIST is light on dark. The border is the paper: judge by it.
@@ -96,6 +102,20 @@ def check_ink(ink: np.ndarray, name: str) -> None:
     if float(np.max(ink, initial=0.0)) < NO_INK_LEVEL:
         raise DataError(_("{name}: no ink found (the image is blank or uniform); "
                           "give a picture of one digit, dark on light or light on dark").format(name=name))
+
+
+def _eight_bit(img):
+    """A 16-bit grey image scaled to 8 bits (convert("L") would clip it), its transparent value kept as alpha."""
+    from PIL import Image
+
+    if img.mode not in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
+        return img
+    values = np.asarray(img)
+    gray = Image.fromarray((np.clip(values, 0, 65535) // 257).astype(np.uint8), "L")
+    key = img.info.get("transparency")
+    if isinstance(key, int):
+        gray.putalpha(Image.fromarray(np.where(values == key, 0, 255).astype(np.uint8), "L"))
+    return gray
 
 
 def _on_white(img):
@@ -167,10 +187,11 @@ def _jitted_fit(side: int) -> Callable:
     return jax.jit(functools.partial(fit_like_mnist, side=side, box=box, by_mass=by_mass))
 
 
-def load_image(source: ImageSource, image_shape: tuple[int, int], *, name: str | None = None) -> np.ndarray:
+def load_image(source: ImageSource, image_shape: tuple[int, int], *, name: str | None = None,
+               max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """A PNG/JPEG (path or bytes) as the model's uint8 input (features,): MNIST-style, white ink on black."""
     side = int(image_shape[0])
-    canvas = read_ink(source, CANVAS_PER_SIDE * side, name=name)
+    canvas = read_ink(source, CANVAS_PER_SIDE * side, name=name, max_pixels=max_pixels)
     frame = np.asarray(_jitted_fit(side)(jnp.asarray(canvas)))
     return np.round(frame * 255.0).astype(np.uint8).reshape(-1)
 

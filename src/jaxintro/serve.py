@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import errno
 import functools
 import http.server
+import ipaddress
 import json
 import socket
 import sys
@@ -47,7 +49,14 @@ from jaxintro.lesson import scale_images
 
 MAX_BODY_BYTES = 1_000_000  # a 280x280 canvas as a PNG data URL is ~10 KB; 784 numbers as JSON ~ 15 KB
 MAX_PAGE_SIZE = 100  # mistakes per request
-LOCAL_HOSTS = ("127.0.0.1", "localhost")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# The page sends its 280x280 canvas: an image for the API is small. 2 MP decodes to 8 MB as RGBA, where the
+# command line's limit (images.MAX_PIXELS, for photos) allows 100 MB per request.
+API_MAX_PIXELS = 2_000_000
+DECODES = 2  # images decoded at once (each holds several copies of itself while read); others wait their turn
+DECODE_WAIT = 10  # seconds a request waits for that turn before a 503
+REQUEST_SECONDS = 30  # a whole request, however slowly its bytes arrive (the socket's time-out restarts on each)
+MAX_CONNECTIONS = 64  # open connections (a thread each); one more is answered 503 and closed
 ASSETS = {  # URL path -> (file in jaxintro/web, content type); nothing else is ever served
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -185,6 +194,8 @@ def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
     """`("pixels", float32 array)` or `("image", bytes)` from a predict request's JSON, else an ApiError (400)."""
     try:
         payload = json.loads(body, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError(400, _("malformed JSON (nested too deeply)")) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, _("malformed JSON ({error})").format(error=exc)) from None
     if not isinstance(payload, dict) or len({"pixels", "image"} & payload.keys()) != 1:
@@ -207,6 +218,11 @@ def parse_predict_request(body: bytes, features: int) -> tuple[str, Any]:
             features=features, got=got))
     if not all(type(v) in (int, float) for v in pixels):
         raise ApiError(400, _('"pixels" must hold numbers only (no strings, booleans or null)'))
+    # An integer too large for a float (hundreds of digits) is far outside [0, 1] too.
+    bad = [i for i, v in enumerate(pixels) if type(v) is int and not 0 <= v <= 1]
+    if bad:
+        raise ApiError(400, _('"pixels"[{i}] = {value} is outside [0, 1]').format(
+            i=bad[0], value=str(pixels[bad[0]])[:20] + ("..." if len(str(pixels[bad[0]])) > 20 else "")))
     x = np.asarray(pixels, np.float64)
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
     if bad.size:
@@ -250,10 +266,26 @@ def parse_page_query(query: str) -> tuple[int, int, str]:
 
 def host_warning(host: str) -> str | None:
     """The warning to print when `host` exposes the server beyond this machine."""
-    if host in LOCAL_HOSTS:
+    if host in LOCAL_HOSTS or _is_loopback(host):
         return None
     return _("WARNING: --host {host} serves the page and its API to the network: anyone who can reach this "
              "machine can use them. Use --host 127.0.0.1 (the default) to keep it local.").format(host=host)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` is an IP literal of this machine's loopback (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def page_url(bound: str, port: int) -> str:
+    """The address to open on this machine for a server bound to `bound`: every interface includes this one."""
+    address = ipaddress.ip_address(bound.split("%")[0])
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"http://[{address}]:{port}/" if address.version == 6 else f"http://{address}:{port}/"
 
 
 def _rounded(values: Any, digits: int = 6) -> list[float]:
@@ -279,14 +311,20 @@ class App:
         self._saliency = jax.jit(functools.partial(input_saliency, apply=run.model.apply))
         jax.block_until_ready(self._saliency(run.params, jnp.zeros(self.features, jnp.float32)))
         self._order = {name: order(mistakes) for name, order in MISTAKE_ORDERS.items()}
+        self._decoding = threading.BoundedSemaphore(DECODES)
 
     def predict(self, kind: str, value: Any) -> dict[str, Any]:
         """The answer to `POST /api/predict`: digit, probabilities, the model's input and its saliency."""
         if kind == "image":
+            if not self._decoding.acquire(timeout=DECODE_WAIT):
+                raise ApiError(503, _("the server is busy reading other images; try again"))
             try:
-                x = load_image(value, self.image_shape, name=_("the image")).astype(np.float32) / 255.0
+                x = load_image(value, self.image_shape, name=_("the image"),
+                               max_pixels=API_MAX_PIXELS).astype(np.float32) / 255.0
             except DataError as exc:
                 raise ApiError(400, str(exc)) from None
+            finally:
+                self._decoding.release()
         else:
             x = value
         probs, saliency = self._saliency(self.run.params, jnp.asarray(x))
@@ -361,6 +399,39 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # quiet: the terminal shows the URL and errors, not every request
 
+    def handle_one_request(self) -> None:
+        # `timeout` bounds each read; this bounds the whole request, however slowly its bytes trickle in.
+        watchdog = threading.Timer(REQUEST_SECONDS, self._hang_up)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            super().handle_one_request()
+        finally:
+            watchdog.cancel()
+
+    def _hang_up(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        """The standard parsing, then the refusals that protect a learner's machine from other web sites."""
+        if not super().parse_request():
+            return False
+        host, origin = self.headers.get("Host", ""), self.headers.get("Origin")
+        if not self.server.names_this_server(host):  # type: ignore[attr-defined]
+            # DNS rebinding: another site's name resolved to 127.0.0.1 reaches us with its own Host.
+            error = _("the Host header {host} does not name this server; open the address it printed").format(
+                host=repr(host[:100]))
+        elif origin is not None and origin.lower() != f"http://{host.lower()}":
+            # A page of another site (any page can send requests to 127.0.0.1): its Origin is not ours.
+            error = _("requests from {origin} are refused: use the page this server serves").format(
+                origin=repr(origin[:100]))
+        else:
+            return True
+        self.close_connection = True
+        self._send_json(403, {"error": error})
+        return False
+
     def do_GET(self) -> None:
         split = urllib.parse.urlsplit(self.path)
         routes: dict[str, Callable[[], Any]] = dict(zip(API_GET, (
@@ -425,6 +496,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send_json(413, {"error": _("the body is {size:,} bytes; the limit is {limit:,}").format(
                 size=size, limit=MAX_BODY_BYTES)})
             return None
+        # Only JSON: a form or text/plain body is what another site's page can send without asking (no CORS
+        # preflight), and this API has no reason to take one.
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
+            self.close_connection = True
+            self._discard(size)
+            self._send_json(415, {"error": _("send the body as JSON, with Content-Type: application/json")})
+            return None
         return self.rfile.read(size)
 
     def _discard(self, size: int) -> None:
@@ -477,15 +555,41 @@ class Server(http.server.ThreadingHTTPServer):
     """The threaded server; closing it also ends the connections a browser keeps open, then joins their threads."""
 
     daemon_threads = False  # `server_close` joins them: nothing of the server runs while Python shuts down
+    request_queue_size = 128  # the listen backlog (the standard library's 5 stalls a burst of connections)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(*args, **kwargs)
 
+    def names_this_server(self, host: str) -> bool:
+        """Whether a request's Host header names this server: a loopback name or address, with our port.
+
+        Bound to every interface (--host 0.0.0.0), any IP address names it too; a DNS name other than
+        localhost never does: that is how DNS rebinding would reach a learner's server.
+        """
+        name, sep, port = host.lower().rpartition(":")
+        if not sep or port != str(self.server_address[1]):
+            return False
+        name = name.strip("[]")
+        if name == "localhost" or _is_loopback(name):
+            return True
+        bound = ipaddress.ip_address(self.server_address[0].split("%")[0])
+        try:
+            return bound.is_unspecified or ipaddress.ip_address(name) == bound
+        except ValueError:
+            return False
+
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
-            self.connections.add(request)
+            full = len(self.connections) >= MAX_CONNECTIONS
+            if not full:
+                self.connections.add(request)
+        if full:  # a cap on threads: refuse at once rather than start one more
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            self.shutdown_request(request)
+            return
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
@@ -510,10 +614,20 @@ class Server(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class Server6(Server):
+    """The server on an IPv6 address (--host ::1)."""
+
+    address_family = socket.AF_INET6
+
+
 def bind(host: str, port: int) -> Server:
     """Bind the server's socket (before any slow work), or a one-line ConfigError."""
+    if not host.strip():
+        raise ConfigError(_("--host is empty; give an address such as 127.0.0.1 (this machine only) or 0.0.0.0"))
     try:
-        server = Server((host, port), Handler)
+        families = {info[0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                           flags=socket.AI_PASSIVE)}
+        server = (Server if socket.AF_INET in families else Server6)((host, port), Handler)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError(_("port {port} is already in use on {host}; choose another with --port "
@@ -552,8 +666,7 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         if warning:
             print(warning, file=sys.stderr, flush=True)
         server.app = load_app(run_dir, data_dir, setting)  # type: ignore[attr-defined]
-        # Every interface includes this machine's own: that is the address to open here.
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{server.server_address[1]}/"
+        url = page_url(server.server_address[0], server.server_address[1])
         app: App = server.app  # type: ignore[attr-defined]
         print(_("Serving {run_dir} ({model} on {dataset}, epoch {epoch}) at {url}  (Ctrl-C to stop)").format(
             run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset.name, epoch=app.run.epoch,
