@@ -85,19 +85,92 @@ def test_runs_lists_each_folder_and_removes_only_unfinished_ones(tmp_path, capsy
     answers.append("n")
     assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 0
     out = capsys.readouterr().out
-    assert "Will remove 2 unfinished run folders (finished and running ones are kept):" in out
-    assert f"  {root / 'empty'}  (empty (no checkpoint))" in out and f"  {root / 'stopped'}  (stopped" in out
+    assert "Will remove 1 unfinished run folder (no checkpoint, nobody running it):" in out
+    assert f"  {root / 'empty'}  (empty (no checkpoint))" in out
+    assert f"Keeping {root / 'stopped'}: it holds a checkpoint: continue it with jaxintro train --resume" in out
     assert f"  {root / 'training'}  (" not in out and out.strip().endswith("Nothing removed.")
     assert sorted(p.name for p in root.iterdir()) == ["empty", "finished", "stopped", "training"]
     answers.append(" Sí ")  # Spanish answers too
     assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 0
-    assert capsys.readouterr().out.strip().endswith("Removed 2 folders.") and not answers
-    assert sorted(p.name for p in root.iterdir()) == ["finished", "training"]
+    assert capsys.readouterr().out.strip().endswith("Removed 1 folder.") and not answers
+    assert sorted(p.name for p in root.iterdir()) == ["finished", "stopped", "training"]
 
-    # --yes removes without asking; the live run is kept still.
+    # --yes removes without asking; the live run and the checkpoint are kept still.
     empty_run(root / "empty")
     assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
-    assert sorted(p.name for p in root.iterdir()) == ["finished", "training"]
+    assert sorted(p.name for p in root.iterdir()) == ["finished", "stopped", "training"]
+
+
+def test_removal_decides_first_and_keeps_links_damage_and_late_claims(tmp_path, capsys, monkeypatch):
+    root, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    for name in ("a-empty", "b-claimed-meanwhile", "d-empty"):
+        empty_run(root / name) if root.exists() else (root.mkdir(), empty_run(root / name))
+    empty_run(elsewhere)
+    (root / "c-link").symlink_to(elsewhere, target_is_directory=True)  # sorts between the others
+    damaged = root / "e-damaged"
+    damaged.mkdir()
+    (damaged / runs.CONFIG_FILE).write_text(json.dumps({"epochs": 1}))
+    (damaged / runs.RESULT_FILE).write_text('{"epochs": 1, "fin')  # truncated
+    (damaged / runs.CHECKPOINT_DIR / "1").mkdir(parents=True)
+
+    def answer(prompt):  # while the user reads the list, a run claims one of the folders
+        (root / "b-claimed-meanwhile" / runs.CLAIM_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+        return "y"
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", answer)
+    assert main(["runs", "--root", str(root), "--remove-unfinished"]) == 0
+    out = capsys.readouterr().out
+    assert f"Keeping {root / 'c-link'}: a symbolic link" in out and f"Keeping {damaged}: its files cannot be read" in out
+    assert "Removed 2 folders." in out and "Kept 1 that changed since they were listed" in out
+    assert sorted(p.name for p in root.iterdir()) == ["b-claimed-meanwhile", "c-link", "e-damaged"]
+    assert (elsewhere / runs.CONFIG_FILE).is_file() and (damaged / runs.CHECKPOINT_DIR / "1").is_dir()
+
+
+CRAFTED = {  # a folder's file -> what a classmate's (or a broken) run folder might hold there
+    "config []": (runs.CONFIG_FILE, "[]"), "config string": (runs.CONFIG_FILE, '"hello"'),
+    "config epochs abc": (runs.CONFIG_FILE, '{"epochs": "abc"}'),
+    "config Infinity": (runs.CONFIG_FILE, '{"epochs": Infinity}'), "config NaN": (runs.CONFIG_FILE, "NaN"),
+    "config [1]": (runs.CONFIG_FILE, "[1]"), "config seeds x": (runs.CONFIG_FILE, '{"epochs": 1, "seeds": "x"}'),
+    "config deep": (runs.CONFIG_FILE, "[" * 100_000 + "]" * 100_000),
+    "row {}": (runs.METRICS_FILE, "{}"), "row [1]": (runs.METRICS_FILE, "[1]"),
+    "row accuracy x": (runs.METRICS_FILE, '{"epoch": 1, "test_accuracy": "x"}'),
+    "row members 5": (runs.METRICS_FILE, '{"epoch": 1, "members": 5}'),
+    "result [1]": (runs.RESULT_FILE, "[1]"), "result finished no": (runs.RESULT_FILE, '{"finished": "no"}'),
+    "dataset escape": (runs.CONFIG_FILE, json.dumps({"epochs": 1, "dataset": "\x1b]0;pwned\x07digits"})),
+}
+
+
+def test_a_crafted_folder_is_one_unreadable_line_and_the_others_list(tmp_path, capsys):
+    root = tmp_path / "runs"
+    empty_run(root / "good") if root.mkdir() is None else None
+    for name, (file, text) in CRAFTED.items():
+        empty_run(root / name)
+        (root / name / file).write_text(text)
+    for name, pid in (("claim huge", "99999999999999999999"), ("claim 0", "0"), ("claim -1", "-1")):
+        empty_run(root / name)
+        (root / name / runs.CLAIM_FILE).write_text(f"{pid} {socket.gethostname()}\n")
+    empty_run(root / "fifo")
+    (root / "fifo" / runs.CONFIG_FILE).unlink()
+    os.mkfifo(root / "fifo" / runs.CONFIG_FILE)  # would block a plain open() for ever
+    empty_run(root / "zero")
+    (root / "zero" / runs.METRICS_FILE).symlink_to("/dev/zero")  # would read until memory runs out
+    (root / "a\x1b[31mred").mkdir()
+    (root / "a\x1b[31mred" / runs.CONFIG_FILE).write_text("{}")
+    assert main(["runs", "--root", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "\x1b" not in out and "\x07" not in out and "a\\x1b[31mred" in out
+    lines = {line.split()[0].rsplit("/", 1)[-1]: line for line in out.splitlines()}
+    assert "empty (no checkpoint)" in lines["good"]
+    escaped = next(line for line in out.splitlines() if "pwned" in line)
+    assert "\\x1b]0;pwned\\x07digits" in escaped
+    assert main(["runs", "--root", str(root), "--json"]) == 0
+    listed = {Path(r["run_dir"]).name: r for r in json.loads(capsys.readouterr().out)}
+    unreadable = {name for name, r in listed.items() if r["status"] == "unreadable"}
+    assert unreadable == {*CRAFTED} - {"dataset escape"} | {"fifo", "zero"}
+    assert all(listed[name]["reason"] for name in unreadable)
+    assert "not a regular file" in listed["fifo"]["reason"] and "symbolic link" in listed["zero"]["reason"]
+    assert {listed[name]["status"] for name in ("claim huge", "claim 0", "claim -1")} == {"empty (no checkpoint)"}
 
 
 def empty_run(folder: Path) -> None:
@@ -113,7 +186,8 @@ def test_each_folder_is_described_from_its_files_alone(tmp_path):
     (unreadable / runs.CONFIG_FILE).write_text("{half a config")
     assert runs.describe_run(unreadable) == {
         "run_dir": str(unreadable), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "?",
-        "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable", "result": None}
+        "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable", "result": None,
+        "reason": "config.json: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"}
     # Claimed by this live process, before its config is written: running.
     starting = runs.claim_run_dir(tmp_path / "starting")
     assert runs.describe_run(starting) == {

@@ -818,3 +818,17 @@ def test_serves_on_ipv6_loopback(digits_app):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_a_run_folder_whose_metrics_link_elsewhere_is_a_409_not_a_500(digits_app, digits_run, tmp_path):
+    import copy
+
+    folder = tmp_path / "run"
+    shutil.copytree(digits_run, folder, symlinks=True)
+    (folder / runs.METRICS_FILE).unlink()
+    (folder / runs.METRICS_FILE).symlink_to("/dev/zero")
+    app = copy.copy(digits_app)
+    app.run_dir = folder
+    with running(app) as address:
+        status, _, answer = call(address, "GET", "/api/metrics")
+    assert status == 409 and "symbolic link" in answer["error"]

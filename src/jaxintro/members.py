@@ -864,7 +864,7 @@ def run_kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, An
 
     try:
         train_config = TrainConfig.from_json({k: v for k, v in config.items() if k != RESOLVED_DATASET})
-    except (ConfigError, TypeError):
+    except (ConfigError, TypeError, ValueError):
         train_config = TrainConfig()  # a config of another version: read it as a single run
     kind = "sweep" if train_config.sweep else "seeds" if train_config.members > 1 else "single"
     members = (row or {}).get("members", {}).get("test_accuracy", [])

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
 import math
 import os
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -22,6 +24,9 @@ RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the con
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 CHECKPOINT_DIR = "checkpoints"  # Orbax's steps, one folder each (written by `jaxintro.checkpoint`)
+# A run folder may come from someone else (a classmate's, a download): its files are input, read with a cap.
+MAX_RUN_FILE_BYTES = 1 << 20  # config.json, result.json, the claim: a few hundred bytes each
+MAX_METRICS_BYTES = 64 << 20  # metrics.jsonl: about 300 bytes an epoch (a sweep's rows about 2 KB)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -57,9 +62,48 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def read_run_file(path: Path, limit: int = MAX_RUN_FILE_BYTES) -> str | None:
+    """A text file of a run folder (None: absent), or a ValueError that says why not; never a hang.
+
+    Regular files only, not followed through a link (a FIFO would block, a link to /dev/zero never end),
+    and at most `limit` bytes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why = _("a symbolic link") if exc.errno == errno.ELOOP else exc.strerror
+        raise ValueError(_("{name}: {why}").format(name=path.name, why=why)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(_("{name}: not a regular file").format(name=path.name))
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(_("{name}: larger than {limit:,} bytes").format(name=path.name, limit=limit))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(_("{name}: not UTF-8 text").format(name=path.name)) from None
+
+
+def parse_json(text: str, name: str) -> Any:
+    """`text` as JSON, or a ValueError naming the file (deep nesting included)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(_("{name}: not JSON ({error})").format(name=name, error=str(exc)[:100])) from None
+
+
 def read_json(path: Path) -> Any:
-    """Read a JSON file."""
-    return json.loads(path.read_text(encoding="utf-8"))
+    """Read a JSON file of a run folder (FileNotFoundError when absent; ValueError when unreadable)."""
+    text = read_run_file(path)
+    if text is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    return parse_json(text, path.name)
 
 
 def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -140,12 +184,14 @@ def _write_claim(marker: Path) -> None:
 def claim_is_live(run_dir: Path) -> bool:
     """Whether the process that claimed `run_dir` still runs (on this host; another host's claim counts as live)."""
     try:
-        pid_text, _space, host = (run_dir / CLAIM_FILE).read_text().strip().partition(" ")
+        pid_text, _space, host = (read_run_file(run_dir / CLAIM_FILE, 4096) or "").strip().partition(" ")
         pid = int(pid_text)
     except (OSError, ValueError):
         return False  # no marker, or one from an older version: nobody holds it
     if host and host != socket.gethostname():
         return True
+    if not 0 < pid < 1 << 22:  # pid 0 or -1 would signal a process group or every process: no claim names them
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -196,12 +242,51 @@ def writable_dir(path: str | os.PathLike, flag: str) -> Path:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of `metrics.jsonl` (written atomically, so never half a line); none before the first epoch."""
-    try:
-        text = (run_dir / METRICS_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The rows of `metrics.jsonl` (written atomically, so never half a line); none before the first epoch.
+
+    A row that is not an epoch's record as jaxintro writes it is a ValueError naming its line.
+    """
+    text = read_run_file(run_dir / METRICS_FILE, MAX_METRICS_BYTES) or ""
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            row = parse_json(line, f"{METRICS_FILE} line {number}")
+            why = _row_problem(row)
+            if why:
+                raise ValueError(_("{name} line {line}: {why}").format(name=METRICS_FILE, line=number, why=why))
+            rows.append(row)
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def _row_problem(row: Any) -> str | None:
+    """What makes `row` not an epoch's record (None: it is one)."""
+    if not isinstance(row, dict):
+        return _("not a JSON object")
+    if type(row.get("epoch")) is not int or row["epoch"] < 0:
+        return _("no epoch number")
+    if not all(row.get(name) is None or _is_number(row[name]) for name in ("test_accuracy", "loss", "train_accuracy")):
+        return _("a value that is not a number")
+    members = row.get("members")
+    if members is not None and not (isinstance(members, dict) and all(
+            isinstance(values, list) and all(v is None or _is_number(v) for v in values) for values in members.values())):
+        return _("members that are not lists of numbers")
+    return None
+
+
+def read_result(run_dir: Path) -> dict[str, Any] | None:
+    """A run's `result.json` (None: not written yet), or a ValueError when it is not one."""
+    text = read_run_file(run_dir / RESULT_FILE)
+    if text is None:
+        return None
+    result = parse_json(text, RESULT_FILE)
+    if not (isinstance(result, dict) and type(result.get("finished", False)) is bool
+            and type(result.get("epochs", 0)) is int):
+        raise ValueError(_("{name}: not a result jaxintro writes").format(name=RESULT_FILE))
+    return result
 
 
 def is_finished(result: dict[str, Any] | None, planned_epochs: int) -> bool:
@@ -209,32 +294,49 @@ def is_finished(result: dict[str, Any] | None, planned_epochs: int) -> bool:
     return result is not None and bool(result.get("finished", result.get("epochs") == planned_epochs))
 
 
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """A run's `config.json` as `jaxintro runs` needs it ({} before it is written), or a ValueError saying why not."""
+    text = read_run_file(run_dir / CONFIG_FILE)
+    config = {} if text is None else parse_json(text, CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise ValueError(_("{name}: not a JSON object").format(name=CONFIG_FILE))
+    if type(config.get("epochs", 0)) is not int or config.get("epochs", 0) < 0:
+        raise ValueError(_("{name}: epochs is not a whole number").format(name=CONFIG_FILE))
+    if not all(isinstance(config.get(key, ""), str) for key in ("dataset", RESOLVED_DATASET, "model")):
+        raise ValueError(_("{name}: dataset and model are not names").format(name=CONFIG_FILE))
+    return config
+
+
 def describe_run(run_dir: Path) -> dict[str, Any] | None:
-    """What `jaxintro runs` shows of one folder: dataset, model, epochs, accuracy and status; None if not a run."""
-    config_path = run_dir / CONFIG_FILE
-    if not (config_path.exists() or (run_dir / CLAIM_FILE).exists()):
+    """What `jaxintro runs` shows of one folder: dataset, model, epochs, accuracy and status; None if not a run.
+
+    A folder whose files are not what jaxintro writes is "unreadable", with the reason; it never stops the list.
+    """
+    if not (os.path.lexists(run_dir / CONFIG_FILE) or os.path.lexists(run_dir / CLAIM_FILE)):
         return None
     try:
-        config = read_json(config_path) if config_path.exists() else {}
+        config = read_config(run_dir)
         rows = read_metrics(run_dir)
-        result = read_json(run_dir / RESULT_FILE) if (run_dir / RESULT_FILE).exists() else None
-    except (OSError, ValueError):
+        result = read_result(run_dir)
+        kind = _kind(config, rows[-1] if rows else None)
+        checkpointed = has_checkpoint(run_dir)
+    except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
         return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
                 "kind": "?", "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable",
-                "result": None}
+                "reason": str(exc), "result": None}
     done = rows[-1]["epoch"] if rows else 0
-    planned = int(config.get("epochs", 0))
+    planned = config.get("epochs", 0)
     if is_finished(result, planned):
         status = "finished"
     elif claim_is_live(run_dir) and result is None:
         status = "running"
-    elif has_checkpoint(run_dir):
+    elif checkpointed:
         status = f"stopped after epoch {done}: jaxintro train --resume {run_dir}"
     else:
         status = "empty (no checkpoint)"
     return {"run_dir": str(run_dir), "dataset": config.get(RESOLVED_DATASET, config.get("dataset", "?")),
             "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
-            **_kind(config, rows[-1] if rows else None), "status": status, "result": result}
+            **kind, "status": status, "result": result}
 
 
 def _kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
@@ -254,6 +356,8 @@ STATUS_TEXT = {
 
 def status_text(info: dict[str, Any]) -> str:
     """A run's status (from `describe_run`) as `jaxintro runs` prints it, in the chosen language."""
+    if info["status"] == "unreadable" and info.get("reason"):
+        return _("unreadable: {reason}").format(reason=info["reason"])
     if info["status"] in STATUS_TEXT:
         return _(STATUS_TEXT[info["status"]])
     return _("stopped after epoch {epoch}: jaxintro train --resume {run_dir}").format(
@@ -266,6 +370,34 @@ def list_runs(root: Path = Path("runs")) -> list[dict[str, Any]]:
         return []
     found = (describe_run(child) for child in sorted(root.iterdir()) if child.is_dir())
     return [info for info in found if info is not None]
+
+
+def keep_reason(info: dict[str, Any]) -> str | None:
+    """Why `runs --remove-unfinished` keeps a folder it would otherwise remove (None: it may go)."""
+    run_dir = Path(info["run_dir"])
+    if info["status"] in ("finished", "running"):
+        return _(STATUS_TEXT[info["status"]])
+    if run_dir.is_symlink():
+        return _("a symbolic link: remove the link itself if you mean to")
+    if info["status"] == "unreadable":
+        return _("its files cannot be read: look at it first")
+    if has_checkpoint(run_dir):
+        return _("it holds a checkpoint: continue it with jaxintro train --resume {run_dir}").format(run_dir=run_dir)
+    if claim_is_live(run_dir):
+        return _("a live process claims it")
+    return None
+
+
+def remove_run_dir(run_dir: Path) -> bool:
+    """Delete an unfinished run folder unless, looked at again under its claim's lock, it must be kept."""
+    import shutil
+
+    with _locked(run_dir):  # a `claim_run_dir` of this folder waits for us, and we for it
+        info = describe_run(run_dir)
+        if info is None or keep_reason(info) is not None:
+            return False
+        shutil.rmtree(run_dir)  # never follows a link inside it
+    return True
 
 
 def newest_finished_run(root: Path = Path("runs")) -> Path | None:

@@ -43,7 +43,7 @@ from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.images import check_ink, load_image, warm_up
 from jaxintro.members import run_kind, usage_note
-from jaxintro.runs import RESULT_FILE, describe_run, is_finished, newest_finished_run, read_json, read_metrics
+from jaxintro.runs import describe_run, is_finished, newest_finished_run, read_metrics, read_result
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -359,10 +359,11 @@ class App:
 
     def metrics(self) -> dict[str, Any]:
         """The answer to `GET /api/metrics` (polled while the run trains): its rows, and whether it has finished."""
-        rows = read_metrics(self.run_dir)
-        result = self.run_dir / RESULT_FILE
-        return {"rows": rows, "finished": is_finished(read_json(result) if result.is_file() else None,
-                                                      self.run.config.epochs),
+        try:
+            rows, result = read_metrics(self.run_dir), read_result(self.run_dir)
+        except (OSError, ValueError) as exc:  # the folder is input: a damaged or linked file is said, once
+            raise ApiError(409, _("the run folder cannot be read: {error}").format(error=exc)) from None
+        return {"rows": rows, "finished": is_finished(result, self.run.config.epochs),
                 # The headline, by the rule `jaxintro runs` uses (a sweep: its best setting's mean).
                 "test_accuracy": run_kind(self.run.config.to_json(), rows[-1])["test_accuracy"] if rows else None}
 

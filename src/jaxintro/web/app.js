@@ -16,7 +16,7 @@ const mistakes = { offset: 0, total: 0, sort: "norm" };
 async function getJSON(url, options) {
   const response = await fetch(url, options);
   const body = await response.json();
-  if (!response.ok) throw new Error(body.error || response.statusText);
+  if (!response.ok) throw Object.assign(new Error(body.error || response.statusText), { status: response.status });
   return body;
 }
 
@@ -306,7 +306,8 @@ async function pollMetrics() {
     if (!metrics.finished) setTimeout(pollMetrics, POLL_MS);
   } catch (error) {
     say(error.message);
-    setTimeout(pollMetrics, 5 * POLL_MS);
+    // 409: the run folder's files cannot be read; asking again will not change that.
+    if (error.status !== 409) setTimeout(pollMetrics, 5 * POLL_MS);
   }
 }
 
