@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+import jaxintro
 from jaxintro import checkpoint
 from jaxintro.cli import main
 from jaxintro.errors import CheckpointError
@@ -151,6 +152,12 @@ def test_damaged_and_foreign_checkpoints_are_clear_errors(capsys, tmp_path):
     meta["jaxintro_version"] = "0.0.1"
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="written by jaxintro 0.0.1"):
+        load_run(tmp_path / "small")
+    # a crafted dataset record: one line, before any array of its size exists
+    meta["jaxintro_version"] = jaxintro.__version__
+    meta["dataset"]["image_shape"] = [30000, 30000]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="dataset record is damaged .*not a small square image"):
         load_run(tmp_path / "small")
 
 

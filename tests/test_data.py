@@ -533,6 +533,13 @@ def test_a_datasets_record_in_the_checkpoint_reads_back_the_same(tmp_path):
     assert info.to_json() == record
     assert data.DatasetInfo.from_json(record) == info
     assert data.DatasetInfo.from_json({"name": "tiny"}) is None  # a checkpoint from before this record
+    # A crafted record is refused before anything is allocated for it.
+    for shape, features in (([2000, 2000], 4_000_000), ([30000, 30000], 900_000_000), ([0, 0], 0), ([-8, -8], 64),
+                            ("ab", 16), ([4, 4], "abc"), ([4, 8], 32), ([4], 4), (["4", "4"], 16), ([4, 4], 17)):
+        with pytest.raises(ValueError, match="not a small square image"):
+            data.DatasetInfo.from_json({**record, "image_shape": shape, "features": features})
+    with pytest.raises(ValueError, match="name or classes"):
+        data.DatasetInfo.from_json({**record, "classes": "0123456789"})
 
 
 def test_mnist_like_lays_out_the_four_idx_files_with_their_digests():

@@ -114,3 +114,18 @@ def test_predict_proba_compiles_once_per_loaded_run(digits_run):
     first, second = predict_proba(run, x[:50]), predict_proba(run, x[50:100])
     assert len(traces) == 1, "the second call of the same shape must reuse the compiled function"
     assert first.shape == second.shape == (50, 10) and np.allclose(first.sum(1), 1.0, atol=1e-5)
+
+
+def test_predict_shows_file_names_escaped(digits_run, tmp_path, capsys):
+    named = tmp_path / "seven\x1b]0;pwned\x07\n.png"  # an escape that would retitle the terminal, and a newline
+    drawing(strokes=SEVEN).save(named, format="PNG")
+    bad = tmp_path / "blank\x1b[2J.png"
+    drawing(background=(0, 0, 0, 0), ink=(0, 0, 0, 0)).save(bad, format="PNG")
+    capsys.readouterr()
+    assert main(["predict", str(digits_run), str(named)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "seven\\x1b]0;pwned\\x07\\n.png: " in out
+    assert len(out.strip().splitlines()) == 1
+    assert main(["predict", str(digits_run), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "blank\\x1b[2J.png: no ink found" in err

@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 
 from jaxintro import __version__
 from jaxintro.config import TrainConfig
+from jaxintro.data import DatasetInfo
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.faults import capture_library_logs, fault_from, run_write
 from jaxintro.i18n import _, ngettext
@@ -179,6 +180,15 @@ def config_from_meta(run_dir: Path, meta: dict[str, Any]) -> TrainConfig:
     except (ConfigError, TypeError, KeyError) as exc:
         raise CheckpointError(_("{run_dir}: its saved config is not usable by jaxintro {version}: {error}").format(
             run_dir=run_dir, version=__version__, error=exc)) from None
+
+
+def dataset_from_meta(run_dir: Path, meta: dict[str, Any]) -> DatasetInfo | None:
+    """The run's dataset record as its checkpoint saved it (None: a checkpoint older than the record)."""
+    try:
+        return DatasetInfo.from_json(meta.get("dataset"))
+    except ValueError as exc:
+        raise CheckpointError(_("{run_dir}: its checkpoint's dataset record is damaged ({error}); retrain it").format(
+            run_dir=run_dir, error=exc)) from None
 
 
 def _restore_meta(manager: ocp.CheckpointManager, run_dir: Path, step: int) -> dict[str, Any]:

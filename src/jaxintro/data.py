@@ -154,6 +154,9 @@ class Dataset(NamedTuple):
         return len(self.classes)
 
 
+MAX_IMAGE_SIDE = 256  # pixels a side a checkpoint's images may have (MNIST 28, the digits 8)
+
+
 class DatasetInfo(NamedTuple):
     """What a run records of the data it trained on (JSON in every checkpoint's metadata): enough to rebuild
     its model and to read new images the way its data was read."""
@@ -175,11 +178,22 @@ class DatasetInfo(NamedTuple):
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "DatasetInfo | None":
-        """Read back from a checkpoint; None when it has none (a checkpoint older than this record)."""
-        if not all(key in obj for key in cls._fields):
+        """Read back from a checkpoint; None when it has none (a checkpoint older than this record).
+
+        A checkpoint is input (a run folder may come from anyone): a record that is not a small square image
+        whose pixels are its features, with a name per class, is a ValueError before anything is allocated.
+        """
+        if not isinstance(obj, dict) or not all(key in obj for key in cls._fields):
             return None
-        return cls(str(obj["name"]), tuple(int(s) for s in obj["image_shape"]), tuple(str(c) for c in obj["classes"]),
-                   int(obj["features"]))
+        shape, features, classes = obj["image_shape"], obj["features"], obj["classes"]
+        if not (isinstance(shape, list) and len(shape) == 2 and shape[0] == shape[1]  # load_image makes squares
+                and all(type(s) is int and 0 < s <= MAX_IMAGE_SIDE for s in shape)
+                and type(features) is int and features == shape[0] * shape[1]):
+            raise ValueError(_("image_shape {shape} with {features} features is not a small square image").format(
+                shape=str(shape)[:40], features=str(features)[:20]))
+        if not (isinstance(classes, list) and 0 < len(classes) <= 1000 and isinstance(obj["name"], str)):
+            raise ValueError(_("the dataset's name or classes are not what jaxintro writes"))
+        return cls(obj["name"], tuple(shape), tuple(str(c) for c in classes), features)
 
 
 # ---------------------------------------------------------------- IDX parsing (pure)

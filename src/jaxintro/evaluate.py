@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxintro.checkpoint import abstract_state, config_from_meta, read_meta, restore
+from jaxintro.checkpoint import abstract_state, config_from_meta, dataset_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset, DatasetInfo
 from jaxintro.errors import CheckpointError
@@ -65,7 +65,7 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
 
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
-    info = DatasetInfo.from_json(meta.get("dataset") or {})
+    info = dataset_from_meta(run_dir, meta)
     if info is None:
         raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
                               .format(run_dir=run_dir))

@@ -55,8 +55,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
 
     JAX is configured here, before anything starts it.
     """
-    from jaxintro.checkpoint import config_from_meta, read_meta
-    from jaxintro.data import DatasetInfo
+    from jaxintro.checkpoint import config_from_meta, dataset_from_meta, read_meta
     from jaxintro.members import cpu_devices_wanted
     from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, read_json
     from jaxintro.runtime import configure_jax
@@ -78,7 +77,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     check_resume_flags(args, config, run_dir)
     changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
     if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
-        info = DatasetInfo.from_json(meta.get("dataset") or {})
+        info = dataset_from_meta(run_dir, meta)
         changes["dataset"] = info.name if info else "auto"
     if args.data_dir is not None:
         changes["data_dir"] = args.data_dir
