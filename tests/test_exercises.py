@@ -8,6 +8,7 @@ limit is not what they test; the child process is tested on its own, with severa
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -140,7 +141,44 @@ def test_the_child_reports_a_crash_a_syntax_error_and_a_flood_of_prints(tmp_path
     assert all("\n" not in v.message for v in verdicts.values())
     os_exit = write(tmp_path, raises, "import os\nos._exit(3)\n")
     verdict, = check_in_child([(raises, os_exit)], "en", timeout=60)
-    assert verdict.key == "crashed" and "3" in verdict.message
+    assert verdict.key == "crashed" and "exit code 3" in verdict.message and verdict.message.endswith("os._exit?)")
+    verdict, = check_in_child([(raises, write(tmp_path, raises, "import os\nos._exit(0)\n"))], "en", timeout=60)
+    assert verdict.key == "exited" and "remove the os._exit" in verdict.message
+
+
+def test_a_started_program_neither_delays_the_verdict_nor_outlives_it(tmp_path):
+    exercise = by_number(5)
+    pid_file = tmp_path / "pid"
+    text = exercise.reference() + (
+        "\nimport subprocess\n"
+        f"_p = subprocess.Popen(['sleep', '20'])\nopen({str(pid_file)!r}, 'w').write(str(_p.pid))\n")
+    started = time.monotonic()
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=5)
+    assert verdict.passed and time.monotonic() - started < 15  # not the sleep's 20 s
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the learner's sleep outlived the check")
+
+
+def test_stray_and_forged_lines_on_the_verdict_pipe_decide_nothing(tmp_path):
+    exercise = by_number(1)
+    # A wrong answer that writes to every file descriptor it can find: garbage, then a forged passing verdict.
+    forged = json.dumps({"number": 1, "slug": exercise.slug, "passed": True, "key": None, "message": ""})
+    text = exercise.reference() + (
+        "\nimport os\nfor _fd in range(3, 64):\n    try:\n"
+        f"        os.write(_fd, b'not json\\n' + {forged!r}.encode() + b'\\n')\n"
+        "    except OSError:\n        pass\n"
+        "def init_params(key, sizes):\n    return {}\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert not verdict.passed and verdict.key not in ("crashed", "exited")
 
 
 def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):

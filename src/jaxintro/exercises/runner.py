@@ -18,6 +18,7 @@ import importlib
 import io
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from jaxintro.i18n import _, set_language
 
 OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
 FLOOD = 2000  # more printed than this is worth a note
+VERDICTS_KEPT = 4 << 20  # bytes of the verdict pipe read (a verdict line is about 5 KB)
+REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
 _CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
 
 
@@ -127,46 +130,82 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
 
 
 def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:
-    """Check each (exercise, file) in one child process, within `timeout` seconds per exercise."""
+    """Check each (exercise, file) in one child process, within `timeout` seconds per exercise.
+
+    The child and everything the learner's code starts are killed when the checks end, and no wait is
+    unbounded: a process that outlives its group (a learner's `Popen` holding our pipes) delays nothing.
+    """
     read_end, write_end = os.pipe()  # the verdicts come back on their own pipe, apart from the learner's prints
     command = [sys.executable, "-I", "-m", "jaxintro.exercises.runner", "--lang", lang, "--out-fd", str(write_end),
                *[f"{exercise.number}={path}" for exercise, path in items]]
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+    # Each verdict line starts with this run's token, sent on stdin (neither argv nor the environment shows it):
+    # a stray line on the pipe is not taken for a verdict.
+    token = secrets.token_hex(16)
     try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, start_new_session=True, pass_fds=(write_end,))
     finally:
         os.close(write_end)  # the child holds it now: the pipe ends when the child does
+    with contextlib.suppress(OSError):
+        proc.stdin.write(token.encode() + b"\n")
+        proc.stdin.close()
     readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
-    results = _Drain(os.fdopen(read_end, "rb"), keep=None)
+    results = _Drain(os.fdopen(read_end, "rb"), keep=VERDICTS_KEPT)
     timed_out = False
     try:
         proc.wait(timeout=timeout * len(items))
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child's own group: it and anything it started
-            proc.wait()
+        # Always, even after a clean exit: the child's group holds what the learner's code started.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=REAP_SECONDS)
         for reader in (*readers, results):
-            reader.join()
-    verdicts = [Verdict(**json.loads(line)) for line in results.text().splitlines() if line.strip()]
-    done = {v.number for v in verdicts}
-    for index, (exercise, _path) in enumerate(items):
-        if exercise.number in done:
+            reader.join(timeout=REAP_SECONDS)
+    found = parse_verdicts(results.text(), token, items)
+    verdicts = []
+    for exercise, _path in items:
+        if exercise.number in found:
+            verdicts.append(found[exercise.number])
             continue
-        if timed_out:
-            verdicts.append(Verdict.failed(exercise, "timeout", _(
-                "the check did not finish within {seconds:g} s: is there a loop that never ends?").format(
-                seconds=timeout)))
-        else:
-            last = (readers[1].text().strip().splitlines() or [""])[-1][:200]
-            verdicts.append(Verdict.failed(exercise, "crashed", _(
-                "the checking process stopped (exit code {code}) while checking this file: {last}").format(
-                code=proc.returncode, last=last)))
+        verdicts.append(_stopped(exercise, timed_out, timeout, proc.returncode, readers[1].text()))
         break  # the exercises after the one that stopped the child were not checked
     return verdicts
+
+
+def parse_verdicts(text: str, token: str, items: list[tuple[Exercise, Path]]) -> dict[int, Verdict]:
+    """The first well-formed verdict of this run for each exercise checked; stray or garbled lines are ignored."""
+    wanted, found = {exercise.number for exercise, _path in items}, {}
+    for line in text.splitlines():
+        mark, _space, body = line.partition(" ")
+        if mark != token:
+            continue
+        try:
+            verdict = Verdict(**json.loads(body))
+        except (ValueError, TypeError, RecursionError):
+            continue
+        if type(verdict.number) is int and type(verdict.passed) is bool and verdict.number in wanted:
+            found.setdefault(verdict.number, verdict)
+    return found
+
+
+def _stopped(exercise: Exercise, timed_out: bool, timeout: float, code: int | None, stderr: str) -> Verdict:
+    """The verdict for the exercise the child was checking when it stopped (or was stopped)."""
+    if timed_out:
+        return Verdict.failed(exercise, "timeout", _(
+            "the check did not finish within {seconds:g} s: is there a loop that never ends?").format(seconds=timeout))
+    last = (stderr.strip().splitlines() or [""])[-1][:200] or _("nothing on stderr (does your file call os._exit?)")
+    if code == 0:
+        return Verdict.failed(exercise, "exited", _(
+            "your file ended the checking process (exit code {code}) before its checks finished: remove the "
+            "os._exit, sys.exit or exit() call (a file of functions is imported, not run)").format(code=code))
+    return Verdict.failed(exercise, "crashed", _(
+        "the checking process stopped (exit code {code}) while checking this file: {last}").format(
+        code=code, last=last))
 
 
 class _Drain(threading.Thread):
@@ -197,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-fd", type=int, required=True)
     parser.add_argument("items", nargs="+", metavar="N=PATH")
     args = parser.parse_args(argv)
+    token = sys.stdin.readline().strip()  # before any of the learner's code runs
+    os.set_inheritable(args.out_fd, False)  # nothing the learner's code starts can write verdicts
     set_language(args.lang)
     from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -208,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.items:
             number, path = item.split("=", 1)
             verdict = check_file(EXERCISES[int(number) - 1], Path(path))
-            out.write(json.dumps(dataclasses.asdict(verdict)) + "\n")
+            out.write(f"{token} {json.dumps(dataclasses.asdict(verdict))}\n")
             out.flush()
     return 0
 
