@@ -23,8 +23,9 @@ from jaxintro import i18n
 from jaxintro.cli import main
 from jaxintro.exercises import progress
 from jaxintro.exercises.catalog import EXERCISES, by_number
-from jaxintro.exercises.runner import check_file, check_in_child
-from jaxintro.exercises.texts import TEXT_LANGUAGES, docstrings, hints, statement
+from jaxintro.commands.exercises import print_verdict
+from jaxintro.exercises.runner import Verdict, check_file, check_in_child
+from jaxintro.exercises.texts import TEXT_LANGUAGES, docstrings, hints, statement, text_table
 
 WRONG = Path(__file__).parent / "exercises_wrong"
 
@@ -208,7 +209,7 @@ def test_hints_come_one_more_at_a_time_and_solutions_wait_for_a_pass(tmp_path, c
     main(["exercises", "init", str(folder)])
     capsys.readouterr()
     texts = hints("forward", "en")
-    for shown in (1, 2, len(texts) + 1):
+    for shown in (*range(1, len(texts) + 1), len(texts)):  # one more each time, then all of them again
         assert main(["exercises", "hint", "2", "--dir", str(folder)]) == 0
         out = capsys.readouterr().out
         assert all((text in out) == (i < shown) for i, text in enumerate(texts))
@@ -272,3 +273,89 @@ def test_init_list_and_hint_do_not_import_jax(tmp_path):
             "print('jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_the_hints_for_a_mistake_exist_in_both_languages_and_name_real_keys():
+    expected = {(number, key) for _path, number, key in wrong_answers()}
+    tables = {lang: text_table(lang).KEY_HINTS for lang in TEXT_LANGUAGES}
+    assert tables["en"].keys() == tables["es"].keys()
+    for slug, keys in tables["en"].items():
+        assert keys.keys() == tables["es"][slug].keys(), slug
+        number = next(e.number for e in EXERCISES if e.slug == slug)
+        assert {(number, key) for key in keys} <= expected, slug  # each written for a mistake the catalogue makes
+
+
+def test_working_from_inside_the_folder_and_reset_keeps_a_backup(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "exercises"
+    assert main(["exercises", "init", str(folder)]) == 0
+    monkeypatch.chdir(folder / ".")
+    (folder / "sub").mkdir()
+    for where in (folder, folder / "sub"):  # in the folder, or below it: found by its progress file
+        monkeypatch.chdir(where)
+        capsys.readouterr()
+        assert main(["exercises", "check", "1"]) == 1
+        assert "FAILED 1 01_init_params.py [not_implemented]" in capsys.readouterr().out
+        assert main(["exercises", "list"]) == 0 and "0 of 15 pass" in capsys.readouterr().out
+        assert main(["exercises", "hint", "1"]) == 0
+    assert not (folder / "exercises").exists() and not (folder / "sub" / "exercises").exists()
+    mine = folder / EXERCISES[0].filename
+    mine.write_text("# my attempt\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["exercises", "reset", "1"]) == 0
+    assert "kept as" in capsys.readouterr().out
+    assert mine.read_text(encoding="utf-8") == EXERCISES[0].starter("en")
+    assert (folder / "01_init_params.backup-1.py").read_text(encoding="utf-8") == "# my attempt\n"
+    mine.write_text("# a second attempt\n", encoding="utf-8")
+    assert main(["exercises", "reset", "1"]) == 0
+    assert (folder / "01_init_params.backup-2.py").read_text(encoding="utf-8") == "# a second attempt\n"
+    entries = progress.load(folder)
+    assert progress.state(EXERCISES[0], folder, entries) == "not_started"
+
+
+def test_a_failed_check_shows_what_the_file_printed(tmp_path, capsys):
+    exercise = by_number(8)
+    verdict = Verdict.failed(exercise, "mismatch", "moving_average(...) = [1], expected [2]")
+    verdict.output, verdict.printed = "m = 0.5\nx = 3.0\n", 16
+    print_verdict(tmp_path, exercise, verdict, {})
+    out = capsys.readouterr().out
+    assert "Your file printed:" in out and "  | m = 0.5\n  | x = 3.0\n" in out and "more characters" not in out
+    verdict.output = "".join(f"line {i}\n" for i in range(500))[:4000]
+    verdict.printed = 10_000
+    print_verdict(tmp_path, exercise, verdict, {})
+    out = capsys.readouterr().out
+    assert "  | line 19\n" in out and "line 20" not in out and "more characters not shown" in out
+
+
+def test_hint_offers_the_hint_for_the_last_failure_first(tmp_path, capsys):
+    exercise = by_number(8)
+    folder = tmp_path / "exercises"
+    assert main(["exercises", "init", str(folder)]) == 0
+    path = folder / exercise.filename
+    path.write_text(exercise.reference() + "\n\n" + (WRONG / "08_carry_is_input.py").read_text(), encoding="utf-8")
+    entries = progress.load(folder)
+    progress.record(entries, exercise, path, False, "carry_is_input")
+    progress.save(folder, entries)
+    capsys.readouterr()
+    assert main(["exercises", "hint", "8", "--dir", str(folder)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("For your last failure [carry_is_input]: The carry is what the next step receives")
+    assert out[1].startswith("1. lax.scan runs a step function")  # then the first hint: the concept, not the code
+
+
+def test_what_no_check_fails_is_still_said(tmp_path):
+    exercise = by_number(5)
+    traced = exercise.reference() + (
+        "\n@jax.jit\ndef _debug(a):\n    print(a)\n    return a\n\n_debug(jnp.ones(3))\n"
+        "open(__file__ + '.log', 'w').write('x')\n")
+    verdict = check_file(exercise, write(tmp_path, exercise, traced))
+    assert verdict.passed
+    assert any("printed a traced value (JitTracer" in note and "jax.debug.print" in note for note in verdict.notes)
+    assert any("05_immutable_update.py.log" in note and "__main__" in note for note in verdict.notes)
+    clean = check_file(exercise, write(tmp_path, exercise, exercise.reference()))
+    assert clean.passed and clean.notes == []
+    import jax
+
+    path = write(tmp_path, by_number(1), by_number(1).reference() + "\n" + (WRONG / "01_float64.py").read_text())
+    verdict = check_file(by_number(1), path)
+    assert verdict.key == "not_float32" and any("jax_enable_x64" in note for note in verdict.notes)
+    assert not jax.config.jax_enable_x64, "the next file is checked in float32 again"

@@ -317,7 +317,7 @@ def _add_serve(sub: Commands) -> None:
 def _add_exercises(sub: Commands) -> None:
     """`jaxintro exercises` and its flags."""
     p = sub.add_parser("exercises", help=_("write the lesson's code yourself and have it checked: init, list, check, "
-                                           "hint, solution (default: list)"))
+                                           "hint, reset, solution (default: list)"))
     actions = p.add_subparsers(dest="action", parser_class=ArgumentParser)
     folder_help = _("the exercises folder (default: ./ejercicios in Spanish, else ./exercises)")
     q = actions.add_parser("init", help=_("write one starter file per exercise; existing files are kept"))
@@ -331,6 +331,8 @@ def _add_exercises(sub: Commands) -> None:
     q.add_argument("--timeout", type=number, default=60.0, help=_("seconds a check may take"))
     q.add_argument("--json", action="store_true", help=_("print the verdict as JSON"))
     q = actions.add_parser("hint", help=_("one more hint for exercise N each time"))
+    q.add_argument("number", type=positive_int, metavar="N")
+    q = actions.add_parser("reset", help=_("a fresh starter file for exercise N; yours is kept as a backup"))
     q.add_argument("number", type=positive_int, metavar="N")
     q = actions.add_parser("solution", help=_("our solution of exercise N, once it passes"))
     q.add_argument("number", type=positive_int, metavar="N")

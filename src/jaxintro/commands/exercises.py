@@ -1,4 +1,4 @@
-"""`jaxintro exercises`: write the lesson's code yourself, and have it checked (init, list, check, hint, solution).
+"""`jaxintro exercises`: write the lesson's code yourself, and have it checked (init, list, check, hint, reset, solution).
 
 A check runs in a child process with a time limit (`jaxintro.exercises.runner`); this process
 never imports JAX, so listing, hints and the watch loop stay light. Exit codes: 0 when the checked
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine
+SHOWN_LINES, SHOWN_CHARS = 20, 1500  # of what the learner's file printed, shown under a failed check
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         return check(folder, lang, args.number, as_json=args.json, timeout=args.timeout)
     if action == "hint":
         return hint(folder, lang, by_number(args.number), timeout=DEFAULT_TIMEOUT)
+    if action == "reset":
+        return reset(folder, lang, by_number(args.number))
     return solution(folder, lang, by_number(args.number), force=args.force, timeout=DEFAULT_TIMEOUT)
 
 
@@ -52,11 +57,22 @@ def find_folder(flag: str | None, lang: str) -> Path:
         folder = Path(flag)
     else:
         candidates = [Path(DEFAULT_DIRS.get(lang, "exercises"))] + [Path(d) for d in DEFAULT_DIRS.values()]
-        folder = next((c for c in candidates if (c / EXERCISES[0].filename).exists()), candidates[0])
+        folder = (next((c for c in candidates if (c / EXERCISES[0].filename).exists()), None)
+                  or enclosing_folder() or candidates[0])
     if not folder.is_dir():
         raise ConfigError(_("no exercises folder at {folder}: create it with `jaxintro exercises init`").format(
             folder=folder))
     return folder
+
+
+def enclosing_folder() -> Path | None:
+    """The exercises folder the working directory is in, or below (as rustlings finds its own): the nearest
+    folder up from here with a progress file beside an exercise file."""
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / progress.PROGRESS_FILE).is_file() and any((folder / e.filename).exists() for e in EXERCISES):
+            return Path(os.path.relpath(folder))  # "." or "..": the messages stay short
+    return None
 
 
 def init(folder: Path, lang: str) -> int:
@@ -69,11 +85,13 @@ def init(folder: Path, lang: str) -> int:
             kept.append(path)
             continue
         path.write_text(exercise.starter(lang), encoding="utf-8")
-    print(_("{count} exercise files in {folder}/ ({new} new).").format(
+    if progress.load(folder) == {}:  # the folder is known from inside it by this file (a damaged one is left)
+        progress.save(folder, {})
+    print(_("{count} exercise files in {folder}/ (new: {new}).").format(
         count=len(EXERCISES), folder=folder, new=len(EXERCISES) - len(kept)))
     if kept:
-        print(_("Kept as they were: {files}. For a fresh copy of one, rename or delete it and run init again.").format(
-            files=", ".join(p.name for p in kept)))
+        print(_("Kept as they were: {files}. For a fresh copy of one: jaxintro exercises reset N (yours is kept "
+                "as a backup).").format(files=", ".join(p.name for p in kept)))
     print(_("Start with {file}, then: jaxintro exercises check").format(file=folder / EXERCISES[0].filename))
     return 0
 
@@ -161,7 +179,10 @@ def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, pr
 
 
 def print_verdict(folder: Path, exercise: Exercise, verdict: "Verdict", entries: dict[str, progress.Entry]) -> None:
-    """The verdict in a few lines: what broke and where to look, or what comes next."""
+    """The verdict in a few lines: what broke and where to look, or what comes next (and what the file did wrong
+    that no check fails)."""
+    for note in verdict.notes:
+        print(_("Note: {note}").format(note=note), flush=True)
     if verdict.printed > 2000:
         first = (verdict.output.strip().splitlines() or [""])[0][:80]
         print(_("Note: your file printed {count} characters while checked (the first line: {line})").format(
@@ -175,17 +196,34 @@ def print_verdict(folder: Path, exercise: Exercise, verdict: "Verdict", entries:
         return
     print(_("FAILED {n} {file} [{key}]: {message}").format(n=exercise.number, file=exercise.filename,
                                                           key=verdict.key, message=verdict.message), flush=True)
+    print_output(verdict)
     print("  " + _("Lesson: {section}. A hint: jaxintro exercises hint {n}").format(
         section=_(exercise.section), n=exercise.number), flush=True)
 
 
+def print_output(verdict: "Verdict") -> None:
+    """What the learner's file printed while checked (its first lines), and how much was left out."""
+    lines = verdict.output[:SHOWN_CHARS].rstrip("\n").splitlines()[:SHOWN_LINES]
+    if not lines:
+        return
+    print("  " + _("Your file printed:"), flush=True)
+    for line in lines:
+        print("  | " + line[:200], flush=True)
+    shown = sum(len(line) + 1 for line in lines)
+    if verdict.printed > shown:
+        print("  | " + _("... {count} more characters not shown").format(count=verdict.printed - shown), flush=True)
+
+
 def hint(folder: Path, lang: str, exercise: Exercise, *, timeout: float) -> int:
-    """Show one more hint than last time (all of them shown so far, in order)."""
-    from jaxintro.exercises.texts import hints
+    """Show one more hint than last time (all of them shown so far, in order), after the one for the last failure."""
+    from jaxintro.exercises.texts import hints, key_hint
 
     entries = load_progress(folder, lang, timeout=timeout)
     texts = hints(exercise.slug, lang)
     entry = entries.setdefault(exercise.slug, progress.Entry())
+    for_key = key_hint(exercise.slug, entry.key, lang) if entry.key else None
+    if for_key and progress.state(exercise, folder, entries) == "failing":  # the file is the one that failed
+        print(_("For your last failure [{key}]: {hint}").format(key=entry.key, hint=for_key))
     entry.hints = min(entry.hints + 1, len(texts))
     progress.save(folder, entries)
     for i, text in enumerate(texts[: entry.hints], start=1):
@@ -195,6 +233,24 @@ def hint(folder: Path, lang: str, exercise: Exercise, *, timeout: float) -> int:
     else:
         print(_("That was the last hint. Our solution: jaxintro exercises solution {n} (once it passes, or with "
                 "--force)").format(n=exercise.number))
+    return 0
+
+
+def reset(folder: Path, lang: str, exercise: Exercise) -> int:
+    """Write `exercise`'s starter again; the learner's file is kept beside it as a backup (never deleted)."""
+    path = folder / exercise.filename
+    if path.exists() and not progress.is_starter(exercise, path):
+        backup = next(b for n in itertools.count(1) if not (b := path.with_name(f"{path.stem}.backup-{n}.py")).exists())
+        path.rename(backup)  # not an exercise's name: list, check and --watch pass it over
+        print(_("Your file is kept as {backup}.").format(backup=backup))
+    path.write_text(exercise.starter(lang), encoding="utf-8")
+    entries = progress.load(folder) or {}
+    entry = entries.get(exercise.slug)
+    if entry is not None:  # the hints seen and a pass once (the solution) are kept
+        entry.passed, entry.key, entry.digest = False, None, ""
+    progress.save(folder, entries)
+    print(_("{file} is a fresh starter again. Check it with: jaxintro exercises check {n}").format(
+        file=path, n=exercise.number))
     return 0
 
 

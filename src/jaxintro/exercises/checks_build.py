@@ -49,6 +49,12 @@ def check_init_params(ns: dict) -> None:
             "init_params gives the same weights for {k0} and {k1}: the weights must come from the key "
             "you are given").format(k0=key_text(0), k1=key_text(1)))
     _check_keys_split(a, inputs)
+    wide = next((f"{name}['{k}']: {leaf.dtype}" for name, layer in a.items() for k, leaf in layer.items()
+                 if np.dtype(leaf.dtype) != np.float32), None)
+    if wide:
+        raise CheckFailed("not_float32", _("init_params({inputs}) gave {dtype}; the lesson's parameters are float32 "
+                                           "(is jax_enable_x64 on, or a dtype asked for?)").format(
+            inputs=inputs, dtype=wide))
     for name, layer in a.items():
         if not np.all(np.asarray(layer["b"]) == 0):
             raise CheckFailed("bias_not_zero", _("init_params({inputs}): {layer}['b'] is not all zeros; the lesson "
@@ -176,13 +182,18 @@ def check_loss_fn(ns: dict) -> None:
         seed, batch, sizes = case
         params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
-        got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=inputs)
+        try:
+            got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=inputs)
+        except CheckFailed:
+            _refuse_one_hot(loss_fn, params, x, y, inputs)
+            raise
         if np.shape(got) != ():
             raise CheckFailed("not_scalar", _("loss_fn({inputs}) returned shape {shape}; a loss is one number "
                                               "(a scalar): the mean over the batch").format(
                 inputs=inputs, shape=np.shape(got)))
         want = _reference_loss(params, x, y)
         if not close(got, want):
+            _refuse_one_hot(loss_fn, params, x, y, inputs)
             key = _diagnose_loss(got, params, x, y)
             why = _(_LOSS_WHY[key]) if key in _LOSS_WHY else ""
             raise CheckFailed(key, _("loss_fn({inputs}) = {got:.5f}; the mean cross-entropy is {want:.5f}{why}").format(
@@ -196,6 +207,20 @@ def check_loss_fn(ns: dict) -> None:
         raise CheckFailed("unstable_log_softmax", _(
             "loss_fn gives {got} when the logits are large (last layer's weights x 10000): softmax rounds a "
             "probability to 0 and its log is -inf; jax.nn.log_softmax computes the log directly").format(got=got))
+
+
+def _refuse_one_hot(loss_fn, params, x, y, inputs: str) -> None:
+    """A CheckFailed when `loss_fn` is right once its labels are one-hot: it was written for one-hot labels."""
+    classes = np.shape(params[f"layer{len(params)}"]["w"])[1]
+    try:
+        got = jax.jit(loss_fn)(params, x, jax.nn.one_hot(y, classes))
+    except Exception:  # noqa: BLE001 (the learner's code, whatever it raises: not written for one-hot either)
+        return
+    if close(got, _reference_loss(params, x, y)):
+        raise CheckFailed("one_hot_labels", _(
+            "loss_fn({inputs}) is written for one-hot labels (given jax.nn.one_hot(y) it is right), but y holds "
+            "integer classes, shape (batch,): pick each row's log-probability with jnp.take_along_axis(log_probs, "
+            "y[:, None], axis=1)").format(inputs=inputs))
 
 
 def _diagnose_loss(got, params, x, y) -> str:
@@ -246,13 +271,21 @@ def check_train_step(ns: dict) -> None:
                                                    "params it was given is {want:.5f}").format(
                 inputs=inputs, got=out[2], want=float(want_loss)))
         if not close(out[0], want_params, tol=1e-5):
-            sgd = [jax.tree.map(lambda p, g: p - lr * g, params, grads) for lr in (1e-3, 1e-2, 1e-1, 1.0)]
+            rates = (1e-3, 1e-2, 1e-1, 1.0)
+            sgd = [jax.tree.map(lambda p, g: p - lr * g, params, grads) for lr in rates]
+            # Up the gradient: p - updates (Optax's updates already point down), or p + lr * g.
+            uphill = [jax.tree.map(lambda p, q: 2 * p - q, params, want_params)]
+            uphill += [jax.tree.map(lambda p, g: p + lr * g, params, grads) for lr in rates]
             key = ("params_not_updated" if close(out[0], params, tol=0.0)
+                   else "moved_up_the_gradient" if any(close(out[0], step, tol=1e-5) for step in uphill)
                    else "optimizer_not_used" if any(close(out[0], step) for step in sgd)
                    else "mismatch")
             raise CheckFailed(key, _("train_step({inputs}): the new params are not what optimizer.update and "
                                      "optax.apply_updates give from the gradient of loss_fn{why}").format(
                 inputs=inputs, why={"params_not_updated": _(" (they did not change)"),
+                                    "moved_up_the_gradient": _(
+                                        " (they moved up the gradient, so the loss grows: optax.apply_updates adds "
+                                        "the updates, which already point downhill)"),
                                     "optimizer_not_used": _(" (a plain p - lr * g step: use optimizer.update)"),
                                     "mismatch": ""}[key]))
         if not close(out[1], want_state, tol=1e-5):

@@ -99,6 +99,20 @@ def _reference_norms(grads: dict) -> np.ndarray:
     return np.sqrt(sum(np.sum(g.reshape(g.shape[0], -1) ** 2, axis=1) for g in leaves))
 
 
+def _first_difference(got, want) -> str:
+    """The first example and leaf where `got` differs from `want`, with both values (or both shapes)."""
+    if jax.tree.map(np.shape, got) != jax.tree.map(np.shape, want):
+        return _("shapes: yours {got}, expected {want}").format(got=jax.tree.map(np.shape, got),
+                                                               want=jax.tree.map(np.shape, want))
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        for i in range(w.shape[0]):
+            if not close(g[i], w[i]):
+                return _("example {i}, leaf {leaf}: yours {got}, expected {want}").format(
+                    i=i, leaf=jax.tree_util.keystr(path), got=numbers(g[i].ravel()[:3]), want=numbers(w[i].ravel()[:3]))
+    return ""
+
+
 def check_per_example_grads(ns: dict) -> None:
     """vmap(grad) equals a Python loop of grads, has a batch axis, is one program for any batch; the norms are global."""
     per_example, norms = ns["per_example_grads"], ns["grad_norms"]
@@ -123,10 +137,16 @@ def check_per_example_grads(ns: dict) -> None:
                 "per_example_grads({inputs}) returned gradients shaped like the params, without a batch axis: that "
                 "is the gradient of the whole batch; vmap grad over the examples").format(inputs=inputs))
         if not close(got, want):
+            rows_equal = batch > 1 and jax.tree.structure(got) == jax.tree.structure(want) and all(
+                np.allclose(np.asarray(g), np.asarray(g)[:1], atol=1e-6) for g in jax.tree.leaves(got))
+            if rows_equal:
+                raise CheckFailed("batch_mean_gradient", _(
+                    "per_example_grads({inputs}): every example got the same gradient, the gradient of the batch's "
+                    "mean loss ({where}); take one example's loss, jax.grad it, and jax.vmap that over the "
+                    "batch").format(inputs=inputs, where=_first_difference(got, want)))
             raise CheckFailed("mismatch", _(
-                "per_example_grads({inputs}) differs from a Python loop of jax.grad over the examples (shapes: "
-                "yours {got}, expected {want})").format(inputs=inputs, got=jax.tree.map(np.shape, got),
-                                                        want=jax.tree.map(np.shape, want)))
+                "per_example_grads({inputs}) differs from a Python loop of jax.grad over the examples: "
+                "{where}").format(inputs=inputs, where=_first_difference(got, want)))
         got_norms = attempt(jax.jit(norms), want, name="grad_norms", inputs=_("the gradients above"))
         _check_norms(got_norms, want, inputs)
 
@@ -233,10 +253,15 @@ def check_jit_timing(ns: dict) -> None:
     seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
     report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
         inputs=inputs, seconds=seconds, calls=fake.calls)
-    if fake.waits == 0 or seconds < 0.5 * work_s:
+    if fake.waits == 0:
         raise CheckFailed("no_block_until_ready", report + _(
             ": it never waits for a result; JAX returns before the work is done, so call "
             "jax.block_until_ready(result) (or result.block_until_ready()) before stopping the clock"))
+    if seconds < 0.5 * work_s:
+        raise CheckFailed("cpu_clock", report + _(
+            ": it waits for each result, but its clock did not count the wait: time.process_time and "
+            "time.thread_time count this process's CPU time, and waiting for a device is not; use "
+            "time.perf_counter()"))
     if seconds > 0.8 * repeats * work_s:
         raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
     if fake.calls <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
@@ -306,6 +331,12 @@ def _check_clipped(clipped) -> None:
     tx = attempt(clipped, optax.sgd(1.0), 1.0, name="clipped", inputs=inputs)
     updates = attempt(_updates, tx, grads, name="clipped", inputs=inputs)
     got = float(optax.tree.norm(updates))
+    if close(updates, jax.tree.map(lambda g: -np.clip(np.asarray(g, np.float64), -1.0, 1.0), grads)):
+        raise CheckFailed("clipped_elementwise", _(
+            "clipped({inputs}) on gradients of global norm {norm:.1f}: every entry was clipped to [-1.0, 1.0] on its "
+            "own (optax.clip), so the update has norm {got:.3f} and points elsewhere; "
+            "optax.clip_by_global_norm(max_norm) scales the whole gradient by one factor").format(
+            inputs=inputs, norm=norm, got=got))
     if got > 1.0 + 1e-4 and all(float(jnp.linalg.norm(u)) <= 1.0 + 1e-4 for u in jax.tree.leaves(updates)):
         raise CheckFailed("clipped_per_leaf", _(
             "clipped({inputs}) on gradients of global norm {norm:.1f}: every leaf was clipped to norm 1.0 on its "

@@ -97,9 +97,16 @@ def check_tree_map(ns: dict) -> None:
                                              "{got}").format(inputs=inputs, got=jax.tree.structure(got)))
         if not close(got, want):
             plus = jax.tree.map(lambda p, g: np.asarray(p, np.float64) + lr * np.asarray(g, np.float64), params, grads)
-            key = "wrong_sign" if close(got, plus) else "mismatch"
+            swapped = jax.tree.map(lambda p, g: np.asarray(g, np.float64) - lr * np.asarray(p, np.float64), params,
+                                   grads)
+            key = "wrong_sign" if close(got, plus) else "arguments_swapped" if close(got, swapped) else "mismatch"
+            why = {"wrong_sign": _(" (p + lr * g moves up the gradient, so the loss grows; a descent step subtracts "
+                                   "lr * g)"),
+                   "arguments_swapped": _(" (the leaves are g - lr * p: jax.tree.map(f, params, grads) calls f(p, g), "
+                                          "a leaf of params first, so the lambda's arguments come in that order)"),
+                   "mismatch": ""}[key]
             raise CheckFailed(key, _("sgd_update({inputs}): the new leaves are not p - lr * g{why}").format(
-                inputs=inputs, why=_(" (p + lr * g climbs the loss)") if key == "wrong_sign" else ""))
+                inputs=inputs, why=why))
 
     agrees()
 

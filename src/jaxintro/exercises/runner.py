@@ -18,6 +18,7 @@ import importlib
 import io
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -48,6 +49,7 @@ class Verdict:
     message: str = ""
     printed: int = 0  # characters the learner's code printed while checked
     output: str = ""  # the first of them
+    notes: list[str] = dataclasses.field(default_factory=list)  # what a check cannot fail but a learner should know
 
     @classmethod
     def failed(cls, exercise: Exercise, key: str, message: str) -> "Verdict":
@@ -55,14 +57,21 @@ class Verdict:
         return cls(exercise.number, exercise.slug, False, key, message)
 
 
+# How a traced value prints (print() of an array inside jax.jit, at trace time): JitTracer(float32[3]), Traced<...>.
+_TRACER = re.compile(r"Traced<[^>]*>|\b\w*Tracer\([^)]*\)")
+
+
 class BoundedText(io.TextIOBase):
-    """A text sink that keeps the first `OUTPUT_KEPT` characters and counts the rest."""
+    """A text sink that keeps the first `OUTPUT_KEPT` characters and counts the rest (and sees a printed tracer)."""
 
     def __init__(self) -> None:
         self.kept: list[str] = []
         self.count = 0
+        self.tracer = ""
 
     def write(self, text: str) -> int:
+        if not self.tracer and (found := _TRACER.search(text)):
+            self.tracer = found[0]
         if self.count < OUTPUT_KEPT:
             self.kept.append(text[: OUTPUT_KEPT - self.count])
         self.count += len(text)
@@ -92,7 +101,11 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
     """Load `path` and run `exercise`'s checks on it, here; the learner's prints are captured, not shown."""
     from jaxintro.exercises.checking import CheckFailed, learner_file, learner_line
 
+    import jax
+
     captured = BoundedText()
+    folder = path.parent.resolve()
+    before, x64 = set(folder.iterdir()), jax.config.jax_enable_x64
     with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), learner_file(str(path)):
         try:
             namespace = load(path)
@@ -112,8 +125,6 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
                     file=path.name, name=missing[0]))
             else:
                 check = check_function(exercise)  # outside the `try`: a missing check is our bug, not theirs
-                import jax
-
                 try:
                     # Full float32 matmuls on every backend (a GPU's default TF32 would miss our tolerances).
                     with jax.default_matmul_precision("highest"):
@@ -126,7 +137,30 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
                         "the check could not use what your code returned ({error}: {detail})").format(
                         error=type(exc).__name__, detail=(str(exc).splitlines() or [""])[0][:200]))
     verdict.printed, verdict.output = captured.count, captured.text()
+    verdict.notes = silent_mistakes(captured, x64, before, folder)
     return verdict
+
+
+def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path], folder: Path) -> list[str]:
+    """What the learner's file did that no check fails but the lesson would not do: each as a note."""
+    import jax
+
+    notes = []
+    if captured.tracer:
+        notes.append(_("your file printed a traced value ({seen}): under jax.jit, print runs once while the function "
+                       "is traced and shows no numbers; jax.debug.print(\"x = {{x}}\", x=x) prints the values at "
+                       "every call").format(seen=captured.tracer))
+    if jax.config.jax_enable_x64 != x64:
+        jax.config.update("jax_enable_x64", x64)  # the next file is checked as the lesson computes: in float32
+        notes.append(_("your file turns on jax_enable_x64: arrays default to float64, where the lesson computes in "
+                       "float32; remove jax.config.update(\"jax_enable_x64\", True)"))
+    written = sorted(p.name for p in set(folder.iterdir()) - before
+                     if not p.name.startswith(".") and p.name != "__pycache__")
+    if written:
+        notes.append(_("your file wrote {files} while it was checked: a check calls your functions many times; write "
+                       "files under `if __name__ == \"__main__\":`, which a check does not run").format(
+                       files=", ".join(written[:5])))
+    return notes
 
 
 def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:

@@ -118,34 +118,46 @@ each plus its own standard normal noise (shape (n, *x.shape)).""",
 
 HINTS = {
     "init_params": [
+        "He initialisation scales each layer's random weights by sqrt(2 / fan_in), and each layer "
+        "needs a key of its own: JAX's randomness is explicit.",
         "keys = jax.random.split(key, len(sizes) - 1) gives one key per layer; zip them with "
         "sizes[:-1] and sizes[1:].",
         "w = jax.random.normal(k, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in); b = jnp.zeros(fan_out).",
         "Name the layers f\"layer{i + 1}\" (enumerate from 0) and return the dict.",
     ],
     "forward": [
+        "A forward pass is a chain of affine maps, with a ReLU between them but not after the last: "
+        "the logits can be any real number.",
         "x @ params[\"layer1\"][\"w\"] + params[\"layer1\"][\"b\"] is layer 1 before its ReLU.",
         "jax.nn.relu after layers 1 and 2 only: the last layer returns logits, which may be negative.",
         "Return the logits, not jax.nn.softmax of them: the loss takes care of that.",
     ],
     "loss_fn": [
+        "Cross-entropy is minus the mean log-probability of the right class; log_softmax computes "
+        "those log-probabilities stably.",
         "log_probs = jax.nn.log_softmax(forward(params, x)) has shape (batch, classes).",
         "Pick each row's label: jnp.take_along_axis(log_probs, y[:, None], axis=1) "
         "(or log_probs[jnp.arange(len(y)), y]).",
         "The loss is minus the mean of those picked values: a scalar.",
     ],
     "train_step": [
+        "One step: the loss and its gradient in one pass, then the optimizer turns the gradient into "
+        "updates and returns its own new state.",
         "loss, grads = jax.value_and_grad(loss_fn)(params, x, y)",
         "updates, opt_state = optimizer.update(grads, opt_state, params), then "
         "params = optax.apply_updates(params, updates).",
         "Return the NEW opt_state too: Adam's running moments live in it, and the next step needs them.",
     ],
     "dropout": [
+        "Dropout zeroes each hidden unit with probability rate and scales the survivors by 1 / (1 - "
+        "rate), so the expected value is unchanged; with no key it does nothing.",
         "k1, k2 = jax.random.split(key) when a key is given: one key for each hidden layer.",
         "keep = jax.random.bernoulli(k1, 1.0 - rate, h.shape); h = jnp.where(keep, h / (1.0 - rate), 0.0)",
         "`if key is not None:` is fine under jit: it asks about a Python value (None or not), not an array's value.",
     ],
     "per_example_grads": [
+        "A per-example gradient is the gradient of one example's loss: write the loss of one example,"
+        " differentiate it, and let vmap map that over the batch.",
         "def example_loss(p, xi, yi): return loss_fn(p, xi[None], yi[None])  # a batch of one",
         "jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y): None = shared, 0 = mapped.",
         "grad_norms: for each leaf g, jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1); add them over the leaves, "
@@ -159,38 +171,96 @@ HINTS = {
         "then layer n alone, without ReLU.",
     ],
     "jit_timing": [
+        "The first call of a jitted function compiles it, and a call returns before its result is "
+        "ready: an honest timing leaves out the first and waits for the last.",
         "Warm-up: jax.block_until_ready(f(*args)) once before time.perf_counter().",
         "In the loop: jax.block_until_ready(f(*args)) (a result that is ready is returned at once).",
         "Divide the elapsed time by repeats. compare_jit: time_call(f, ...) and time_call(jax.jit(f), ...).",
     ],
     "clipping": [
+        "Clipping by the global norm scales the whole gradient by one factor when its norm (over "
+        "every leaf) is above the limit; it must happen before the optimizer sees the gradient.",
         "global_norm: jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))) (optax.tree.norm does the same).",
         "clipped: optax.chain(optax.clip_by_global_norm(max_norm), optimizer): the clip first.",
         "grad_norm_curve: grads = jax.grad(loss_fn)(params, x, y); record global_norm(grads) before "
         "optimizer.update, which is where the clipping happens.",
     ],
     "immutable_update": [
+        "JAX arrays never change: an update returns a new array, and the old one stays as it was.",
         "a.at[i] selects row i without changing anything; .set(value) returns the updated copy.",
         "return a.at[i].set(value)",
     ],
     "tree_map": [
+        "jax.tree.map applies a function leaf by leaf to one or more pytrees of the same structure, "
+        "and returns a new pytree.",
         "jax.tree.map(f, params, grads) calls f(p, g) for every pair of leaves.",
         "return jax.tree.map(lambda p, g: p - lr * g, params, grads): no loop over keys, no assignment.",
     ],
     "vmap_in_axes": [
+        "vmap needs to know, for each argument, which axis is the batch one, or that there is none "
+        "(the argument is shared).",
         "in_axes has one entry per argument of predict: (w, b, x).",
         "jax.vmap(predict, in_axes=(None, None, 0))(w, b, xs): None = the same for every example.",
     ],
     "scan": [
+        "lax.scan runs a step function over a sequence; the step takes the carry and one element, and"
+        " returns the new carry and one output.",
         "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, output)",
         "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
     ],
     "cond": [
+        "Under jit, a Python if cannot ask about a traced value: lax.cond takes the condition and "
+        "both branches as functions, and traces both.",
         "jax.lax.cond(x >= 0, lambda v: ..., lambda v: ..., x): the first function runs when the condition holds.",
         "The negative branch: lambda v: -jnp.sqrt(-v).",
     ],
     "split_keys": [
+        "Reusing a key gives the same numbers again: split it into as many new keys as draws, and use"
+        " each once.",
         "keys = jax.random.split(key, n): one key per copy; do not use `key` itself afterwards.",
         "jax.vmap(lambda k: x + jax.random.normal(k, x.shape))(keys), or a loop over keys and jnp.stack.",
     ],
+}
+
+# A hint for one mistake, keyed by the check's key: `hint` shows it first when the last check failed with it.
+KEY_HINTS = {
+    "scan": {
+        "carry_is_input": "The carry is what the next step receives as m: it must be the new average, not the input"
+            " x.",
+        "history_shifted": "The second value a step returns is what scan stacks as the output: the new average, not "
+            "the old one.",
+    },
+    "any_depth": {
+        "layers_in_string_order": "jax.tree.leaves sorts dict keys as strings: layer10 comes before layer2. Count with it, "
+            "then index params[f\"layer{i}\"] by number.",
+    },
+    "train_step": {
+        "opt_state_not_updated": "optimizer.update returns (updates, new_opt_state): return that new state, or Adam starts"
+            " from zero at every step.",
+    },
+    "tree_map": {
+        "wrong_sign": "A descent step subtracts lr * g: p + lr * g climbs the gradient.",
+    },
+    "jit_timing": {
+        "no_warmup": "Call f once (and wait for it) before starting the clock: the first call includes "
+            "compilation.",
+        "no_block_until_ready": "Wait for the result with jax.block_until_ready before stopping the clock: a call returns"
+            " before its work is done.",
+    },
+    "clipping": {
+        "clip_after_optimizer": "In optax.chain, order matters: the clip comes first, so the optimizer sees the clipped "
+            "gradient.",
+    },
+    "dropout": {
+        "keep_is_rate": "jax.random.bernoulli(k, p) is True with probability p: for dropout, p is the probability"
+            " to KEEP, 1 - rate.",
+        "key_reused": "Split the key: each hidden layer's mask needs a key of its own.",
+    },
+    "split_keys": {
+        "key_reused": "jax.random.split(key, n) gives n new keys; each draw takes one of them.",
+    },
+    "loss_fn": {
+        "unstable_log_softmax": "jnp.log(jax.nn.softmax(z)) gives -inf for a large logit gap: jax.nn.log_softmax(z) is "
+            "the stable form.",
+    },
 }

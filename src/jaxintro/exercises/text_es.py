@@ -124,35 +124,47 @@ noisy_copies(key, x, n): n copias de x, cada una con su propio ruido normal est�
 
 HINTS = {
     "init_params": [
+        "La inicialización de He escala los pesos aleatorios de cada capa por sqrt(2 / fan_in), y "
+        "cada capa necesita su propia clave: la aleatoriedad de JAX es explícita.",
         "keys = jax.random.split(key, len(sizes) - 1) da una clave por capa; combínalas con zip con "
         "sizes[:-1] y sizes[1:].",
         "w = jax.random.normal(k, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in); b = jnp.zeros(fan_out).",
         "Llama a las capas f\"layer{i + 1}\" (enumerate desde 0) y devuelve el dict.",
     ],
     "forward": [
+        "Un forward es una cadena de aplicaciones afines, con una ReLU entre ellas pero no tras la "
+        "última: los logits pueden ser cualquier número real.",
         "x @ params[\"layer1\"][\"w\"] + params[\"layer1\"][\"b\"] es la capa 1 antes de su ReLU.",
         "jax.nn.relu solo tras las capas 1 y 2: la última devuelve logits, que pueden ser negativos.",
         "Devuelve los logits, no jax.nn.softmax de ellos: de eso se encarga la pérdida.",
     ],
     "loss_fn": [
+        "La entropía cruzada es menos la media de la log-probabilidad de la clase correcta; "
+        "log_softmax calcula esas log-probabilidades de forma estable.",
         "log_probs = jax.nn.log_softmax(forward(params, x)) tiene forma (batch, classes).",
         "Toma la etiqueta de cada fila: jnp.take_along_axis(log_probs, y[:, None], axis=1) "
         "(o log_probs[jnp.arange(len(y)), y]).",
         "La pérdida es menos la media de esos valores: un escalar.",
     ],
     "train_step": [
+        "Un paso: la pérdida y su gradiente de una vez; luego el optimizador convierte el gradiente "
+        "en actualizaciones y devuelve su propio estado nuevo.",
         "loss, grads = jax.value_and_grad(loss_fn)(params, x, y)",
         "updates, opt_state = optimizer.update(grads, opt_state, params), y luego "
         "params = optax.apply_updates(params, updates).",
         "Devuelve también el opt_state NUEVO: ahí viven los momentos de Adam y el paso siguiente los necesita.",
     ],
     "dropout": [
+        "Dropout pone a cero cada unidad oculta con probabilidad rate y escala las que quedan por 1 /"
+        " (1 - rate), para que el valor esperado no cambie; sin clave no hace nada.",
         "k1, k2 = jax.random.split(key) cuando hay clave: una clave para cada capa oculta.",
         "keep = jax.random.bernoulli(k1, 1.0 - rate, h.shape); h = jnp.where(keep, h / (1.0 - rate), 0.0)",
         "`if key is not None:` está bien bajo jit: pregunta por un valor de Python (None o no), no por el valor de "
         "un array.",
     ],
     "per_example_grads": [
+        "Un gradiente por ejemplo es el gradiente de la pérdida de un solo ejemplo: escribe la "
+        "pérdida de un ejemplo, derívala y deja que vmap la aplique a todo el lote.",
         "def example_loss(p, xi, yi): return loss_fn(p, xi[None], yi[None])  # un lote de uno",
         "jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y): None = compartido, 0 = mapeado.",
         "grad_norms: para cada hoja g, jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1); súmalas sobre las hojas "
@@ -166,11 +178,16 @@ HINTS = {
         "después la capa n sola, sin ReLU.",
     ],
     "jit_timing": [
+        "La primera llamada a una función con jit la compila, y una llamada vuelve antes de que su "
+        "resultado esté listo: una medida honrada deja fuera la primera y espera a la última.",
         "Calentamiento: jax.block_until_ready(f(*args)) una vez antes de time.perf_counter().",
         "En el bucle: jax.block_until_ready(f(*args)) (un resultado ya listo se devuelve al instante).",
         "Divide el tiempo transcurrido por repeats. compare_jit: time_call(f, ...) y time_call(jax.jit(f), ...).",
     ],
     "clipping": [
+        "Recortar por la norma global escala todo el gradiente por un mismo factor cuando su norma "
+        "(sobre todas las hojas) supera el límite; debe ocurrir antes de que el optimizador vea el "
+        "gradiente.",
         "global_norm: jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))) (optax.tree.norm hace lo "
         "mismo).",
         "clipped: optax.chain(optax.clip_by_global_norm(max_norm), optimizer): el recorte primero.",
@@ -178,30 +195,85 @@ HINTS = {
         "optimizer.update, que es donde ocurre el recorte.",
     ],
     "immutable_update": [
+        "Los arrays de JAX nunca cambian: una actualización devuelve un array nuevo y el antiguo "
+        "sigue como estaba.",
         "a.at[i] selecciona la fila i sin cambiar nada; .set(value) devuelve la copia actualizada.",
         "return a.at[i].set(value)",
     ],
     "tree_map": [
+        "jax.tree.map aplica una función hoja a hoja a uno o más pytrees de la misma estructura y "
+        "devuelve un pytree nuevo.",
         "jax.tree.map(f, params, grads) llama a f(p, g) con cada par de hojas.",
         "return jax.tree.map(lambda p, g: p - lr * g, params, grads): sin bucle sobre claves, sin asignaciones.",
     ],
     "vmap_in_axes": [
+        "vmap necesita saber, para cada argumento, qué eje es el del lote, o que no hay ninguno (el "
+        "argumento es compartido).",
         "in_axes tiene una entrada por argumento de predict: (w, b, x).",
         "jax.vmap(predict, in_axes=(None, None, 0))(w, b, xs): None = igual para todos los ejemplos.",
     ],
     "scan": [
+        "lax.scan ejecuta una función de paso sobre una secuencia; el paso recibe el carry y un "
+        "elemento, y devuelve el carry nuevo y una salida.",
         "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, salida)",
         "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
     ],
     "cond": [
+        "Bajo jit, un if de Python no puede preguntar por un valor trazado: lax.cond recibe la "
+        "condición y las dos ramas como funciones, y traza ambas.",
         "jax.lax.cond(x >= 0, lambda v: ..., lambda v: ..., x): la primera función se ejecuta si se cumple la "
         "condición.",
         "La rama negativa: lambda v: -jnp.sqrt(-v).",
     ],
     "split_keys": [
+        "Reutilizar una clave da otra vez los mismos números: divídela en tantas claves nuevas como "
+        "sorteos y usa cada una una vez.",
         "keys = jax.random.split(key, n): una clave por copia; no uses `key` después.",
         "jax.vmap(lambda k: x + jax.random.normal(k, x.shape))(keys), o un bucle sobre keys y jnp.stack.",
     ],
+}
+
+# A hint for one mistake, keyed by the check's key: `hint` shows it first when the last check failed with it.
+KEY_HINTS = {
+    "scan": {
+        "carry_is_input": "El carry es lo que el paso siguiente recibe como m: debe ser la media nueva, no la "
+            "entrada x.",
+        "history_shifted": "El segundo valor que devuelve un paso es lo que scan apila como salida: la media nueva, "
+            "no la anterior.",
+    },
+    "any_depth": {
+        "layers_in_string_order": "jax.tree.leaves ordena las claves del dict como texto: layer10 va antes que layer2. "
+            "Cuenta con él y luego indexa params[f\"layer{i}\"] por número.",
+    },
+    "train_step": {
+        "opt_state_not_updated": "optimizer.update devuelve (updates, opt_state_nuevo): devuelve ese estado nuevo, o Adam "
+            "empieza de cero en cada paso.",
+    },
+    "tree_map": {
+        "wrong_sign": "Un paso de descenso resta lr * g: p + lr * g sube por el gradiente.",
+    },
+    "jit_timing": {
+        "no_warmup": "Llama a f una vez (y espérala) antes de poner en marcha el reloj: la primera llamada "
+            "incluye la compilación.",
+        "no_block_until_ready": "Espera el resultado con jax.block_until_ready antes de parar el reloj: una llamada "
+            "vuelve antes de terminar su trabajo.",
+    },
+    "clipping": {
+        "clip_after_optimizer": "En optax.chain el orden importa: el recorte va primero, para que el optimizador vea el "
+            "gradiente recortado.",
+    },
+    "dropout": {
+        "keep_is_rate": "jax.random.bernoulli(k, p) es True con probabilidad p: en dropout, p es la probabilidad "
+            "de CONSERVAR, 1 - rate.",
+        "key_reused": "Divide la clave: la máscara de cada capa oculta necesita su propia clave.",
+    },
+    "split_keys": {
+        "key_reused": "jax.random.split(key, n) da n claves nuevas; cada sorteo usa una de ellas.",
+    },
+    "loss_fn": {
+        "unstable_log_softmax": "jnp.log(jax.nn.softmax(z)) da -inf con una diferencia grande de logits: "
+            "jax.nn.log_softmax(z) es la forma estable.",
+    },
 }
 
 DOCSTRINGS = {

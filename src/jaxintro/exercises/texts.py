@@ -12,25 +12,31 @@ from types import ModuleType
 TEXT_LANGUAGES = ("en", "es")
 
 
-def _table(lang: str) -> ModuleType:
+def text_table(lang: str) -> ModuleType:
+    """The module of `lang`'s texts (English for a language without one)."""
     return importlib.import_module(f"jaxintro.exercises.text_{lang if lang in TEXT_LANGUAGES else 'en'}")
 
 
 def statement(slug: str, lang: str) -> str:
     """What exercise `slug` asks, in `lang`."""
-    return _table(lang).STATEMENTS[slug]
+    return text_table(lang).STATEMENTS[slug]
 
 
 def hints(slug: str, lang: str) -> list[str]:
     """The progressive hints of `slug`, gentlest first."""
-    return _table(lang).HINTS[slug]
+    return text_table(lang).HINTS[slug]
+
+
+def key_hint(slug: str, key: str, lang: str) -> str | None:
+    """The hint written for one mistake (a check's key) of `slug`, if there is one."""
+    return getattr(text_table(lang), "KEY_HINTS", {}).get(slug, {}).get(key)
 
 
 def docstrings(slug: str, lang: str) -> dict[str, str]:
     """The learner's functions' docstrings in `lang` (English ones are the solution file's own)."""
-    return getattr(_table(lang), "DOCSTRINGS", {}).get(slug, {})
+    return getattr(text_table(lang), "DOCSTRINGS", {}).get(slug, {})
 
 
 def given_docstrings(lang: str) -> dict[str, str]:
     """English docstring -> `lang`'s, for the code a starter file gives (empty for English)."""
-    return getattr(_table(lang), "GIVEN", {})
+    return getattr(text_table(lang), "GIVEN", {})
