@@ -11,7 +11,7 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 # What an install depends on: a change to any of them installs again.
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 
-.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation
+.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-exercises
 
 # One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
 STAMP     := $(VENV)/.installed
@@ -64,6 +64,12 @@ mutation: $(MUTATING)
 	rm -rf mutants
 	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true
 	$(BIN)/python tests/mutation_report.py mutants
+
+# Mutation testing of the exercises' checks (not in CI): every one-token change of each reference solution's
+# learner part is checked as a learner's file would be; a mutant the check accepts is a wrong answer that passes.
+# tests/exercise_mutants.py prints the table and every survivor with its reason (docs/testing.md has the score).
+mutation-exercises: $(TESTING)
+	$(BIN)/python tests/exercise_mutants.py
 
 # The lesson's notebooks: each .ipynb regenerated from its jupytext source (notebooks/*.py, the file to edit),
 # without outputs, and .venv's Python registered as the Jupyter kernel "jaxintro (.venv)" that they ask for,

@@ -92,6 +92,32 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         yield
 
 
+# The skips CI allows, each with its reason. Under CI (`.ci/run` sets CI=true) any other skip fails the run: a
+# test that silently stops running (no MNIST beside the checkout, no PyTorch, no browser) is a lost test.
+ALLOWED_SKIPS = {
+    "tests/test_train.py::test_the_data_parallel_epoch_on_several_devices_is_the_one_device_epoch":
+        "the in-process copy, for `make mutation`, of test_parallel.py's N-device check (which CI runs): it needs "
+        "JAX started with 4 CPU devices",
+}
+_skipped: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:  # in the controlling process too: pytest-xdist passes its workers' reports on
+        _skipped.add(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    unexpected = sorted(n for n in _skipped if n.split("[")[0] not in ALLOWED_SKIPS)
+    if os.environ.get("CI") and unexpected and not hasattr(session.config, "workerinput"):
+        lines = "\n".join(f"  {n}" for n in unexpected)
+        session.config.get_terminal_writer().line(
+            f"\nThese tests were skipped, which CI does not allow (tests/conftest.py: ALLOWED_SKIPS):\n{lines}",
+            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def compiled_cache(tmp_path_factory) -> Path:
     """The session's one compile-cache folder.
 

@@ -495,3 +495,12 @@ def test_members_train_one_at_a_time_on_a_cpu_unless_told():
     # Spread over devices, a group is at most a device's share of the members.
     assert member_group(TrainConfig(seeds=8, member_group=8), devices=2) == 4
     assert member_group(TrainConfig(seeds=8, member_group=3), devices=2) == 3
+
+
+def test_the_best_setting_is_never_a_diverged_one_wherever_it_is_listed():
+    from jaxintro.members import Setting, best_setting
+
+    diverged = Setting(300.0, 0.0, [math.nan, math.nan], math.nan, math.nan)
+    trained = [Setting(1e-3, 0.0, [0.9, 0.92], 0.91, 0.01), Setting(1e-2, 0.0, [0.95, 0.97], 0.96, 0.01)]
+    for settings in ([diverged, *trained], [*trained, diverged], [trained[0], diverged, trained[1]]):
+        assert best_setting(settings) is trained[1], settings  # a NaN mean first would win a plain max()

@@ -359,3 +359,18 @@ def test_what_no_check_fails_is_still_said(tmp_path):
     verdict = check_file(by_number(1), path)
     assert verdict.key == "not_float32" and any("jax_enable_x64" in note for note in verdict.notes)
     assert not jax.config.jax_enable_x64, "the next file is checked in float32 again"
+
+
+def test_the_solutions_mutants_include_the_wrong_carry_and_the_survivors_list_is_current(tmp_path):
+    # tests/exercise_mutants.py (make mutation-exercises) measures how many one-token changes of our solutions the
+    # checks catch; here, that it makes the mutants a learner makes, and that every survivor it names still exists.
+    import tomllib
+
+    from exercise_mutants import REASONS, SOLUTIONS, mutants
+
+    scan = dict(mutants(SOLUTIONS / "08_scan.py"))
+    carry = next(text for mutant_id, text in scan.items() if "tuple element 0 (m) -> x" in mutant_id)
+    verdict = check_file(by_number(8), write(tmp_path, by_number(8), carry))
+    assert verdict.key == "carry_is_input"
+    every = {mutant_id for path in SOLUTIONS.glob("[0-9][0-9]_*.py") for mutant_id, _text in mutants(path)}
+    assert set(tomllib.loads(REASONS.read_text(encoding="utf-8"))) <= every

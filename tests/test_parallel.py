@@ -38,6 +38,7 @@ N_DEVICE_CHECK = textwrap.dedent("""
                 "params": [np.asarray(leaf.addressable_data(0)).tolist() for leaf in leaves],
                 "losses": np.concatenate([m["loss"] for m in result.step_metrics]).tolist(),
                 "grad_norms": np.concatenate([m["grad_norm"] for m in result.step_metrics]).tolist(),
+                "correct": np.concatenate([m["correct"] for m in result.step_metrics]).tolist(),
                 "devices": len(result.state.params["layer1"]["w"].sharding.device_set),
             }
     print(json.dumps(out))
@@ -68,6 +69,7 @@ def test_n_device_steps_equal_the_one_device_step(n_device_runs, optimizer, firs
     assert one["devices"] == 1 and len(one["losses"]) == 16
     for name, run in runs.items():
         assert run["devices"] == int(name.split("-")[0])
+        assert run["correct"] == one["correct"], name  # every example counted once: summed over devices, not averaged
         for key in ("losses", "grad_norms"):
             np.testing.assert_allclose(run[key][0], one[key][0], rtol=first_rtol, err_msg=name)
             np.testing.assert_allclose(run[key], one[key], rtol=rtol, err_msg=name)

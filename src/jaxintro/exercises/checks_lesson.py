@@ -222,13 +222,19 @@ class _FakeJitted:
         self.compile_s, self.work_s = compile_s, work_s
         self.calls = self.waits = 0
         self.busy_until = 0.0
+        self.first: _FakeResult | None = None
+        self.warm_up_waited = True  # the first result was waited for before the second call
 
     def __call__(self, *args):
         self.calls += 1
         if self.calls == 1:
             time.sleep(self.compile_s)
+        elif self.calls == 2:
+            self.warm_up_waited = self.first is not None and self.first.waited
         self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s
-        return _FakeResult(self, self.busy_until)
+        result = _FakeResult(self, self.busy_until)
+        self.first = self.first or result
+        return result
 
 
 class _FakeResult:
@@ -236,9 +242,11 @@ class _FakeResult:
 
     def __init__(self, owner: _FakeJitted, ready_at: float) -> None:
         self.owner, self.ready_at = owner, ready_at
+        self.waited = False
 
     def block_until_ready(self) -> "_FakeResult":
         self.owner.waits += 1
+        self.waited = True
         time.sleep(max(0.0, self.ready_at - time.perf_counter()))
         return self
 
@@ -268,6 +276,10 @@ def check_jit_timing(ns: dict) -> None:
         raise CheckFailed("no_warmup", report + _(
             "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "
             "clock").format(compile_s=compile_s))
+    if not fake.warm_up_waited:
+        raise CheckFailed("warm_up_not_waited", report + _(
+            "; the warm-up call's result was not waited for, so its work was still running when the clock "
+            "started: jax.block_until_ready(f(*args)) once, then start the clock"))
     if seconds > 1.5 * work_s:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
     runs = []
@@ -378,7 +390,12 @@ def _check_curve(curve) -> None:
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05))
     inputs = describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
                       optimizer="clip_by_global_norm(1.0) + sgd(0.05)")
-    got = np.asarray(attempt(curve, params, batches, tx, name="grad_norm_curve", inputs=inputs), np.float64)
+    returned = attempt(curve, params, batches, tx, name="grad_norm_curve", inputs=inputs)
+    if not hasattr(returned, "shape"):
+        raise CheckFailed("curve_not_array", _(
+            "grad_norm_curve({inputs}) returned a {kind}, not an array: jnp.stack the norms into one array of "
+            "shape (steps,), ready to plot and to compare").format(inputs=inputs, kind=type(returned).__name__))
+    got = np.asarray(returned, np.float64)
     want, state, p = [], tx.init(params), params
     loss = lambda q, x, y: jnp.mean((x @ q["w"] + q["b"] - y) ** 2)  # noqa: E731 (the given loss_fn)
     for x, y in batches:

@@ -216,10 +216,11 @@ def check_cond(ns: dict) -> None:
                 x=x, got=float(got), want=want, why=why))
 
     agrees()
-    xs = jnp.asarray([4.0, -4.0, 1.0])
+    # 0.25: between 0 and 1, where a condition on x >= 1 (not x >= 0) would take the wrong branch.
+    xs = jnp.asarray([4.0, -4.0, 0.25])
     got = attempt(jax.vmap(signed_sqrt), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs))
-    if not close(got, np.asarray([2.0, -2.0, 1.0])):
-        raise CheckFailed("mismatch", _("jax.vmap(signed_sqrt)([4, -4, 1]) = {got}, expected [2, -2, 1]").format(
+    if not close(got, np.asarray([2.0, -2.0, 0.5])):
+        raise CheckFailed("mismatch", _("jax.vmap(signed_sqrt)([4, -4, 0.25]) = {got}, expected [2, -2, 0.5]").format(
             got=numbers(got)))
     for x in (4.0, -4.0):
         grad = float(attempt(jax.grad(signed_sqrt), jnp.float32(x), name="jax.grad(signed_sqrt)", inputs=f"x={x}"))
