@@ -19,9 +19,16 @@ from filelock import FileLock
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-# No example database: test runs leave nothing behind in the checkout (its home is set per session below).
+# No example database: test runs leave nothing behind in the checkout (its home is set in pytest_configure).
 settings.register_profile("jaxintro", database=None)
 settings.load_profile("jaxintro")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has made its factory
+def pytest_configure(config: pytest.Config) -> None:
+    # Hypothesis writes a cache of the tests' constants as soon as it collects them, into ./.hypothesis unless
+    # told otherwise: into pytest's tmp folder instead, before any test module is imported.
+    set_hypothesis_home_dir(str(config._tmp_path_factory.mktemp("hypothesis")))  # noqa: SLF001
 
 # A shell starts a background job with SIGINT ignored, and a child inherits that: a command under test would
 # then never see the Ctrl-C a test sends it. Children start with SIGINT at its default, as from a terminal.
@@ -62,10 +69,9 @@ def isolate_environment(monkeypatch: pytest.MonkeyPatch, cache: Path, compiled: 
 def isolated_session(tmp_path_factory) -> Iterator[None]:
     """The same isolation for session and module fixtures (trained runs), which start before any test's own.
 
-    Hypothesis keeps its files in pytest's tmp folder too, and so does every temporary file (TMPDIR): a run
+    Every temporary file goes into pytest's tmp folder (TMPDIR), as Hypothesis's do (pytest_configure): a run
     leaves nothing in the checkout or /tmp.
     """
-    set_hypothesis_home_dir(str(tmp_path_factory.mktemp("hypothesis")))
     with pytest.MonkeyPatch.context() as monkeypatch:
         isolate_environment(monkeypatch, tmp_path_factory.mktemp("session-cache"), compiled_cache(tmp_path_factory))
         # Every temporary file of the tests, and of the processes they start, goes into pytest's tmp folder,
@@ -107,15 +113,22 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.add(report.nodeid)
 
 
+def _unexpected_skips() -> list[str]:
+    return sorted(n for n in _skipped if n.split("[")[0] not in ALLOWED_SKIPS) if os.environ.get("CI") else []
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    unexpected = sorted(n for n in _skipped if n.split("[")[0] not in ALLOWED_SKIPS)
-    if os.environ.get("CI") and unexpected and not hasattr(session.config, "workerinput"):
-        lines = "\n".join(f"  {n}" for n in unexpected)
-        session.config.get_terminal_writer().line(
-            f"\nThese tests were skipped, which CI does not allow (tests/conftest.py: ALLOWED_SKIPS):\n{lines}",
-            red=True)
+    if _unexpected_skips() and not hasattr(session.config, "workerinput"):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _unexpected_skips():
+        terminalreporter.write_line("These tests were skipped, which CI does not allow (tests/conftest.py: "
+                                    "ALLOWED_SKIPS):", red=True)
+        for nodeid in _unexpected_skips():
+            terminalreporter.write_line(f"  {nodeid}", red=True)
 
 
 def compiled_cache(tmp_path_factory) -> Path:
