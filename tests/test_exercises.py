@@ -7,9 +7,11 @@ limit is not what they test; the child process is tested on its own, with severa
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -374,3 +376,17 @@ def test_the_solutions_mutants_include_the_wrong_carry_and_the_survivors_list_is
     assert verdict.key == "carry_is_input"
     every = {mutant_id for path in SOLUTIONS.glob("[0-9][0-9]_*.py") for mutant_id, _text in mutants(path)}
     assert set(tomllib.loads(REASONS.read_text(encoding="utf-8"))) <= every
+
+
+def test_a_spanish_solution_is_commented_in_spanish(tmp_path, capsys, monkeypatch):
+    from jaxintro.exercises.texts import solution_comments
+
+    english = {c for e in EXERCISES for c in re.findall(r"# (.*)\n", e.reference()) if not c.startswith(">>>")}
+    assert english == set(solution_comments("es")), "every comment of our solutions has its Spanish words"
+    folder = tmp_path / "ejercicios"
+    assert main(["--lang", "es", "exercises", "init", str(folder)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("s\n"))
+    assert main(["--lang", "es", "exercises", "solution", "8", "--dir", str(folder), "--force"]) == 0
+    shown = capsys.readouterr().out
+    assert "# (el carry para el paso siguiente, la salida de este paso)" in shown and "carry to the next" not in shown

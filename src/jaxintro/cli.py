@@ -318,7 +318,7 @@ def _add_exercises(sub: Commands) -> None:
     """`jaxintro exercises` and its flags."""
     p = sub.add_parser("exercises", help=_("write the lesson's code yourself and have it checked: init, list, check, "
                                            "hint, reset, solution (default: list)"))
-    actions = p.add_subparsers(dest="action", parser_class=ArgumentParser)
+    actions = p.add_subparsers(dest="action", metavar=_("ACTION"), parser_class=ArgumentParser)
     folder_help = _("the exercises folder (default: ./ejercicios in Spanish, else ./exercises)")
     q = actions.add_parser("init", help=_("write one starter file per exercise; existing files are kept"))
     q.add_argument("folder", nargs="?", default=None, metavar="DIR", help=folder_help)

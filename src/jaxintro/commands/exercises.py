@@ -270,7 +270,7 @@ def solution(folder: Path, lang: str, exercise: Exercise, *, force: bool, timeou
         if answer.strip().lower() not in {"y", "yes", _("y"), _("yes")}:
             print(_("Not shown."))
             return 1
-    print(exercise.reference(), end="")
+    print(exercise.reference(lang), end="")
     return 0
 
 

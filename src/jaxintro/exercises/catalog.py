@@ -38,23 +38,37 @@ class Exercise:
         """The learner's file name, e.g. `01_init_params.py`."""
         return f"{self.number:02d}_{self.slug}.py"
 
-    def reference(self) -> str:
-        """Our solution, as the learner would read it (markers removed)."""
-        return _MARKERS.sub("", (SOLUTIONS / self.filename).read_text(encoding="utf-8"))
+    def reference(self, lang: str = "en") -> str:
+        """Our solution, as the learner would read it (markers removed), its docstrings and comments in `lang`."""
+        from jaxintro.exercises.texts import solution_comments
 
-    def starter(self, lang: str) -> str:
-        """The file `init` writes: the statement, the given code, and a TODO where the learner writes."""
-        from jaxintro.exercises.texts import docstrings, given_docstrings, statement
+        source = _MARKERS.sub("", (SOLUTIONS / self.filename).read_text(encoding="utf-8"))
+        if lang == "en":
+            return source
+        for english, translated in solution_comments(lang).items():  # the starter keeps its (given) comments as
+            source = source.replace(f"# {english}\n", f"# {translated}\n")  # they were: a starter stays a starter
+        return self._in_language(source, lang)
 
-        source = (SOLUTIONS / self.filename).read_text(encoding="utf-8")
-        _ = _catalog(lang)  # the file's language, whatever the command's messages are in
-        todo = _("TODO: write this function (the statement is at the top of the file)")
-        source = _REGION.sub(lambda m: f"{m[1]}# {todo}\n{m[1]}raise NotImplementedError\n", source)
+    def _in_language(self, source: str, lang: str) -> str:
+        """`source` with the docstrings of the given code and of the learner's functions in `lang`."""
+        from jaxintro.exercises.texts import docstrings, given_docstrings
+
         for english, translated in given_docstrings(lang).items():
             source = source.replace(f'"""{english}"""', f'"""{translated}"""')
         for name, doc in docstrings(self.slug, lang).items():
             source = re.sub(rf'(def {name}\(.*?:\n( +))""".*?"""', lambda m: m[1] + _docstring(doc, m[2]), source,
                             count=1, flags=re.DOTALL)
+        return source
+
+    def starter(self, lang: str) -> str:
+        """The file `init` writes: the statement, the given code, and a TODO where the learner writes."""
+        from jaxintro.exercises.texts import statement
+
+        source = (SOLUTIONS / self.filename).read_text(encoding="utf-8")
+        _ = _catalog(lang)  # the file's language, whatever the command's messages are in
+        todo = _("TODO: write this function (the statement is at the top of the file)")
+        source = self._in_language(_REGION.sub(lambda m: f"{m[1]}# {todo}\n{m[1]}raise NotImplementedError\n", source),
+                                   lang)
         header = statement(self.slug, lang).strip() + "\n\n" + _(
             "Check it: jaxintro exercises check {n}    A hint: jaxintro exercises hint {n}").format(n=self.number)
         return _MODULE_DOC.sub(lambda m: f'"""{header}\n"""\n', source, count=1)

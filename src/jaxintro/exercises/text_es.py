@@ -326,3 +326,33 @@ GIVEN = {
     "Step 2, given: logits of the 3-layer MLP.": "Paso 2, dado: logits del MLP de 3 capas.",
     "Step 3, given: mean cross-entropy.": "Paso 3, dado: entropía cruzada media.",
 }
+
+# The comments of our solutions (`solution N`), English -> Spanish.
+SOLUTION_COMMENTS = {
+    'By number, not in the leaves\' order: jax.tree.leaves sorts the keys as strings, "layer10" before "layer2".':
+        'Por número, no en el orden de las hojas: jax.tree.leaves ordena las claves como texto, "layer10" antes '
+        'que "layer2".',
+    "(the carry to the next step, this step's output)": "(el carry para el paso siguiente, la salida de este paso)",
+    "He init keeps ReLU signals alive": "la inicialización de He mantiene vivas las señales de ReLU",
+    "JAX returns before the work is done: wait for it": "JAX vuelve antes de terminar el trabajo: espéralo",
+    "None: the same w and b for every example": "None: los mismos w y b para cada ejemplo",
+    "a Python `if` on a Python value (None or not): fine under jit":
+        "un `if` de Python sobre un valor de Python (None o no): correcto bajo jit",
+    "a batch of one": "un lote de uno",
+    "a new array: JAX arrays cannot change in place": "un array nuevo: los arrays de JAX no cambian en su sitio",
+    "clip, then the optimizer": "recorte, luego el optimizador",
+    "logits: no ReLU, the loss wants any real number": "logits: sin ReLU, la pérdida admite cualquier número real",
+    "n new keys; `key` itself is not used again": "n claves nuevas; `key` no se vuelve a usar",
+    "no ReLU on the logits": "sin ReLU en los logits",
+    "one key per hidden layer": "una clave por capa oculta",
+    "one key per layer: a key is used once": "una clave por capa: cada clave se usa una vez",
+    "one pass gives both": "una sola pasada da las dos cosas",
+    "params shared, x and y mapped": "params compartidos, x e y mapeados",
+    "scaled so the expected activation is unchanged": "escalado para que la activación esperada no cambie",
+    "stable: never takes the log of a rounded-to-0 probability":
+        "estable: nunca toma el log de una probabilidad redondeada a 0",
+    "the raw gradient: what clipping will act on": "el gradiente sin recortar: sobre el que actuará el recorte",
+    "two leaves per layer, w and b": "dos hojas por capa, w y b",
+    "warm-up: the first call of a jitted f traces and compiles":
+        "calentamiento: la primera llamada a una f con jit la traza y la compila",
+}

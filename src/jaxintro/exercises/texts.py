@@ -37,6 +37,11 @@ def docstrings(slug: str, lang: str) -> dict[str, str]:
     return getattr(text_table(lang), "DOCSTRINGS", {}).get(slug, {})
 
 
+def solution_comments(lang: str) -> dict[str, str]:
+    """English comment -> `lang`'s, for the comments of our solutions (empty for English)."""
+    return getattr(text_table(lang), "SOLUTION_COMMENTS", {})
+
+
 def given_docstrings(lang: str) -> dict[str, str]:
     """English docstring -> `lang`'s, for the code a starter file gives (empty for English)."""
     return getattr(text_table(lang), "GIVEN", {})
