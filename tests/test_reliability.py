@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxintro import checkpoint
+from jaxintro import checkpoint, runs
 from jaxintro.cli import main
 from jaxintro.data import parse_idx
 from jaxintro.errors import DataError
@@ -110,6 +110,19 @@ def test_two_runs_started_at_once_never_share_a_folder(tmp_path):
 def test_the_same_explicit_run_dir_is_claimed_once(tmp_path):
     results = run_concurrently(lambda: claim_run_dir(tmp_path / "run"), 8)
     assert sum(isinstance(r, Path) for r in results) == 1
+
+
+def test_a_claim_waits_while_another_holds_the_folders_lock(tmp_path):
+    # The race above is caught only now and then without the lock; this is the lock itself, every time.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    claimed = threading.Event()
+    claimer = threading.Thread(target=lambda: (claim_run_dir(folder), claimed.set()))
+    with runs._locked(folder):  # noqa: SLF001 (what claim_run_dir takes: flock on the folder)
+        claimer.start()
+        assert not claimed.wait(0.5), "the claim went ahead while another process held the folder's lock"
+    assert claimed.wait(10)
+    claimer.join(timeout=10)
 
 
 # ---------------------------------------------------------------- training faults

@@ -55,10 +55,16 @@ def test_scale_images():
 
 def test_plan_epoch_drops_the_partial_batch_and_reshuffles():
     key = jax.random.key(0)
-    key2, perm, _ = plan_epoch(key, 1000, 128)
+    key2, perm, dropout = plan_epoch(key, 1000, 128)
     assert perm.shape == (7, 128) and len(np.unique(perm)) == 7 * 128
     _, perm2, _ = plan_epoch(key2, 1000, 128)
     assert not np.array_equal(perm, perm2)
+    # The key stream itself (a resume continues it): the epoch's key is split in three, the first carried on.
+    carried, shuffle, drops = jax.random.split(key, 3)
+    data = jax.random.key_data
+    assert data(key2).tolist() == data(carried).tolist() != data(key).tolist()
+    np.testing.assert_array_equal(perm.ravel(), jax.random.permutation(shuffle, 1000)[:7 * 128])
+    assert data(dropout).tolist() == data(drops).tolist()
 
 
 def test_a_step_lowers_the_loss(tiny):
