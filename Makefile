@@ -10,6 +10,7 @@ LOCALE := src/jaxintro/locale
 PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 # What an install depends on: a change to any of them installs again.
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
+, := ,
 
 .PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-exercises
 
@@ -20,21 +21,22 @@ BENCHING  := $(VENV)/.installed-bench
 MUTATING  := $(VENV)/.installed-mutation
 NOTEBOOKS := $(VENV)/.installed-notebooks
 
+# $(call install,WHAT FOR,EXTRAS): install jaxintro with EXTRAS into .venv, then mark it done.
+define install
+@scripts/venv.sh $(VENV) "$(1)" "$(2)"
+@touch $@
+endef
+
 $(STAMP): $(SETUP)
-	@scripts/venv.sh $(VENV) "training" ""
-	@touch $@
+	$(call install,training,)
 $(TESTING): $(STAMP)
-	@scripts/venv.sh $(VENV) "the tests" "test,torch"
-	@touch $@
+	$(call install,the tests,test$(,)torch)
 $(BENCHING): $(STAMP)
-	@scripts/venv.sh $(VENV) "the benchmark" "torch"
-	@touch $@
+	$(call install,the benchmark,torch)
 $(MUTATING): $(TESTING)
-	@scripts/venv.sh $(VENV) "mutation testing" "test,torch,mutation"
-	@touch $@
+	$(call install,mutation testing,test$(,)torch$(,)mutation)
 $(NOTEBOOKS): $(STAMP)
-	@scripts/venv.sh $(VENV) "the notebooks" "notebooks"
-	@touch $@
+	$(call install,the notebooks,notebooks)
 
 install: $(STAMP)
 
