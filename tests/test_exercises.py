@@ -299,6 +299,8 @@ def test_working_from_inside_the_folder_and_reset_keeps_a_backup(tmp_path, capsy
         assert "FAILED 1 01_init_params.py [not_implemented]" in capsys.readouterr().out
         assert main(["exercises", "list"]) == 0 and "0 of 15 pass" in capsys.readouterr().out
         assert main(["exercises", "hint", "1"]) == 0
+        assert main(["exercises", "solution", "1"]) == 2  # found the folder: refused only because 1 does not pass
+        assert "does not pass yet" in capsys.readouterr().err
     assert not (folder / "exercises").exists() and not (folder / "sub" / "exercises").exists()
     mine = folder / EXERCISES[0].filename
     mine.write_text("# my attempt\n", encoding="utf-8")
