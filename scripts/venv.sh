@@ -57,7 +57,7 @@ if [ "$installer" = uv ]; then
     [ -n "${PIP_FIND_LINKS:-}" ] && links=(--find-links "$PIP_FIND_LINKS")
     # uv's build of the editable install leaves a lock file in the temporary folder: keep it inside the venv.
     mkdir -p "$venv/tmp"
-    TMPDIR="$venv/tmp" "$venv/bin/uv" pip install --python "$python" --compile-bytecode "${links[@]}" -c constraints.txt "${spec[@]}" 2>&1 |
+    TMPDIR="$venv/tmp" "$venv/bin/uv" pip install --python "$python" --compile-bytecode ${links[@]+"${links[@]}"} -c constraints.txt "${spec[@]}" 2>&1 |
         tee "$log" | show || fail "uv could not install the pinned packages"
 else
     "$python" -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt "${spec[@]}" 2>&1 |

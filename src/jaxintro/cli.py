@@ -221,7 +221,7 @@ def _add_runs(sub: Commands) -> None:
     p = sub.add_parser("runs", help=_("list run folders (dataset, model, epochs, accuracy, finished or not)"))
     p.add_argument("--root", default="runs", help=_("folder holding the runs"))
     p.add_argument("--remove-unfinished", action="store_true",
-                   help=_("delete run folders that hold no finished run (asks first unless --yes)"))
+                   help=_("delete the run folders that hold no checkpoint and no live run (asks first unless --yes)"))
     p.add_argument("--yes", action="store_true", help=_("with --remove-unfinished: do not ask"))
     p.add_argument("--json", action="store_true", help=_("print the list as JSON"))
 

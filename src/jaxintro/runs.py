@@ -11,13 +11,14 @@ import math
 import os
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from jaxintro.errors import ConfigError
 from jaxintro.faults import ERRORS_LOG, run_write, watch
-from jaxintro.i18n import N_, _
+from jaxintro.i18n import N_, _, printable
 
 CONFIG_FILE = "config.json"
 RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
@@ -25,8 +26,10 @@ METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 CHECKPOINT_DIR = "checkpoints"  # Orbax's steps, one folder each (written by `jaxintro.checkpoint`)
 # A run folder may come from someone else (a classmate's, a download): its files are input, read with a cap.
-MAX_RUN_FILE_BYTES = 1 << 20  # config.json, result.json, the claim: a few hundred bytes each
-MAX_METRICS_BYTES = 64 << 20  # metrics.jsonl: about 300 bytes an epoch (a sweep's rows about 2 KB)
+MAX_RUN_FILE_BYTES = 1 << 20  # config.json and the claim: a few hundred bytes each
+# metrics.jsonl and result.json grow with the members: about 120 bytes per member and epoch, 230 per member.
+MAX_METRICS_BYTES = 256 << 20
+MAX_RESULT_BYTES = 64 << 20
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -279,7 +282,7 @@ def _row_problem(row: Any) -> str | None:
 
 def read_result(run_dir: Path) -> dict[str, Any] | None:
     """A run's `result.json` (None: not written yet), or a ValueError when it is not one."""
-    text = read_run_file(run_dir / RESULT_FILE)
+    text = read_run_file(run_dir / RESULT_FILE, MAX_RESULT_BYTES)
     if text is None:
         return None
     result = parse_json(text, RESULT_FILE)
@@ -392,11 +395,16 @@ def remove_run_dir(run_dir: Path) -> bool:
     """Delete an unfinished run folder unless, looked at again under its claim's lock, it must be kept."""
     import shutil
 
-    with _locked(run_dir):  # a `claim_run_dir` of this folder waits for us, and we for it
-        info = describe_run(run_dir)
-        if info is None or keep_reason(info) is not None:
-            return False
-        shutil.rmtree(run_dir)  # never follows a link inside it
+    try:
+        with _locked(run_dir):  # a `claim_run_dir` of this folder waits for us, and we for it
+            info = describe_run(run_dir)
+            if info is None or keep_reason(info) is not None:
+                return False
+            shutil.rmtree(run_dir)  # never follows a link inside it
+    except OSError as exc:  # gone already (another removal), or not ours to delete: kept, and said why
+        print(_("Kept {run_dir}: {reason}").format(run_dir=printable(run_dir), reason=exc.strerror or exc),
+              file=sys.stderr)
+        return False
     return True
 
 

@@ -401,7 +401,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass  # quiet: the terminal shows the URL and errors, not every request
 
     def handle_one_request(self) -> None:
-        # `timeout` bounds each read; this bounds the whole request, however slowly its bytes trickle in.
+        # `timeout` bounds each read; this bounds the whole request, however slowly its bytes trickle in. The
+        # clock starts at the request's first byte, not while a kept-alive connection waits for one.
+        try:
+            if not self.rfile.peek(1):
+                self.close_connection = True
+                return
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
         watchdog = threading.Timer(REQUEST_SECONDS, self._hang_up)
         watchdog.daemon = True
         watchdog.start()
@@ -409,6 +417,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             super().handle_one_request()
         finally:
             watchdog.cancel()
+            watchdog.join()  # had it fired, its shutdown is over before the next request is read
 
     def _hang_up(self) -> None:
         with contextlib.suppress(OSError):
@@ -564,15 +573,18 @@ class Server(http.server.ThreadingHTTPServer):
         super().__init__(*args, **kwargs)
 
     def names_this_server(self, host: str) -> bool:
-        """Whether a request's Host header names this server: a loopback name or address, with our port.
+        """Whether a request's Host header names this server: a loopback name or address (any port: a forwarded
+        one, as `ssh -L` or an editor's port forwarding gives, reaches us under its own number).
 
         Bound to every interface (--host 0.0.0.0), any IP address names it too; a DNS name other than
         localhost never does: that is how DNS rebinding would reach a learner's server.
         """
         name, sep, port = host.lower().rpartition(":")
-        if not sep or port != str(self.server_address[1]):
-            return False
+        if not sep or not port.isdigit() or name.count(":") and not name.startswith("["):
+            name = host.lower()  # no port given (or a bare IPv6 address)
         name = name.strip("[]")
+        if not name:
+            return False
         if name == "localhost" or _is_loopback(name):
             return True
         bound = ipaddress.ip_address(self.server_address[0].split("%")[0])
@@ -588,7 +600,9 @@ class Server(http.server.ThreadingHTTPServer):
                 self.connections.add(request)
         if full:  # a cap on threads: refuse at once rather than start one more
             with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                body = json.dumps({"error": _("the server has too many open connections; try again")}).encode()
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)

@@ -244,11 +244,12 @@ def reset(folder: Path, lang: str, exercise: Exercise) -> int:
         path.rename(backup)  # not an exercise's name: list, check and --watch pass it over
         print(_("Your file is kept as {backup}.").format(backup=backup))
     path.write_text(exercise.starter(lang), encoding="utf-8")
-    entries = progress.load(folder) or {}
-    entry = entries.get(exercise.slug)
-    if entry is not None:  # the hints seen and a pass once (the solution) are kept
-        entry.passed, entry.key, entry.digest = False, None, ""
-    progress.save(folder, entries)
+    entries = progress.load(folder)
+    if entries is not None:  # a damaged file is left for the next command to rebuild, not overwritten
+        entry = entries.get(exercise.slug)
+        if entry is not None:  # the hints seen and a pass once (the solution) are kept
+            entry.passed, entry.key, entry.digest = False, None, ""
+        progress.save(folder, entries)
     print(_("{file} is a fresh starter again. Check it with: jaxintro exercises check {n}").format(
         file=path, n=exercise.number))
     return 0

@@ -138,7 +138,7 @@ def check_per_example_grads(ns: dict) -> None:
                 "is the gradient of the whole batch; vmap grad over the examples").format(inputs=inputs))
         if not close(got, want):
             rows_equal = batch > 1 and jax.tree.structure(got) == jax.tree.structure(want) and all(
-                np.allclose(np.asarray(g), np.asarray(g)[:1], atol=1e-6) for g in jax.tree.leaves(got))
+                np.ndim(g) >= 1 and np.allclose(np.asarray(g), np.asarray(g)[:1], atol=1e-6) for g in jax.tree.leaves(got))
             if rows_equal:
                 raise CheckFailed("batch_mean_gradient", _(
                     "per_example_grads({inputs}): every example got the same gradient, the gradient of the batch's "

@@ -105,7 +105,7 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
 
     captured = BoundedText()
     folder = path.parent.resolve()
-    before, x64 = set(folder.iterdir()), jax.config.jax_enable_x64
+    before, x64 = _listing(folder), jax.config.jax_enable_x64
     with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), learner_file(str(path)):
         try:
             namespace = load(path)
@@ -141,7 +141,15 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
     return verdict
 
 
-def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path], folder: Path) -> list[str]:
+def _listing(folder: Path) -> set[Path] | None:
+    """The files in `folder` (None: it cannot be listed, and nothing is said of what was written)."""
+    try:
+        return set(folder.iterdir())
+    except OSError:
+        return None
+
+
+def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path] | None, folder: Path) -> list[str]:
     """What the learner's file did that no check fails but the lesson would not do: each as a note."""
     import jax
 
@@ -154,8 +162,9 @@ def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path], folder:
         jax.config.update("jax_enable_x64", x64)  # the next file is checked as the lesson computes: in float32
         notes.append(_("your file turns on jax_enable_x64: arrays default to float64, where the lesson computes in "
                        "float32; remove jax.config.update(\"jax_enable_x64\", True)"))
-    written = sorted(p.name for p in set(folder.iterdir()) - before
-                     if not p.name.startswith(".") and p.name != "__pycache__")
+    after = _listing(folder)
+    written = sorted(p.name for p in (after - before if before is not None and after is not None else ())
+                     if not p.name.startswith(".") and p.name != "__pycache__" and p.suffix != ".py")
     if written:
         notes.append(_("your file wrote {files} while it was checked: a check calls your functions many times; write "
                        "files under `if __name__ == \"__main__\":`, which a check does not run").format(

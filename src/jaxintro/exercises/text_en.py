@@ -72,8 +72,8 @@ global norm (the norm of every entry together) is above max_norm: the direction 
 length shrinks; smaller gradients pass unchanged. optax.chain(clip, optimizer) clips first and then
 hands the clipped gradient to the optimizer.
 Write global_norm(grads), clipped(optimizer, max_norm) and grad_norm_curve(params, batches,
-optimizer), which trains one step per batch and returns each step's gradient norm BEFORE clipping
-(the curve to plot: how often would the clip act?).""",
+optimizer), which trains one step per batch and returns each step's gradient norm BEFORE clipping,
+as one array of shape (steps,) (the curve to plot: how often would the clip act?).""",
     "immutable_update": """Core ideas: arrays are immutable
 
 A JAX array never changes: a[i] = v raises a TypeError. a.at[i].set(v) returns a NEW array with

@@ -76,7 +76,7 @@ dirección, solo se acorta la longitud; los gradientes más pequeños pasan sin 
 optax.chain(clip, optimizer) recorta primero y luego pasa el gradiente recortado al optimizador.
 Escribe global_norm(grads), clipped(optimizer, max_norm) y grad_norm_curve(params, batches,
 optimizer), que entrena un paso por lote y devuelve la norma del gradiente de cada paso ANTES del
-recorte (la curva que dibujar: ¿cuántas veces actuaría el recorte?).""",
+recorte, como un array de forma (steps,) (la curva que dibujar: ¿cuántas veces actuaría el recorte?).""",
     "immutable_update": """Ideas clave: los arrays son inmutables
 
 Un array de JAX nunca cambia: a[i] = v lanza un TypeError. a.at[i].set(v) devuelve un array NUEVO
