@@ -247,3 +247,14 @@ def test_resume_reads_the_data_from_the_data_dir_it_is_given(capsys, tmp_path, m
     resumed = train(capsys, "--resume", str(run), "--epochs", "2", "--data-dir", str(moved))
     assert resumed["epochs"] == 2 and resumed["dataset"] == "mnist"
     assert json.loads((run / "config.json").read_text())["data_dir"] == str(moved)
+
+
+def test_a_resume_that_only_writes_the_last_files_says_so_without_a_nan_rate(capsys, tmp_path):
+    # Killed after its last checkpoint but before result.json: the resume trains nothing and writes the rest.
+    train(capsys, *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "r"))
+    (tmp_path / "r" / "result.json").unlink()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "all trained before this resume" in out
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["finished"] is True

@@ -89,3 +89,17 @@ def test_n_is_checked_before_any_training(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(experiments, "fit", no_training)
     assert main(["grads", "--dataset", "digits", "--n", "361", "--out", str(tmp_path)]) == 2
     assert "--n 361 is more than the 360 test images of digits" in capsys.readouterr().err
+
+
+def test_an_exploded_runs_norms_print_as_valid_json(monkeypatch, capsys, tmp_path):
+    import jaxintro.experiments as experiments
+
+    report = {"norms": [float("inf"), 3.0], "indices": [1, 0], "loss": float("nan")}
+    monkeypatch.setattr(experiments, "explain_grads", lambda *args, **kwargs: (report, ["explained"], None))
+    assert main(["grads", "--dataset", "digits", "--out", str(tmp_path), "--json"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    assert json.loads(printed, parse_constant=refuse) == {"norms": [None, 3.0], "indices": [1, 0], "loss": None}

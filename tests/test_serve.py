@@ -842,3 +842,15 @@ def test_a_run_folder_whose_metrics_link_elsewhere_is_a_409_not_a_500(digits_app
     with running(app) as address:
         status, _, answer = call(address, "GET", "/api/metrics")
     assert status == 409 and "symbolic link" in answer["error"]
+
+
+def test_an_exploded_runs_infinite_norms_are_null_not_a_500(digits_app):
+    import copy
+
+    app = copy.copy(digits_app)
+    m = app.mistakes
+    assert len(m.index) > 0, "the digits run gets some test images wrong"
+    app.mistakes = m._replace(grad_norm=np.full_like(m.grad_norm, np.inf), confidence=np.full_like(m.confidence, np.nan))
+    with running(app) as address:
+        status, _, answer = call(address, "GET", "/api/mistakes?limit=3")
+    assert status == 200 and {(item["grad_norm"], item["confidence"]) for item in answer["items"]} == {(None, None)}

@@ -7,6 +7,7 @@ is written here, in the chosen language.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +86,24 @@ def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_di
     from jaxintro.members import accuracy_text
 
     epochs = summary["epochs"]
-    print(ngettext(
-        "Done: test accuracy {accuracy} after {epochs} epoch, {seconds:.1f}s training ({rate:,.0f} samples/s), "
-        "compile {compile:.2f}s ({cache}). Curves: {curves}",
-        "Done: test accuracy {accuracy} after {epochs} epochs, {seconds:.1f}s training ({rate:,.0f} samples/s), "
-        "compile {compile:.2f}s ({cache}). Curves: {curves}",
-        epochs,
-    ).format(accuracy=accuracy_text(config, summary), epochs=epochs, seconds=result.train_seconds,
-             rate=result.samples_per_second, compile=result.compile_seconds, cache=_(CACHE_WORDS[result.compile_cache]),
-             curves=run_dir / "curves.png"))
+    if not math.isfinite(result.samples_per_second):  # a resume that only wrote what the last process had trained
+        print(ngettext(
+            "Done: test accuracy {accuracy} after {epochs} epoch, all trained before this resume, which wrote "
+            "the files left to write. Curves: {curves}",
+            "Done: test accuracy {accuracy} after {epochs} epochs, all trained before this resume, which wrote "
+            "the files left to write. Curves: {curves}",
+            epochs,
+        ).format(accuracy=accuracy_text(config, summary), epochs=epochs, curves=run_dir / "curves.png"))
+    else:
+        print(ngettext(
+            "Done: test accuracy {accuracy} after {epochs} epoch, {seconds:.1f}s training ({rate:,.0f} samples/s), "
+            "compile {compile:.2f}s ({cache}). Curves: {curves}",
+            "Done: test accuracy {accuracy} after {epochs} epochs, {seconds:.1f}s training ({rate:,.0f} samples/s), "
+            "compile {compile:.2f}s ({cache}). Curves: {curves}",
+            epochs,
+        ).format(accuracy=accuracy_text(config, summary), epochs=epochs, seconds=result.train_seconds,
+                 rate=result.samples_per_second, compile=result.compile_seconds,
+                 cache=_(CACHE_WORDS[result.compile_cache]), curves=run_dir / "curves.png"))
     times = summary["time_breakdown"]
     labels = {name: _(word) for name, word in TIME_WORDS.items()}
     print(_("Time: {parts}; {total:.1f}s in all").format(

@@ -43,7 +43,7 @@ from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.images import check_ink, load_image, warm_up
 from jaxintro.members import run_kind, usage_note
-from jaxintro.runs import describe_run, is_finished, newest_finished_run, read_metrics, read_result
+from jaxintro.runs import describe_run, is_finished, json_safe, newest_finished_run, read_metrics, read_result
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -546,7 +546,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             method=self.command, allowed=allowed)}, {"Allow": allowed})
 
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(obj, allow_nan=False).encode(), "application/json", headers)
+        # A run that exploded has infinite gradient norms or losses: null in JSON, which has no Infinity.
+        self._send(status, json.dumps(json_safe(obj), allow_nan=False).encode(), "application/json", headers)
 
     def _send(self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)

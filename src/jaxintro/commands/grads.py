@@ -8,7 +8,7 @@ import json
 
 def run(args: argparse.Namespace) -> int:
     """Explain per-example gradients on `--n` test images; with `--bench`, time three ways to get their norms."""
-    from jaxintro.runs import writable_dir
+    from jaxintro.runs import json_safe, writable_dir
 
     out_dir = writable_dir(args.out, "--out")
     from jaxintro.experiments import explain_grads, grads_benchmark
@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
         if "torch_skipped" in timing:
             print("  " + _("torch-func-vmap skipped: {why}").format(why=timing["torch_skipped"]))
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(json_safe(report), allow_nan=False))  # an exploded run's infinite norms as null
     return 0
