@@ -504,3 +504,15 @@ def test_the_best_setting_is_never_a_diverged_one_wherever_it_is_listed():
     trained = [Setting(1e-3, 0.0, [0.9, 0.92], 0.91, 0.01), Setting(1e-2, 0.0, [0.95, 0.97], 0.96, 0.01)]
     for settings in ([diverged, *trained], [*trained, diverged], [trained[0], diverged, trained[1]]):
         assert best_setting(settings) is trained[1], settings  # a NaN mean first would win a plain max()
+
+
+def test_a_setting_that_lost_a_seed_ranks_below_every_fully_trained_one():
+    from jaxintro.members import Setting, best_setting
+
+    # A sweep's lr 300 with 2 of 4 seeds diverged averaged its survivors above lr 30, whose 4 seeds all trained.
+    survivors = Setting(300.0, 0.0, [0.93, math.nan, 0.94, math.nan], 0.935, 0.007)
+    trained = Setting(30.0, 0.0, [0.90, 0.91, 0.92, 0.90], 0.9075, 0.01)
+    assert best_setting([survivors, trained]) is trained and best_setting([trained, survivors]) is trained
+    tie = Setting(10.0, 0.0, [0.90, 0.91, 0.92, 0.90], 0.9075, 0.01)
+    assert best_setting([tie, trained]) is tie and best_setting([trained, tie]) is trained  # the first listed
+    assert best_setting([survivors, Setting(1e3, 0.0, [math.nan] * 3 + [0.1], 0.1, 0.0)]) is survivors

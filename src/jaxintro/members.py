@@ -231,8 +231,10 @@ def summarize_settings(members: Sequence[Member], accuracies: Sequence[float]) -
 
 
 def best_setting(settings: Sequence[Setting]) -> Setting:
-    """The setting with the highest mean test accuracy (diverged settings last)."""
-    return max(settings, key=lambda s: s.mean if math.isfinite(s.mean) else -math.inf)
+    """The setting with the highest mean test accuracy among those none of whose seeds diverged (a mean over the
+    survivors of a setting that diverged would reward it); only when every setting lost a seed, the highest mean
+    over survivors. Ties go to the setting listed first (the grid's order: --lr, then --weight-decay)."""
+    return max(settings, key=lambda s: (s.diverged == 0, s.mean if math.isfinite(s.mean) else -math.inf))
 
 
 def members_diverged(params: Any, accuracies: Sequence[float | None]) -> list[int]:
@@ -752,8 +754,10 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
     for s in summary["settings"]:
         cell = _("diverged") if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
             f"{100 * s['test_accuracy']:.2f} ± {100 * s['test_accuracy_std']:.2f}%")
-        note = "  " + ngettext("({n} diverged)", "({n} diverged)", s["diverged"]).format(n=s["diverged"]) \
-            if s["diverged"] else ""
+        survivors = config.seeds - s["diverged"]
+        note = "  " + ngettext("({n} diverged; the mean is of the other {m})", "({n} diverged; the mean is of the "
+                               "other {m})", s["diverged"]).format(n=s["diverged"], m=survivors) \
+            if s["diverged"] and survivors else "  " + _("(every seed diverged)") if s["diverged"] else ""
         print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>{col}}{note}")
     best = summary["best"]
     if config.optimizer == "adamw":
