@@ -247,6 +247,11 @@ def members_diverged(params: Any, accuracies: Sequence[float | None]) -> list[in
             if not ok or acc is None or not math.isfinite(acc)]
 
 
+def diverged_in(row: dict[str, Any]) -> list[int]:
+    """The members a `metrics.jsonl` row reports as diverged (a null accuracy); none for a single run's row."""
+    return [k for k, accuracy in enumerate(row.get("members", {}).get("test_accuracy", [])) if accuracy is None]
+
+
 def parse_setting(text: str) -> tuple[float, float | None]:
     """`--setting lr=3e-4` or `lr=3e-4,wd=1e-4`: the learning rate and (None: any) the weight decay."""
     values: dict[str, float] = {}

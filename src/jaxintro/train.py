@@ -18,7 +18,7 @@ import functools
 import math
 import time
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -340,8 +340,10 @@ def fit(
     log: Callable[[str], None] = print,
     progress: bool = False,
     should_stop: Callable[[int], bool] = lambda epoch: False,
+    diverged_before: Sequence[int] = (),
 ) -> FitResult:
-    """Train `config.epochs` epochs (from `state` when resuming), evaluating on the test set after each."""
+    """Train `config.epochs` epochs (from `state` when resuming, with the members `diverged_before` it), evaluating
+    on the test set after each."""
     from tqdm import tqdm
 
     from jaxintro.members import check_epoch, epoch_row, shows_ensemble
@@ -354,7 +356,8 @@ def fit(
     jax.block_until_ready(state)
     init_seconds = time.perf_counter() - init_start
     eval_fn = trainer.jit_eval()
-    diverged: set[int] = set()
+    # A member that diverged before a resume stays diverged: the resumed run reports what the uninterrupted one does.
+    diverged = set(diverged_before)
 
     epoch_program, compile_seconds, compile_cache = compile_timed(trainer, state, (x_train, y_train))
 

@@ -274,12 +274,13 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
+    from jaxintro.members import diverged_in
     from jaxintro.train import fit
 
     rows = saver.rows
     try:
         return fit(config, dataset, state=state, on_epoch=saver, progress=sys.stderr.isatty(),
-                   should_stop=should_stop)
+                   should_stop=should_stop, diverged_before=diverged_in(rows[-1]) if rows else ())
     except TrainingDivergedError as exc:
         if rows:
             message = _("{error}; the last good checkpoint is epoch {epoch} in {run_dir}").format(
