@@ -580,19 +580,18 @@ class Server(http.server.ThreadingHTTPServer):
         Bound to every interface (--host 0.0.0.0), any IP address names it too; a DNS name other than
         localhost never does: that is how DNS rebinding would reach a learner's server.
         """
-        name, sep, port = host.lower().rpartition(":")
-        if not sep or not port.isdigit() or name.count(":") and not name.startswith("["):
-            name = host.lower()  # no port given (or a bare IPv6 address)
-        name = name.strip("[]")
-        if not name:
-            return False
-        if name == "localhost" or _is_loopback(name):
-            return True
-        bound = ipaddress.ip_address(self.server_address[0].split("%")[0])
         try:
-            return bound.is_unspecified or ipaddress.ip_address(name) == bound
+            name = urllib.parse.urlsplit(f"//{host}").hostname  # lower-cased; the port and IPv6's brackets gone
+        except ValueError:  # "[::1" and the like
+            return False
+        if name == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(name or "")
         except ValueError:
             return False
+        bound = ipaddress.ip_address(self.server_address[0].split("%")[0])
+        return address.is_loopback or bound.is_unspecified or address == bound
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
