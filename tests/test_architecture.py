@@ -52,7 +52,7 @@ def test_the_command_line_imports_only_what_help_needs():
 
 
 def test_foundations_import_no_layer_above_them():
-    foundations = {"config", "errors", "i18n", "data", "runs", "faults", "images"}
+    foundations = {"config", "errors", "i18n", "data", "runs", "faults", "images", "grid", "record"}
     for name in foundations:
         above = {m for m in top_level_imports(PACKAGE / f"{name}.py")
                  if m.removeprefix("jaxintro.").split(".")[0] not in foundations | {"jaxintro"}}
@@ -64,6 +64,114 @@ def test_an_epoch_is_compiled_in_one_place():
     places = []
     for path in PACKAGE.rglob("*.py"):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if "jit_epoch()" in line or ("plan_epoch" in line and "jax.jit" in line):
+            if ".lower(" in line and ("jit_epoch()" in line or "plan_epoch" in line):
                 places.append(f"{path.relative_to(PACKAGE)}:{number}")
     assert len(places) == 2 and all(p.startswith("train.py") for p in places), places  # compile_epoch's two loops
+
+
+# ---------------------------------------------------------------- the import graph
+
+HEAVY = ("jax", "jaxlib", "flax", "optax", "equinox", "orbax", "torch", "matplotlib")
+
+
+def module_name(path: Path) -> str:
+    """`src/jaxintro/models/mlp.py` -> `jaxintro.models.mlp` (a package by its `__init__.py`)."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py") if "solutions" not in p.parts}
+
+
+def imported(node: ast.AST) -> set[str]:
+    """The jaxintro modules an import statement loads (`from jaxintro import runs` loads `jaxintro.runs`)."""
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("jaxintro"):
+        submodules = {f"{node.module}.{a.name}" for a in node.names} & MODULES.keys()
+        return submodules or {node.module}
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.startswith("jaxintro")}
+    return set()
+
+
+def import_graph(*, at_import_time: bool) -> dict[str, set[str]]:
+    """Module -> the jaxintro modules it imports: every import statement (inside functions and `TYPE_CHECKING`
+    too), or only those that run when the module is imported."""
+    graph = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = ast.walk(tree) if not at_import_time else (
+            n for stmt in tree.body if not (isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test))
+            for n in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) or n is stmt)
+        graph[name] = set().union(*map(imported, nodes)) - {name}
+        if at_import_time:  # a class body's imports run too; a function's do not
+            graph[name] |= {m for stmt in tree.body if isinstance(stmt, ast.ClassDef) for n in ast.walk(stmt)
+                            if not isinstance(n, ast.FunctionDef) for m in imported(n)}
+            graph[name] |= {name.rsplit(".", 1)[0]} if "." in name.removeprefix("jaxintro.") else set()
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as a path that ends where it starts, or None (a depth-first search)."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node], _ = "open", path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node], _ = "done", path.pop()
+        return None
+
+    return next((c for node in sorted(graph) if node not in state for c in [visit(node)] if c), None)
+
+
+def test_the_import_graph_has_no_cycle():
+    """Layers never loop: no chain of imports (inside functions included) leads a module back to itself."""
+    assert find_cycle(import_graph(at_import_time=False)) is None, " -> ".join(find_cycle(import_graph(at_import_time=False)))
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def loads_heavy_libraries(name: str, graph: dict[str, set[str]], seen: frozenset = frozenset()) -> bool:
+    """Whether importing `name` imports JAX (or another heavy library: Optax, Orbax, PyTorch, matplotlib...)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    direct = any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+        (a.name if isinstance(n, ast.Import) else (n.module or "")).split(".")[0] in HEAVY
+        for a in (n.names if isinstance(n, ast.Import) else [n]))
+        for stmt in tree.body if not (isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test))
+        and not isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) for n in ast.walk(stmt))
+    return direct or any(loads_heavy_libraries(m, graph, seen | {name}) for m in graph[name] - seen if m in MODULES)
+
+
+def test_a_function_level_import_only_keeps_heavy_libraries_out():
+    """An import inside a function is there to keep JAX (or matplotlib, PyTorch) out of a path that does not need
+    it (`--help`, `jaxintro runs`, a refused flag); any other import belongs at the top of the module."""
+    graph = import_graph(at_import_time=True)
+    heavy = {name: loads_heavy_libraries(name, graph) for name in MODULES}
+    needless = []
+    for name, path in MODULES.items():
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(function):
+                    needless += [f"{name}.{function.name} imports {m}" for m in imported(node)
+                                 if heavy[name] or not heavy[m]]
+    assert not needless, needless
+
+
+def test_the_trainer_picks_a_layout_and_imports_none_inside_a_function():
+    tree = ast.parse((PACKAGE / "train.py").read_text(encoding="utf-8"))
+    inside = [m for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for n in ast.walk(f) for m in imported(n)]
+    assert inside == []
+    assert {"jaxintro.layout", "jaxintro.members"} <= import_graph(at_import_time=True)["jaxintro.train"]
+
+
+def test_no_module_is_longer_than_600_lines():
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, long

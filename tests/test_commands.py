@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from jaxintro.cli import main
-from jaxintro.members import compare_with_lesson
+from jaxintro.report import compare_with_lesson
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
 

@@ -47,7 +47,7 @@ def refit(**flags):
 def train_accuracy_dropout_off(result, digits, rate: float) -> float:
     """The final parameters' accuracy on the whole training set, computed here with dropout off (no key)."""
     from jaxintro.models import build_model
-    from jaxintro.train import scale_images
+    from jaxintro.lesson import scale_images
 
     model = build_model("jax", digits.num_features, (256, 128), digits.num_classes, dropout=rate)
     logits = model.apply(result.state.params, scale_images(digits.x_train), None)

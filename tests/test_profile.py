@@ -97,7 +97,7 @@ def test_a_file_that_is_not_a_gzipped_trace_is_a_one_line_error(tmp_path):
 def report(request, tmp_path_factory):
     """A profile of 12 steps of the lesson's 784-256-128-10 MLP on MNIST-shaped synthetic images."""
     ds = synthetic_dataset(n_train=STEPS * BATCH, side=28)
-    config = TrainConfig(dataset="synthetic", loop=request.param, batch_size=BATCH)
+    config = TrainConfig(dataset="mnist", loop=request.param, batch_size=BATCH)  # the shapes of MNIST
     out = tmp_path_factory.mktemp(f"profile-{request.param}")
     # A small matmul and array: the roofline's inputs are measured, not checked, here.
     return profile_training(config, ds, steps=STEPS, out_dir=out, repeats=1, matmul_n=256, bandwidth_mib=8)

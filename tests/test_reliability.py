@@ -146,15 +146,15 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
     """Resume a good run with a learning rate that blows up: the old epochs stay restorable."""
     run = tmp_path / "run"
     assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run)]) == 0
-    import jaxintro.train as train
+    import jaxintro.layout as layout
 
-    real = train.check_finite
+    real = layout.check_finite
 
     def poisoned(metrics, epoch, steps):
         metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
         return real(metrics, epoch, steps)
 
-    monkeypatch.setattr(train, "check_finite", poisoned)
+    monkeypatch.setattr(layout, "check_finite", poisoned)
     capsys.readouterr()
     before = (run / "metrics.jsonl").read_text()
     assert main(["train", "--resume", str(run), "--epochs", "4"]) == 1

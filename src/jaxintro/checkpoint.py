@@ -30,6 +30,7 @@ from jaxintro.data import DatasetInfo
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.faults import capture_library_logs, fault_from, run_write
 from jaxintro.i18n import _, ngettext
+from jaxintro.members import abstract_carry
 from jaxintro.runs import CHECKPOINT_DIR
 from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
@@ -130,8 +131,6 @@ def abstract_state(model, tx, count: int = 1) -> TrainState:
 
     Several members are one checkpoint: every leaf carries a leading member axis.
     """
-    from jaxintro.members import abstract_carry
-
     params = jax.eval_shape(model.init, jax.random.key(0))
     return TrainState(*abstract_carry(count, params, jax.eval_shape(tx.init, params)), 0)
 

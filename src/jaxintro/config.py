@@ -10,8 +10,15 @@ from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
 
 DATASETS = ("auto", "mnist", "fashion-mnist", "digits")
-MODELS = ("jax", "linen", "nnx", "equinox")
-OPTIMIZERS = ("adam", "adamw", "sgd")
+# What each choice can do, asked everywhere through `TrainConfig` (a new optimizer or style is a row here):
+# the options each model style takes besides its sizes (`models.model_for` passes exactly these to the
+# style's `build`; another style refuses them), and which optimizers decay the weights (the others have
+# no weight decay: their tables show none, and a sweep cannot compare several).
+MODEL_OPTIONS: dict[str, tuple[str, ...]] = {"jax": ("dropout",), "linen": ("dropout",), "nnx": ("dropout",),
+                                             "equinox": ("dropout",)}
+DECAYS_WEIGHTS = {"adam": False, "adamw": True, "sgd": False}
+MODELS = tuple(MODEL_OPTIONS)
+OPTIMIZERS = tuple(DECAYS_WEIGHTS)
 SCHEDULES = ("constant", "warmup-cosine")
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
@@ -58,6 +65,10 @@ class TrainConfig:
     devices: int = 1  # data-parallel devices; with several members, the devices they spread over (1: chosen)
     parallel: str = "shard_map"
 
+    def __post_init__(self) -> None:
+        # Checked on construction, so no copy (`dataclasses.replace`, `from_json`) escapes the rules.
+        self.validate()
+
     def validate(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad field and its allowed values; return self."""
         _choice("dataset", self.dataset, DATASETS)
@@ -79,7 +90,7 @@ class TrainConfig:
             _float_range("lr", value, 0.0, 1e12, low_open=True)
         for value in self.weight_decay_grid:
             _float_range("weight-decay", value, 0.0, 1e6)
-        if len(self.weight_decay_grid) > 1 and self.optimizer != "adamw":
+        if len(self.weight_decay_grid) > 1 and not self.decays_weights:
             raise ConfigError(_("--weight-decay only acts with --optimizer adamw, not {optimizer}; "
                                 "add --optimizer adamw or compare a single weight decay").format(
                 optimizer=self.optimizer))
@@ -93,12 +104,42 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
-        from jaxintro.members import check_config  # the member count's rules live with the members
-
-        check_config(self)
+        for name in {option for options in MODEL_OPTIONS.values() for option in options} - set(self.model_options):
+            if getattr(self, name) != getattr(TrainConfig, name):
+                raise ConfigError(_("--{option} is not an option of --model {model}; drop it, or use a model that "
+                                    "takes it").format(option=name.replace("_", "-"), model=self.model))
+        self._check_members()
         if self.loop == "python" and self.devices > 1:
             raise ConfigError(_("--devices > 1 needs --loop scan (the data-parallel step is compiled per epoch)"))
         return self
+
+    def _check_members(self) -> None:
+        """The rules about how many models train: one model's devices split its batch, several members' the members."""
+        if self.sweep and self.members < 2:
+            # One setting and one seed is a plain run: `train` says so better than a table of one row.
+            raise ConfigError(_("a sweep compares several models: give two values or more (--lr 1e-3,3e-3) or "
+                                "--seeds 2; for one model use `jaxintro train`"))
+        if self.members == 1:
+            check_batch_split(self.batch_size, self.devices)
+            return
+        check_member_split(self.members, self.devices)
+        if self.parallel != PARALLEL[0]:
+            raise ConfigError(_("--parallel {parallel} splits one model's batch over devices; several members "
+                                "(--seeds > 1, or a sweep) are spread over them whole: drop --parallel").format(
+                parallel=self.parallel))
+        if self.loop != "scan":
+            raise ConfigError(_("several members (--seeds > 1, or a sweep) need --loop scan: they are one compiled "
+                                "program per epoch"))
+
+    @property
+    def decays_weights(self) -> bool:
+        """Whether the optimizer decays the weights (only then does a weight decay mean anything)."""
+        return DECAYS_WEIGHTS[self.optimizer]
+
+    @property
+    def model_options(self) -> dict[str, Any]:
+        """The options of this run's model style, by name, as its `build` takes them."""
+        return {name: getattr(self, name) for name in MODEL_OPTIONS[self.model]}
 
     @property
     def sweep(self) -> bool:
@@ -172,6 +213,14 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def check_member_split(count: int, devices: int) -> None:
+    """Members spread over devices in equal shares: each device runs the same program on its own."""
+    if count % devices:
+        raise ConfigError(_("{members} members do not split evenly over --devices {devices}; give a number of "
+                            "devices that divides {members}, or drop --devices").format(members=count,
+                                                                                        devices=devices))
 
 
 def check_batch_split(batch_size: int, devices: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -13,10 +14,12 @@ import numpy as np
 from jaxintro.checkpoint import abstract_state, config_from_meta, dataset_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset, DatasetInfo
-from jaxintro.errors import CheckpointError
+from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.grid import member_grid, mean_std, setting_name
 from jaxintro.i18n import _, ngettext
-from jaxintro.models import Model, model_for
 from jaxintro.lesson import scale_images
+from jaxintro.members import member_accuracies, use_run
+from jaxintro.models import Model, model_for
 
 
 class LoadedRun(NamedTuple):
@@ -40,10 +43,12 @@ class LoadedRun(NamedTuple):
         """How many models the run holds."""
         return self.config.members
 
+    def usage_note(self) -> str | None:
+        """Which of the run's models answer, in words (`predict`, `serve`, `grads --run` say it); None for one model."""
+        return self.describe_use() if self.choice is not None else None
+
     def describe_use(self) -> str:
         """What predictions come from, in words: e.g. `the ensemble of its 8 members`."""
-        from jaxintro.members import setting_name
-
         if self.choice is None:
             return _("one model")
         used = len(self.choice.used)
@@ -60,7 +65,6 @@ class LoadedRun(NamedTuple):
 
 def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     """Rebuild the model a run trained and restore its latest parameters (several members: those it is used through)."""
-    from jaxintro.members import use_run
     from jaxintro.optim import build_optimizer
 
     meta = read_meta(run_dir)
@@ -71,6 +75,10 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
                               .format(run_dir=run_dir))
     model = model_for(config, info.features, len(info.classes))
     state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
+    if config.members == 1:
+        if setting is not None:
+            raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+        return LoadedRun(config, model, state.params, epoch=state.epoch, dataset=info)
     return LoadedRun(config, epoch=state.epoch, dataset=info, **use_run(config, model, state.params, meta, setting))
 
 
@@ -106,7 +114,38 @@ def evaluate_run(run: LoadedRun, dataset: Dataset) -> dict[str, Any]:
                               "per_class_accuracy": {c: float(a) for c, a in zip(dataset.classes, per_class)},
                               "confusion": confusion}
     if run.member_model is not None:  # several members: each one's own accuracy too
-        from jaxintro.members import member_accuracies
-
-        report["member_test_accuracy"] = member_accuracies(run, dataset.x_test, dataset.y_test)
+        report["member_test_accuracy"] = member_accuracies(run.member_model, run.all_params, run.choice.diverged,
+                                                           dataset.x_test, dataset.y_test)
     return report
+
+
+def evaluation_lines(run: LoadedRun, report: dict[str, Any], run_dir: Path, dataset: Any, *, chosen: bool) -> list[str]:
+    """`jaxintro evaluate`'s opening lines: one model's accuracy, or each member's (a diverged one says so), their
+    mean, and what the run predicts with (a sweep: the setting, with the figures `sweep` printed for it)."""
+    if run.config.members == 1:
+        return [ngettext("{run_dir}: {model} MLP after {epochs} epoch on {dataset}",
+                         "{run_dir}: {model} MLP after {epochs} epochs on {dataset}", run.epoch).format(
+                    run_dir=run_dir, model=run.config.model, epochs=run.epoch, dataset=dataset.name),
+                _("Test accuracy: {accuracy:.2f}% ({count} images)").format(
+                    accuracy=100 * report["test_accuracy"], count=len(dataset.x_test))]
+    lines = [ngettext("{run_dir}: {members} {model} MLPs after {epochs} epoch on {dataset}",
+                      "{run_dir}: {members} {model} MLPs after {epochs} epochs on {dataset}", run.epoch).format(
+        run_dir=run_dir, members=run.config.members, model=run.config.model, epochs=run.epoch, dataset=dataset.name)]
+    accuracies = report["member_test_accuracy"]
+    for k, (member, acc) in enumerate(zip(member_grid(run.config), accuracies)):
+        score = _("diverged") if not math.isfinite(acc) else f"{100 * acc:6.2f}%"
+        lines.append(_("  member {k:>3} (seed {seed}, lr {lr:g}): {accuracy}").format(
+            k=k, seed=member.seed, lr=member.lr, accuracy=score))
+    mean, std = mean_std(accuracies)
+    lines.append(_("Members: {mean:.2f} ± {std:.2f}% (mean ± std of those that trained)").format(
+        mean=100 * mean, std=100 * std))
+    setting = run.choice.setting
+    if setting is not None:  # a sweep: the setting it is used through, with the figures `sweep` printed for it
+        lines.append(_("Setting used: {setting} ({how}): its seeds {mean:.2f} ± {std:.2f}%").format(
+            setting=setting_name(run.config, setting),
+            how=_("chosen with --setting") if chosen else _("the best; choose another with --setting"),
+            mean=100 * setting.mean, std=100 * setting.std))
+    lines.append(_("Test accuracy of {what}: {accuracy:.2f}% ({count} images; the per-class figures and the confusion "
+                   "matrix below are its)").format(what=run.describe_use(), accuracy=100 * report["test_accuracy"],
+                                                   count=len(dataset.x_test)))
+    return lines

@@ -52,7 +52,7 @@ def train_set_accuracy(result: FitResult, config: TrainConfig, dataset: Dataset)
     """The final parameters' accuracy on the whole training set, dropout off (the epoch's running accuracy
     is measured with dropout on, which would hide the gap that dropout is meant to close)."""
     from jaxintro.models import model_for
-    from jaxintro.train import jit_count_correct
+    from jaxintro.scoring import jit_count_correct
 
     model = model_for(config, dataset.num_features, dataset.num_classes)
     correct, _loss = jit_count_correct(model)(result.state.params, dataset.x_train, dataset.y_train)
@@ -123,7 +123,6 @@ def grads_subject(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     (what was chosen is said in `lines`)."""
     from jaxintro.data import load_dataset
     from jaxintro.evaluate import load_run
-    from jaxintro.members import usage_note
 
     if run_dir is not None:
         run = load_run(Path(run_dir), setting)
@@ -132,7 +131,7 @@ def grads_subject(run_dir: str | None, dataset_name: str, data_dir: str | None, 
         check_count(n, dataset)
         lines.append(_("Model: {run_dir} ({model}, epoch {epoch}) on {dataset}").format(
             run_dir=run_dir, model=run.config.model, epoch=run.epoch, dataset=dataset.name))
-        note = usage_note(run)  # several members: which of them the gradients go through (never a diverged one)
+        note = run.usage_note()  # several members: which of them the gradients go through (never a diverged one)
         if note:
             lines.append(_("Of its {count} models: {what}").format(count=run.members, what=note))
     else:

@@ -11,14 +11,15 @@ takes these functions from here (the engine in `train.py` adds meshes, members, 
    jitted with the model and optimizer bound (`functools.partial`); with an `axis_name`, the
    lesson's data parallelism: `pcast` the parameters, `pmean` the gradients.
 5. The epoch: `plan_epoch` splits the epoch's keys and reshuffles, `step_key` gives each step its
-   dropout key, `train_epoch` runs every batch as one `lax.scan` (the lesson's Python loop is
-   `train.python_epoch`, over the same plan).
-6. Evaluation: `accuracy`, the share of argmax predictions equal to the labels.
+   dropout key, `scan_batches` runs every batch as one `lax.scan`, and `train_epoch` is the two
+   (the lesson's Python loop is `train.python_epoch`, over the same plan).
+6. Evaluation: `correct_count`, how many argmax predictions equal the labels (the rule every score
+   of jaxintro counts with), and `accuracy`, their share.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ import optax
 from jaxtyping import Array, Float, Int
 
 if TYPE_CHECKING:  # for the signatures only: the lesson needs nothing of jaxintro at run time
-    from jaxintro.models import Model, Params
+    from jaxintro.models.base import Model, Params
 
 
 def scale_images(x_u8: Int[Array, "batch features"]) -> Float[Array, "batch features"]:
@@ -63,9 +64,14 @@ def loss_and_logits(
     return cross_entropy(logits, y), logits
 
 
+def correct_count(logits: Float[Array, "*rows batch classes"], labels: Int[Array, " batch"]) -> Int[Array, "*rows"]:
+    """How many argmax predictions equal the labels (for each leading row of `logits`, e.g. each member)."""
+    return jnp.sum(jnp.argmax(logits, axis=-1) == labels, axis=-1)
+
+
 def accuracy(logits: Float[Array, "batch classes"], labels: Int[Array, " batch"]) -> Float[Array, ""]:
     """Fraction of argmax predictions equal to the labels."""
-    return jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+    return correct_count(logits, labels) / labels.shape[0]
 
 
 def train_step(
@@ -96,7 +102,7 @@ def train_step(
         params_for_grad = params
     (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
         params_for_grad, model.apply, scale_images(x_u8), y, key)
-    correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
+    correct = correct_count(logits, y)
     if axis_name is not None:
         loss, grads = jax.lax.pmean((loss, grads), axis_name)
         correct = jax.lax.psum(correct, axis_name)
@@ -118,6 +124,29 @@ def step_key(dropout_key: jax.Array, step: Array | int, use_dropout: bool) -> ja
     return jax.random.fold_in(dropout_key, step) if use_dropout else None
 
 
+def scan_batches(
+    params: Params,
+    opt_state: optax.OptState,
+    batches: Int[Array, "steps batch"],
+    dropout_key: jax.Array,
+    x_u8: Array,
+    y: Array,
+    *,
+    step: Callable,
+    use_dropout: bool,
+) -> tuple[Params, optax.OptState, dict[str, Array]]:
+    """`step` on every batch (rows of indices into `x_u8`, `y`) as one `lax.scan`; the per-step metrics stacked."""
+
+    def body(carry, inputs):
+        params, opt_state = carry
+        i, idx = inputs
+        params, opt_state, metrics = step(params, opt_state, (x_u8[idx], y[idx]), step_key(dropout_key, i, use_dropout))
+        return (params, opt_state), metrics
+
+    (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(batches.shape[0]), batches))
+    return params, opt_state, metrics
+
+
 def train_epoch(
     params: Params,
     opt_state: optax.OptState,
@@ -128,31 +157,9 @@ def train_epoch(
     step: Callable,
     batch_size: int,
     use_dropout: bool,
-    axis_name: str | None = None,
-    batch_sharding: Any = None,
 ) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """A whole epoch as one `lax.scan`: shuffle on device, then `step` on every batch; per-step metrics.
-
-    Inside `shard_map` (`axis_name` given) each device takes its slice of every batch; with
-    `batch_sharding`, each batch is laid out across devices and XLA splits the work.
-    """
+    """A whole epoch: shuffle on device (`plan_epoch`), then `step` on every batch (`scan_batches`); per-step metrics."""
     key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
-    if axis_name is not None:
-        devices = jax.lax.axis_size(axis_name)
-        index = jax.lax.axis_index(axis_name)
-        local = batch_size // devices
-        perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
-        if devices > 1:  # other examples on each device: other dropout masks
-            dropout_key = jax.random.fold_in(dropout_key, index)
-
-    def body(carry, inputs):
-        params, opt_state = carry
-        i, idx = inputs
-        batch = (x_u8[idx], y[idx])
-        if batch_sharding is not None:
-            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-        params, opt_state, metrics = step(params, opt_state, batch, step_key(dropout_key, i, use_dropout))
-        return (params, opt_state), metrics
-
-    (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(perm.shape[0]), perm))
+    params, opt_state, metrics = scan_batches(params, opt_state, perm, dropout_key, x_u8, y, step=step,
+                                              use_dropout=use_dropout)
     return params, opt_state, key, metrics

@@ -35,10 +35,10 @@ def build_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTran
     """
     if config.sweep:
         def chain(learning_rate, weight_decay):
-            return _chain(dataclasses.replace(config, weight_decay=weight_decay), total_steps, learning_rate)
+            return _chain(config, total_steps, learning_rate, weight_decay)
 
         return optax.inject_hyperparams(chain)(learning_rate=config.lr, weight_decay=config.weight_decay)
-    return _chain(config, total_steps, config.lr)
+    return _chain(config, total_steps, config.lr, config.weight_decay)
 
 
 def with_hyperparams(opt_state: Any, lr: Any, weight_decay: Any) -> Any:
@@ -46,15 +46,19 @@ def with_hyperparams(opt_state: Any, lr: Any, weight_decay: Any) -> Any:
     return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr, "weight_decay": weight_decay})
 
 
-def _chain(config: TrainConfig, total_steps: int, lr: Any) -> optax.GradientTransformation:
+# Each optimizer from its learning rate (a number or a schedule) and weight decay: one row per `--optimizer`
+# (`config.DECAYS_WEIGHTS` says which of them use the weight decay).
+OPTIMIZERS = {
+    "adam": lambda learning_rate, weight_decay: optax.adam(learning_rate),
+    "adamw": lambda learning_rate, weight_decay: optax.adamw(learning_rate, weight_decay=weight_decay),
+    "sgd": lambda learning_rate, weight_decay: optax.sgd(learning_rate),
+}
+
+
+def _chain(config: TrainConfig, total_steps: int, lr: Any, weight_decay: Any) -> optax.GradientTransformation:
     # A constant rate is passed as a number, exactly `optax.adam(1e-3)` as in the lesson.
     schedule = lr if config.schedule == "constant" else build_schedule(config, total_steps, peak=lr)
-    if config.optimizer == "adam":
-        base = optax.adam(schedule)
-    elif config.optimizer == "adamw":
-        base = optax.adamw(schedule, weight_decay=config.weight_decay)
-    else:
-        base = optax.sgd(schedule)
+    base = OPTIMIZERS[config.optimizer](schedule, weight_decay)
     if config.clip_norm is None:
         return base
     return optax.chain(optax.clip_by_global_norm(config.clip_norm), base)

@@ -16,9 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
 from jaxintro.faults import ERRORS_LOG, run_write, watch
-from jaxintro.i18n import N_, _, printable
+from jaxintro.grid import diverged_in, headline_accuracy
+from jaxintro.i18n import N_, _, ngettext, printable
 
 CONFIG_FILE = "config.json"
 RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
@@ -47,8 +49,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically write `obj` as indented JSON."""
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """Atomically write `obj` as indented JSON (NaN and infinities as null: every JSON file jaxintro writes is JSON)."""
+    write_atomic(path, json.dumps(json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def json_safe(value: Any) -> Any:
@@ -112,7 +114,8 @@ def read_json(path: Path) -> Any:
 def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Rewrite `metrics.jsonl` with one JSON object per epoch (atomic, so a resume never sees half a line)."""
     with run_write(METRICS_FILE, run_dir):
-        write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+        write_atomic(run_dir / METRICS_FILE, "".join(json.dumps(json_safe(row), sort_keys=True, allow_nan=False) + "\n"
+                                                     for row in rows))
 
 
 CLAIM_FILE = ".claimed"
@@ -321,7 +324,7 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         config = read_config(run_dir)
         rows = read_metrics(run_dir)
         result = read_result(run_dir)
-        kind = _kind(config, rows[-1] if rows else None)
+        kind = run_kind(config, rows[-1] if rows else None)
         checkpointed = has_checkpoint(run_dir)
     except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
         return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
@@ -342,10 +345,39 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
             **kind, "status": status, "result": result}
 
 
-def _kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
-    from jaxintro.members import run_kind  # what kind of run, and its headline number: the members' rules
+# The fields of `config.json` that say which members a run trained (its seeds and a sweep's grid).
+MEMBER_FIELDS = ("seed", "seeds", "lr", "lr_grid", "weight_decay", "weight_decay_grid", "optimizer")
 
-    return run_kind(config, row)
+
+def run_kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
+    """What kind of run a folder holds (one model, seeds, a sweep), how many diverged, and its headline accuracy."""
+    fields = {k: v for k, v in config.items() if k != RESOLVED_DATASET}
+    try:
+        train_config = TrainConfig.from_json(fields)
+    except (ConfigError, TypeError, ValueError):
+        # Another version's config (a model it no longer has, a field it did not know): a listing needs only
+        # which members it trained, read from those fields alone (and values no version wrote are unreadable).
+        try:
+            train_config = TrainConfig.from_json({k: v for k, v in fields.items() if k in MEMBER_FIELDS})
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ValueError(_("{name}: {error}").format(name=CONFIG_FILE, error=exc)) from None
+    kind = "sweep" if train_config.sweep else "seeds" if train_config.members > 1 else "single"
+    return {"kind": kind, "member_count": train_config.members, "diverged": len(diverged_in(row or {})),
+            "test_accuracy": headline_accuracy(train_config, row) if row else None}
+
+
+def kind_text(info: dict[str, Any]) -> str:
+    """`1 model`, `8 seeds`, `sweep: 6 models` (and how many diverged), as `jaxintro runs` prints it."""
+    count = info.get("member_count", 1)
+    if info.get("kind") == "sweep":
+        text = ngettext("sweep: {n} model", "sweep: {n} models", count).format(n=count)
+    elif info.get("kind") == "seeds":
+        text = ngettext("{n} seed", "{n} seeds", count).format(n=count)
+    else:
+        text = _("1 model")
+    if info.get("diverged"):
+        text += ", " + ngettext("{n} diverged", "{n} diverged", info["diverged"]).format(n=info["diverged"])
+    return text
 
 
 # `describe_run`'s statuses stay English (code and `--json` compare them); these are what a learner reads.

@@ -42,8 +42,7 @@ from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.images import check_ink, load_image, warm_up
-from jaxintro.members import run_kind, usage_note
-from jaxintro.runs import describe_run, is_finished, json_safe, newest_finished_run, read_metrics, read_result
+from jaxintro.runs import describe_run, is_finished, json_safe, newest_finished_run, read_metrics, read_result, run_kind
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -338,7 +337,7 @@ class App:
         config = self.run.config
         info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
         model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
-        note = usage_note(self.run)  # several members: which ones the page predicts with (a sweep: one setting's)
+        note = self.run.usage_note()  # several members: which ones the page predicts with (a sweep: one setting's)
         if note:
             model = _("{model}: {what}").format(model=model, what=note)
         return {

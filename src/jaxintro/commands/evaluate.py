@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate a run on its dataset's test set; plot its confusion matrix."""
     from jaxintro.data import load_dataset
     from jaxintro.evaluate import evaluate_run, load_run
-    from jaxintro.members import evaluation_lines
+    from jaxintro.evaluate import evaluation_lines
     from jaxintro.plots import plot_confusion
 
     run_dir = Path(args.run_dir)

@@ -15,14 +15,13 @@ def run(args: argparse.Namespace) -> int:
 
     from jaxintro.evaluate import load_run, predict_proba
     from jaxintro.images import load_image
-    from jaxintro.members import usage_note
 
     loaded = load_run(Path(args.run_dir), args.setting)
     shape = loaded.dataset.image_shape
     images = np.stack([load_image(Path(p), shape) for p in args.images])
     probs = predict_proba(loaded, images)
     classes = loaded.dataset.classes
-    note = usage_note(loaded)  # several members: which of them answer (a sweep: one setting's; never a diverged one)
+    note = loaded.usage_note()  # several members: which of them answer (a sweep: one setting's; never a diverged one)
     if note:
         print(_("{run_dir} holds {count} models: these are the probabilities of {what}").format(
             run_dir=printable(args.run_dir), count=loaded.members, what=note))

@@ -13,7 +13,7 @@ from jaxintro.errors import ConfigError
 def run(args: argparse.Namespace) -> int:
     """List the runs under `--root`; with `--remove-unfinished`, delete those neither finished nor running."""
     from jaxintro.i18n import _, ngettext, printable
-    from jaxintro.members import kind_text
+    from jaxintro.runs import kind_text
     from jaxintro.runs import keep_reason, list_runs, remove_run_dir, status_text
 
     root = Path(args.root)

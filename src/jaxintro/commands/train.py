@@ -177,7 +177,6 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     from jaxintro import report, runs
     from jaxintro.data import load_dataset
     from jaxintro.faults import run_write, watch
-    from jaxintro.members import print_table
     from jaxintro.signals import GracefulStop
 
     clock = {"data": time.perf_counter()}
@@ -205,14 +204,14 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     if primary:
         with run_write(runs.RESULT_FILE, run_dir):
             runs.write_json(run_dir / runs.RESULT_FILE, summary)
-    print_table(config, summary)  # several models: each member, a sweep's settings (one model: nothing)
+    report.print_table(config, summary)  # several models: each member, a sweep's settings (one model: nothing)
     if result.stopped_early:
         print(_("Stopped after epoch {epoch}; continue with: jaxintro train --resume {run_dir}").format(
             epoch=summary["epochs"], run_dir=run_dir))
     else:
         report.print_done(config, summary, result, run_dir)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary, allow_nan=False))
     return stop.exit_code() if result.stopped_early else 0
 
 
@@ -274,7 +273,7 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
-    from jaxintro.members import diverged_in
+    from jaxintro.grid import diverged_in
     from jaxintro.train import fit
 
     rows = saver.rows

@@ -154,6 +154,8 @@ def _brief(value: Any) -> str:
         except (KeyError, IndexError, TypeError):
             pass
         return _("a pytree of shapes {shapes}").format(shapes=shape_of(value))
+    if isinstance(value, (list, tuple)) and any(hasattr(leaf, "shape") for leaf in jax.tree.leaves(value)):
+        return _("a pytree of shapes {shapes}").format(shapes=shape_of(value))  # arrays' reprs span lines
     return repr(value)
 
 

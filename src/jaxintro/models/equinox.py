@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from jaxintro.models import HE_NORMAL_OUT_IN, Model
+from jaxintro.models.base import HE_NORMAL_OUT_IN, Model
 
 
 class MLP(eqx.Module):

@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxintro.models import HE_NORMAL, Model
+from jaxintro.models.base import HE_NORMAL, Model
 
 
 class MLP(nn.Module):

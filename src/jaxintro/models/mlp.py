@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxintro.config import LESSON_SIZES
-from jaxintro.models import HE_NORMAL, Model
+from jaxintro.models.base import HE_NORMAL, Model
 
 Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
 Params = dict[str, Layer]  # {"layer1": ..., "layer2": ..., ...}

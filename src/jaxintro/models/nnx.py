@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from jaxintro.models import HE_NORMAL, Model
+from jaxintro.models.base import HE_NORMAL, Model
 
 
 class MLP(nnx.Module):

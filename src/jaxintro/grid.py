@@ -1,0 +1,128 @@
+"""A run's members and a sweep's settings as plain numbers: who they are, how a setting is summed up, which is best.
+
+A member is a seed (and, in a sweep, a learning rate and a weight decay); member k of `--seeds N` is
+the run `--seed k`. A setting is one point of a sweep's grid with its seeds. These rules need no JAX:
+`train`, `runs`, `evaluate` and the page all read a run's rows through them, so a run is described the
+same everywhere. One model is the grid of one member.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from jaxintro.config import TrainConfig
+from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
+
+
+class Member(NamedTuple):
+    """One model of a run: its seed and its hyper-parameters."""
+
+    seed: int
+    lr: float
+    weight_decay: float
+
+
+def member_grid(config: TrainConfig) -> list[Member]:
+    """Every member, setting by setting (learning rate, then weight decay), `config.seeds` seeds each."""
+    lrs = config.lr_grid or (config.lr,)
+    decays = config.weight_decay_grid or (config.weight_decay,)
+    return [Member(config.seed + k, lr, wd) for lr in lrs for wd in decays for k in range(config.seeds)]
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for one value) over the finite values (NaN if none)."""
+    finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
+    if finite.size == 0:
+        return math.nan, math.nan
+    return float(finite.mean()), float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+
+
+class Setting(NamedTuple):
+    """One point of a sweep's grid, summarised over its seeds."""
+
+    lr: float
+    weight_decay: float
+    accuracies: list[float]  # per seed; NaN for a member that diverged
+    mean: float
+    std: float
+
+    @property
+    def diverged(self) -> int:
+        """How many of its members diverged."""
+        return sum(not math.isfinite(a) for a in self.accuracies)
+
+
+def summarize_settings(members: Sequence[Member], accuracies: Sequence[float | None]) -> list[Setting]:
+    """Group the members' test accuracies (None or NaN: diverged) by (learning rate, weight decay), in grid order."""
+    groups: dict[tuple[float, float], list[float]] = {}
+    for member, acc in zip(members, accuracies):
+        groups.setdefault((member.lr, member.weight_decay), []).append(math.nan if acc is None else float(acc))
+    return [Setting(lr, wd, accs, *mean_std(accs)) for (lr, wd), accs in groups.items()]
+
+
+def best_setting(settings: Sequence[Setting]) -> Setting:
+    """The setting with the highest mean test accuracy among those none of whose seeds diverged (a mean over the
+    survivors of a setting that diverged would reward it); only when every setting lost a seed, the highest mean
+    over survivors. Ties go to the setting listed first (the grid's order: --lr, then --weight-decay)."""
+    return max(settings, key=lambda s: (s.diverged == 0, s.mean if math.isfinite(s.mean) else -math.inf))
+
+
+def settings_of(config: TrainConfig, row: dict[str, Any]) -> list[Setting]:
+    """A sweep's settings, each summarised over its seeds, from a `metrics.jsonl` row."""
+    return summarize_settings(member_grid(config), row["members"]["test_accuracy"])
+
+
+def diverged_in(row: dict[str, Any]) -> list[int]:
+    """The members a `metrics.jsonl` row reports as diverged (a null accuracy); none for a single run's row."""
+    return [k for k, accuracy in enumerate(row.get("members", {}).get("test_accuracy", [])) if accuracy is None]
+
+
+def headline_accuracy(config: TrainConfig, row: dict[str, Any]) -> float | None:
+    """A run's one test accuracy, from a `metrics.jsonl` row, as `train`, `runs` and the page show it.
+
+    One model: its accuracy. Several seeds: their mean (diverged members left out). A sweep: the mean
+    of its best setting's seeds, the setting it is used through.
+    """
+    if not config.sweep or "members" not in row:
+        return row.get("test_accuracy")
+    best = best_setting(settings_of(config, row))
+    return best.mean if math.isfinite(best.mean) else None
+
+
+def setting_name(config: TrainConfig, setting: Setting) -> str:
+    """`lr=0.001` (and `,wd=0.0001` when the optimizer decays weights): how `--setting` names it."""
+    name = f"lr={setting.lr:g}"
+    return name + f",wd={setting.weight_decay:g}" if config.decays_weights else name
+
+
+def parse_setting(text: str) -> tuple[float, float | None]:
+    """`--setting lr=3e-4` or `lr=3e-4,wd=1e-4`: the learning rate and (None: any) the weight decay."""
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        name, _equals, value = part.strip().partition("=")
+        try:
+            if name not in ("lr", "wd") or name in values:
+                raise ValueError(name)
+            values[name] = float(value)
+        except ValueError:
+            raise ConfigError(_("--setting must read lr=VALUE or lr=VALUE,wd=VALUE (e.g. lr=3e-4); got {text}")
+                              .format(text=repr(text))) from None
+    if "lr" not in values:
+        raise ConfigError(_("--setting names no learning rate; e.g. --setting lr=3e-4"))
+    return values["lr"], values.get("wd")
+
+
+def find_setting(config: TrainConfig, settings: Sequence[Setting], text: str) -> Setting:
+    """The setting `--setting text` names, or an error listing the sweep's settings."""
+    lr, wd = parse_setting(text)
+    matches = [s for s in settings if math.isclose(s.lr, lr, rel_tol=1e-6)
+               and (wd is None or math.isclose(s.weight_decay, wd, rel_tol=1e-6, abs_tol=1e-12))]
+    if len(matches) != 1:
+        grid = ", ".join(setting_name(config, s) for s in settings)
+        raise ConfigError(_("--setting {setting} is not one of this sweep's settings: {grid}").format(
+            setting=text, grid=grid))
+    return matches[0]

@@ -1,0 +1,128 @@
+"""How a run's models sit on its devices: the one-model layout, and what every layout provides.
+
+`Trainer.create` picks a layout once: `OneModel` here (the `data` mesh; every device holds the
+parameters and splits each batch, through `shard_map` with `pmean` or a sharded `jit`), or
+`members.Members` (the `members` mesh; each device trains its share of the members whole). The
+trainer calls its layout and the layout never calls back: both are built from the config, the model
+and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
+
+A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
+estimate); `init(init_one)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
+`check_epoch(metrics, epoch, steps, diverged)` and `epoch_row(...)`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxintro.config import TrainConfig, check_batch_split
+from jaxintro.lesson import plan_epoch, scan_batches, train_epoch, train_step
+from jaxintro.models.base import Model
+from jaxintro.parallel import AXIS, make_mesh, replicate
+from jaxintro.record import EpochMetrics, check_finite, one_model_row
+from jaxintro.scoring import jit_count_correct
+
+
+def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | None = None) -> Callable:
+    """The lesson's pure `train_step` with the model and optimizer bound (and the device axis it averages over)."""
+    return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name)
+
+
+def bound_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> Callable:
+    """The lesson's epoch with the step bound: `(params, opt_state, key, x_u8, y) -> (params, opt_state, key, metrics)`."""
+    return functools.partial(train_epoch, step=bound_step(model, tx), batch_size=config.batch_size,
+                             use_dropout=config.dropout > 0.0)
+
+
+def data_parallel_epoch(params, opt_state, key, x_u8, y, *, step: Callable, batch_size: int, use_dropout: bool):
+    """The lesson's epoch inside `shard_map`: the same plan on every device, each taking its slice of every batch.
+
+    On several devices each slice holds other examples, so each device folds its index into the dropout key.
+    """
+    key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
+    devices = jax.lax.axis_size(AXIS)
+    index = jax.lax.axis_index(AXIS)
+    local = batch_size // devices
+    perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
+    if devices > 1:  # other examples on each device: other dropout masks
+        dropout_key = jax.random.fold_in(dropout_key, index)
+    params, opt_state, metrics = scan_batches(params, opt_state, perm, dropout_key, x_u8, y, step=step,
+                                              use_dropout=use_dropout)
+    return params, opt_state, key, metrics
+
+
+def laid_out(step: Callable, sharding: NamedSharding) -> Callable:
+    """`step` on batches laid out across devices (`with_sharding_constraint`): XLA splits the work."""
+
+    def step_on_sharded_batch(params, opt_state, batch, key):
+        return step(params, opt_state, jax.lax.with_sharding_constraint(batch, sharding), key)
+
+    return step_on_sharded_batch
+
+
+class OneModel:
+    """One model: every device of the `data` mesh holds the parameters and the data, and splits each batch."""
+
+    def __init__(self, config: TrainConfig, model: Model, tx: optax.GradientTransformation):
+        self.config, self.model, self.tx = config, model, tx
+        self.mesh = make_mesh(config.devices)
+        check_batch_split(config.batch_size, self.mesh.shape[AXIS])  # with several processes, every device counts
+        # CPU devices share the host's memory: a model replicated over them is that many copies in it.
+        self.copies = self.mesh.size if jax.default_backend() == "cpu" else 1
+
+    def init(self, init_one: Callable[[int], tuple]) -> tuple:
+        """`(params, opt_state, key)` of the run's seed."""
+        return init_one(self.config.seed)
+
+    def jit_epoch(self) -> Callable:
+        """The whole epoch compiled as one program, parameters and optimizer state donated.
+
+        One device runs the lesson's epoch as it is. Several split each batch (`shard_map` with `pmean`,
+        or sharded `jit`): inside `shard_map` the `pmean` over one device would still compile to an
+        all-reduce that XLA keeps (replica_groups={{0}}), a collective with nothing to collect.
+        """
+        config = self.config
+        if self.mesh.size == 1:
+            return jax.jit(bound_epoch(config, self.model, self.tx), donate_argnums=(0, 1))
+        common = dict(batch_size=config.batch_size, use_dropout=config.dropout > 0.0)
+        if config.parallel == "sharding":
+            step = laid_out(bound_step(self.model, self.tx), NamedSharding(self.mesh, P(AXIS)))
+            return jax.jit(functools.partial(train_epoch, step=step, **common), donate_argnums=(0, 1))
+        epoch = functools.partial(data_parallel_epoch, step=bound_step(self.model, self.tx, AXIS), **common)
+        replicated = P()
+        sharded = jax.shard_map(epoch, mesh=self.mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
+        return jax.jit(sharded, donate_argnums=(0, 1))
+
+    def place(self, state: Any, dataset: Any) -> tuple[Any, tuple, tuple]:
+        """Every device of the mesh holds the parameters and the data, as uint8 (the step scales each batch).
+
+        The lesson's loop (`--loop python`) leaves the training set on the host, where it slices each
+        batch: a device copy would only cost memory.
+        """
+        train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
+        if self.config.loop != "scan":
+            return state, train, jax.device_put(test)
+        params, opt_state, key = replicate((state.params, state.opt_state, state.key), self.mesh)
+        return (state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh),
+                replicate(test, self.mesh))
+
+    def jit_eval(self) -> Callable:
+        """Correct count and summed loss over a chunked set, compiled."""
+        return jit_count_correct(self.model)
+
+    def check_epoch(self, metrics: dict[str, np.ndarray], epoch: int, steps: int, diverged: set[int]) -> None:
+        """The model must stay finite: a NaN/Inf loss ends the run (there is nothing left to report on)."""
+        check_finite(metrics, epoch, steps)
+
+    def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
+                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int]) -> EpochMetrics:
+        """The epoch's row of `metrics.jsonl`."""
+        return one_model_row(epoch, metrics, test_correct, test_loss, learning_rate=learning_rate, seconds=seconds,
+                             n_test=n_test, batch_size=self.config.batch_size)

@@ -1,0 +1,32 @@
+"""The contract every model style meets, and what the styles share: `Model`, the He init, `param_count`.
+
+Below the styles and `jaxintro.models` itself, so that each style can import it without a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+Params = Any  # a pytree of arrays
+
+# He (Kaiming) normal, N(0, 2 / fan_in), the lesson's init for ReLU layers, shared by every style so that
+# they start from the same distribution. A kernel is (fan_in, fan_out); Equinox stores (fan_out, fan_in).
+# (Flax's own `he_normal` is truncated, which would make the styles differ.)
+HE_NORMAL = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+HE_NORMAL_OUT_IN = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal", in_axis=-1, out_axis=-2)
+
+
+class Model(NamedTuple):
+    """A model as pure functions: `init(key)` and `apply(params, x, key)`."""
+
+    name: str
+    sizes: tuple[int, ...]
+    init: Callable[[jax.Array], Params]
+    apply: Callable[[Params, jax.Array, jax.Array | None], jax.Array]
+
+
+def param_count(params: Params) -> int:
+    """Total number of scalars in a parameter pytree."""
+    return sum(int(leaf.size) for leaf in jax.tree.leaves(params))

@@ -1,0 +1,133 @@
+"""The record of an epoch: its row of `metrics.jsonl`, its line, and whether training stayed finite.
+
+Below the trainer and both layouts (one model, members), and free of JAX: an epoch's per-step metrics
+arrive here as NumPy arrays, with a leading member axis when several models train. One model is a run
+of one member; its row keeps the plain fields, a run of several adds each member's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from jaxintro.errors import TrainingDivergedError
+from jaxintro.grid import mean_std
+from jaxintro.i18n import _
+from jaxintro.runs import json_safe
+
+EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
+
+
+class EpochMetrics(NamedTuple):
+    """One epoch's summary, as written to `metrics.jsonl`."""
+
+    epoch: int
+    loss: float
+    train_accuracy: float
+    test_accuracy: float
+    test_loss: float
+    learning_rate: float
+    seconds: float
+    max_grad_norm: float
+    # Several members: the fields above are means over the members that have not diverged, these are per member.
+    members: dict[str, list[float]] | None = None
+    ensemble_test_accuracy: float | None = None
+
+    def line(self, total_epochs: int, *, ensemble: bool = True) -> str:
+        """The lesson's per-epoch line, plus the epoch's seconds (several members: mean +- std, and the ensemble
+        unless `ensemble` is False: a sweep's members differ in hyper-parameters, and averaging them means nothing)."""
+        width = len(str(total_epochs))
+        if self.members is None:
+            return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
+                    f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
+
+        def mean_and_std(name: str) -> str:
+            return "{:.4f} ± {:.4f}".format(*mean_std(self.members[name]))
+
+        lrs = self.members["learning_rate"]
+        lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
+        average = f" | Ensemble: {self.ensemble_test_accuracy:.4f}" if ensemble else ""
+        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {mean_and_std('loss')} | Train Acc: {mean_and_std('train_accuracy')} | "
+                f"Test Acc: {mean_and_std('test_accuracy')}{average} | lr {lr} | {self.seconds:.2f}s")
+
+    def as_row(self) -> dict[str, Any]:
+        """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
+        return json_safe({name: value for name, value in self._asdict().items() if value is not None})
+
+
+def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
+                  learning_rate: float, seconds: float, n_test: int, batch_size: int) -> EpochMetrics:
+    """One model's epoch summary from its per-step metrics and the test set's counts.
+
+    The loss and the training accuracy are the epoch's running means over its batches, as they were
+    trained (dropout on, each batch scored just before its update), like Flax's MNIST example.
+    """
+    n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
+    train_correct = np.sum(metrics["correct"], axis=-1)
+    return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
+                        int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
+                        float(np.max(metrics["grad_norm"])))
+
+
+def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
+                learning_rates: Sequence[float], seconds: float, n_test: int, batch_size: int,
+                diverged: set[int]) -> EpochMetrics:
+    """Several members' epoch summary: their means with each member's numbers (a diverged member's NaN, not a
+    misleading accuracy) and the ensemble's accuracy (the test counts' last row)."""
+    n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
+    per_member = {
+        "loss": np.mean(metrics["loss"], axis=1),
+        "train_accuracy": np.sum(metrics["correct"], axis=-1) / n_seen,
+        "test_accuracy": np.asarray(test_correct[:-1]) / n_test,
+        "test_loss": np.asarray(test_loss[:-1]) / n_test,
+        "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
+    }
+    for name, values in per_member.items():
+        values = values.astype(np.float64)
+        values[list(diverged)] = np.nan
+        per_member[name] = values
+    means = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in per_member.items()}
+    return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means["test_accuracy"], means["test_loss"],
+                        max(learning_rates), seconds, means["max_grad_norm"],
+                        members={**{k: [float(x) for x in v] for k, v in per_member.items()},
+                                 "learning_rate": list(learning_rates)},
+                        ensemble_test_accuracy=int(test_correct[-1]) / n_test)
+
+
+def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int) -> None:
+    """Raise on the first NaN/Inf loss (naming epoch and step); warn when a finite loss has exploded."""
+    losses = metrics["loss"]
+    bad = np.flatnonzero(~np.isfinite(losses))
+    if bad.size:
+        step = int(bad[0]) + 1
+        raise TrainingDivergedError(_(
+            "loss became {value} at epoch {epoch}, step {step} of {steps}; "
+            "lower --lr, add --clip-norm 1.0, or use --optimizer adam"
+        ).format(value=losses[bad[0]], epoch=epoch, step=step, steps=steps_per_epoch))
+    peak = float(np.max(losses, initial=0.0))
+    if peak > EXPLODED_LOSS:
+        warnings.warn(
+            _("epoch {epoch}: the loss reached {peak:.3g} (finite, but exploded); the learning rate is "
+              "most likely too high: lower --lr or add --clip-norm 1.0").format(epoch=epoch, peak=peak),
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int,
+                         diverged: set[int]) -> None:
+    """After an epoch of several members: each member whose loss became NaN/Inf is warned about once and added to
+    `diverged` (left out of the means and the ensemble); all of them diverged is an error, as for one model."""
+    losses = metrics["loss"]
+    bad = [int(m) for m in np.flatnonzero(~np.all(np.isfinite(losses), axis=1))]
+    if len(bad) == len(losses):
+        check_finite({"loss": losses[bad[0]]}, epoch, steps_per_epoch)
+    for m in sorted(set(bad) - diverged):
+        step = int(np.flatnonzero(~np.isfinite(losses[m]))[0]) + 1
+        warnings.warn(_("member {member} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out "
+                        "of the means and the ensemble").format(member=m, epoch=epoch, step=step),
+                      RuntimeWarning, stacklevel=3)
+        diverged.add(m)
