@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import once_per_run, synthetic_dataset
-from jaxintro import bench
+from jaxintro import bench, timed
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
@@ -76,8 +76,8 @@ def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
     def run_bench(out: Path) -> tuple[dict, str]:
         printed = io.StringIO()
         with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
-            monkeypatch.setattr(bench, "end_to_end", functools.partial(bench.end_to_end, epochs=2))
-            monkeypatch.setattr(bench, "members_end_to_end", functools.partial(bench.members_end_to_end, epochs=2))
+            monkeypatch.setattr(timed, "end_to_end", functools.partial(timed.end_to_end, epochs=2))
+            monkeypatch.setattr(timed, "members_end_to_end", functools.partial(timed.members_end_to_end, epochs=2))
             code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
                          "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
         assert code == 0, printed.getvalue()[-3000:]
@@ -131,7 +131,7 @@ def test_a_failed_timed_train_process_is_one_error_line(monkeypatch, tmp_path):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
         a[0], 3, stdout="", stderr="Traceback (most recent call last):\n  ...\nValueError: no data\n"))
     with pytest.raises(JaxintroError, match=r"failed \(exit 3\): ValueError: no data"):
-        bench.time_train_process(["--dataset", "digits"], {})
+        timed.time_train_process(["--dataset", "digits"], {})
 
 
 def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkeypatch):
@@ -236,7 +236,7 @@ def test_end_to_end_rounds_keep_each_jobs_best_round_and_its_range():
             {"loop": "scan", "cache": "warm", "round": 0, "wall_seconds": 7.5},
             {"loop": "lesson", "cache": "-", "round": 1, "wall_seconds": 10.0},
             {"loop": "scan", "cache": "warm", "round": 1, "wall_seconds": 8.0}]
-    best = {(r["loop"], r["cache"]): r for r in bench.best_of_rounds(rows)}
+    best = {(r["loop"], r["cache"]): r for r in timed.best_of_rounds(rows)}
     assert best[("lesson", "-")]["round"] == 1 and best[("lesson", "-")]["wall_range"] == (10.0, 11.0)
     assert best[("scan", "warm")]["round"] == 0 and best[("scan", "warm")]["wall_range"] == (7.5, 8.0)
     assert best[("scan", "warm")]["rounds"] == 2

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import synthetic_dataset
-from jaxintro import serve
+from jaxintro import api, serve
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import load_dataset
@@ -105,16 +105,16 @@ def digits_app(digits_run) -> serve.App:
 
 def test_the_api_refuses_blank_pixels_as_it_refuses_a_blank_image(digits_app):
     blank = json.dumps({"pixels": [0.0] * 64}).encode()
-    with pytest.raises(serve.ApiError, match="no ink found"):
-        serve.parse_predict_request(blank, 64)
+    with pytest.raises(api.ApiError, match="no ink found"):
+        api.parse_predict_request(blank, 64)
     faint = json.dumps({"pixels": [0.05] * 64}).encode()  # uniform and faint: still no digit
-    with pytest.raises(serve.ApiError, match="no ink found"):
-        serve.parse_predict_request(faint, 64)
+    with pytest.raises(api.ApiError, match="no ink found"):
+        api.parse_predict_request(faint, 64)
     with pytest.raises(DataError, match="no ink found"):
         load_image(blank_png(), (8, 8))
     stroke = [0.0] * 64
     stroke[27] = stroke[35] = 1.0
-    assert serve.parse_predict_request(json.dumps({"pixels": stroke}).encode(), 64)[0] == "pixels"
+    assert api.parse_predict_request(json.dumps({"pixels": stroke}).encode(), 64)[0] == "pixels"
 
 
 def blank_png() -> bytes:
@@ -129,8 +129,8 @@ def blank_png() -> bytes:
 
 def test_an_unreadable_image_names_no_python_object(digits_app):
     body = json.dumps({"image": "data:image/png;base64," + base64.b64encode(b"not an image at all").decode()})
-    kind, raw = serve.parse_predict_request(body.encode(), 64)
-    with pytest.raises(serve.ApiError) as caught:
+    kind, raw = api.parse_predict_request(body.encode(), 64)
+    with pytest.raises(api.ApiError) as caught:
         digits_app.predict(kind, raw)
     message = str(caught.value)
     assert "not a readable image (not a PNG or JPEG image)" in message

@@ -19,12 +19,11 @@ from jaxintro import bench
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import JaxintroError
+from jaxintro.hlo import op_flops, parse_hlo
 from jaxintro.profile import (
     TraceOp,
     attribute_wall_time,
-    op_flops,
     op_table,
-    parse_hlo,
     profile_training,
     read_trace,
     roofline,

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxintro import runs, serve
+from jaxintro import api, runs, serve
 from jaxintro.cli import main
 from jaxintro.data import load_dataset
 from jaxintro.evaluate import load_run, predict_proba
@@ -359,9 +359,9 @@ def test_the_page_names_no_other_host(digits_server):
 
 
 def test_host_warning_only_beyond_this_machine():
-    assert serve.host_warning("127.0.0.1") is None and serve.host_warning("localhost") is None
-    assert serve.host_warning("::1") is None and serve.host_warning("127.0.0.2") is None
-    assert "anyone" in serve.host_warning("0.0.0.0")
+    assert api.host_warning("127.0.0.1") is None and api.host_warning("localhost") is None
+    assert api.host_warning("::1") is None and api.host_warning("127.0.0.2") is None
+    assert "anyone" in api.host_warning("0.0.0.0")
 
 
 # ---------------------------------------------------------------- the command
@@ -800,14 +800,14 @@ def test_connections_are_capped_and_the_backlog_is_normal(digits_server, monkeyp
 
 
 def test_host_flags_bind_and_print_an_address_that_opens():
-    assert serve.page_url("0.0.0.0", 8) == "http://127.0.0.1:8/"
-    assert serve.page_url("::", 8) == "http://[::1]:8/" and serve.page_url("::1", 8) == "http://[::1]:8/"
-    assert serve.page_url("127.0.0.1", 8) == "http://127.0.0.1:8/"
+    assert api.page_url("0.0.0.0", 8) == "http://127.0.0.1:8/"
+    assert api.page_url("::", 8) == "http://[::1]:8/" and api.page_url("::1", 8) == "http://[::1]:8/"
+    assert api.page_url("127.0.0.1", 8) == "http://127.0.0.1:8/"
     with pytest.raises(serve.ConfigError, match="--host is empty"):
         serve.bind("", 0)
     server = serve.bind("0", 0)  # "0" is 0.0.0.0
     try:
-        assert serve.page_url(server.server_address[0], 8) == "http://127.0.0.1:8/"
+        assert api.page_url(server.server_address[0], 8) == "http://127.0.0.1:8/"
     finally:
         server.server_close()
 

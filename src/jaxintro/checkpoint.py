@@ -31,6 +31,7 @@ from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.faults import capture_library_logs, fault_from, run_write
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
+from jaxintro.parallel import make_mesh, replicated_sharding
 from jaxintro.runs import CHECKPOINT_DIR
 from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
@@ -154,7 +155,6 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
     if jax.process_count() == 1:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     else:  # replicated over the trainer's own mesh (its axis name and types), which `place` then keeps
-        from jaxintro.parallel import make_mesh, replicated_sharding
 
         sharding = replicated_sharding(make_mesh(jax.device_count()))
     abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),

@@ -20,6 +20,7 @@ from jaxintro.i18n import _, ngettext
 from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
 from jaxintro.models import Model, model_for
+from jaxintro.optim import build_optimizer
 
 
 class LoadedRun(NamedTuple):
@@ -65,8 +66,6 @@ class LoadedRun(NamedTuple):
 
 def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     """Rebuild the model a run trained and restore its latest parameters (several members: those it is used through)."""
-    from jaxintro.optim import build_optimizer
-
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
     info = dataset_from_meta(run_dir, meta)

@@ -13,11 +13,18 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from jaxintro.bench import torch_mlp
 from jaxintro.config import MODELS, TrainConfig
-from jaxintro.data import Dataset
+from jaxintro.data import Dataset, load_dataset
+from jaxintro.errors import ConfigError
+from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
 from jaxintro.i18n import _
-from jaxintro.plots import plot_curves_compare, plot_series
-from jaxintro.train import FitResult, fit
+from jaxintro.lesson import scale_images
+from jaxintro.models import model_for
+from jaxintro.models.mlp import layer_names
+from jaxintro.plots import plot_curves_compare, plot_image_grid, plot_series
+from jaxintro.scoring import jit_count_correct
+from jaxintro.train import FitResult, Trainer, fit
 
 Log = Callable[[str], None]
 
@@ -51,9 +58,6 @@ def dropout_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, rate: 
 def train_set_accuracy(result: FitResult, config: TrainConfig, dataset: Dataset) -> float:
     """The final parameters' accuracy on the whole training set, dropout off (the epoch's running accuracy
     is measured with dropout on, which would hide the gap that dropout is meant to close)."""
-    from jaxintro.models import model_for
-    from jaxintro.scoring import jit_count_correct
-
     model = model_for(config, dataset.num_features, dataset.num_classes)
     correct, _loss = jit_count_correct(model)(result.state.params, dataset.x_train, dataset.y_train)
     return int(correct) / len(dataset.x_train)
@@ -111,8 +115,6 @@ class GradsSubject(NamedTuple):
 def check_count(n: int, dataset: Dataset) -> None:
     """`--n` must not ask for more test images than the dataset has."""
     if n > len(dataset.x_test):
-        from jaxintro.errors import ConfigError
-
         raise ConfigError(_("--n {n} is more than the {count} test images of {dataset}").format(
             n=n, count=len(dataset.x_test), dataset=dataset.name))
 
@@ -121,7 +123,6 @@ def grads_subject(run_dir: str | None, dataset_name: str, data_dir: str | None, 
                   setting: str | None, lines: list[str]) -> tuple[Any, Any, Any]:
     """The model, parameters and data `explain_grads` examines: a trained run's, or the lesson's MLP trained briefly
     (what was chosen is said in `lines`)."""
-    from jaxintro.data import load_dataset
     from jaxintro.evaluate import load_run
 
     if run_dir is not None:
@@ -135,8 +136,6 @@ def grads_subject(run_dir: str | None, dataset_name: str, data_dir: str | None, 
         if note:
             lines.append(_("Of its {count} models: {what}").format(count=run.members, what=note))
     else:
-        from jaxintro.train import Trainer
-
         dataset = load_dataset(dataset_name, data_dir)
         check_count(n, dataset)  # before training, not after it
         config = TrainConfig(dataset=dataset_name, data_dir=data_dir, epochs=2, seed=seed)
@@ -156,9 +155,6 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     import jax
     import jax.numpy as jnp
 
-    from jaxintro.grads import per_example_grad_norms_vmap
-    from jaxintro.lesson import scale_images
-    from jaxintro.plots import plot_image_grid
 
     lines: list[str] = []
     model, params, dataset = grads_subject(run_dir, dataset_name, data_dir, n=n, seed=seed, setting=setting,
@@ -217,8 +213,6 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
     import jax
     import jax.numpy as jnp
 
-    from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
-    from jaxintro.lesson import scale_images
 
     model, params, dataset = subject
     x = scale_images(jnp.asarray(dataset.x_test[:n]))
@@ -262,8 +256,6 @@ def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> 
     import torch
     from torch.func import functional_call, grad, vmap
 
-    from jaxintro.bench import torch_mlp
-    from jaxintro.models.mlp import layer_names
 
     net = torch_mlp([(params[name]["w"], params[name]["b"]) for name in layer_names(params)])
     weights = {name: value.detach() for name, value in net.named_parameters()}

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from jaxintro.config import TrainConfig
+from jaxintro.faults import run_write
 from jaxintro.grid import best_setting, diverged_in, mean_std, member_grid, settings_of
 from jaxintro.i18n import N_, _, ngettext
+from jaxintro.runs import json_safe
 
 # What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one); translated when printed.
 CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
@@ -41,7 +43,6 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
 
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:
     """`curves.png`: loss and accuracy per epoch (several members: each faint, their mean bold)."""
-    from jaxintro.faults import run_write
     from jaxintro.plots import plot_curves as plot  # matplotlib loads after training, off the memory peak
 
     with run_write("curves.png", run_dir):
@@ -235,8 +236,6 @@ def members_fields(config: TrainConfig, last: dict[str, Any], result: Any, datas
     """The summary's fields of a run of several members: each member, their ensemble, and a sweep's settings and best
     setting; a sweep's run also draws `sweep.png` and scores the ensemble it is used through, its best setting's
     seeds (timed into `clock["eval_after"]`)."""
-    from jaxintro.runs import json_safe
-
     per = last["members"]
     decays = config.decays_weights  # another optimizer's members and settings have no weight decay (null)
     members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay if decays else None,
@@ -259,7 +258,6 @@ def members_fields(config: TrainConfig, last: dict[str, Any], result: Any, datas
     fields["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
     clock["eval_after"] = time.perf_counter() - start
     if primary:
-        from jaxintro.faults import run_write
         from jaxintro.plots import plot_sweep
 
         title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",

@@ -8,6 +8,8 @@ from pathlib import Path
 import jax
 
 from jaxintro.data import default_cache_dir
+from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
 
 _lock = threading.Lock()
 _events = {"hits": 0, "misses": 0}
@@ -27,9 +29,6 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: 
     `devices` must exist (`--devices`); `cpu_devices` are created if JAX has not started yet, else the
     devices it has are used (members spread over what there is).
     """
-    from jaxintro.errors import ConfigError
-    from jaxintro.i18n import _
-
     if max(devices, cpu_devices) > 1:
         # Must happen before the backend starts; it only affects the CPU backend.
         try:

@@ -17,7 +17,8 @@ import numpy as np
 
 from jaxintro.config import LESSON_SIZES
 from jaxintro.i18n import N_, _, ngettext
-from jaxintro.models import param_count
+from jaxintro.models import mlp, param_count
+from jaxintro.parallel import make_mesh
 
 Out = Callable[[str], None]
 Section = Callable[[Out], dict[str, Any]]
@@ -75,7 +76,6 @@ def grad(out: Out) -> dict[str, Any]:
 
 def lesson_batch(batch: int = 8) -> tuple[Callable, Any, jax.Array, jax.Array]:
     """The lesson's `loss_fn` on its 784-256-128-10 MLP, with He-initialised parameters and a small random batch."""
-    from jaxintro.models import mlp
     from jaxintro.lesson import loss_fn
 
     model = mlp.build(LESSON_SIZES)
@@ -329,7 +329,6 @@ def debug_print(out: Out) -> dict[str, Any]:
 def sharding(out: Out) -> dict[str, Any]:
     from jax.sharding import PartitionSpec as P
 
-    from jaxintro.parallel import make_mesh
 
     n = len(jax.devices())
     mesh = make_mesh(n)

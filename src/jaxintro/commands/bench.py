@@ -8,21 +8,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from jaxintro import timed
 from jaxintro.config import BENCH_ROWS
+from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.i18n import _, ngettext
+from jaxintro.runs import json_safe, writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the rows, print the table and ratios, write bench.json and bench.png; a crashed row is an error."""
     rows = checked_rows(args.rows)
-    from jaxintro.runs import writable_dir
 
     out_dir = writable_dir(args.out, "--out")
     from jaxintro import bench
-    from jaxintro.data import load_dataset
     from jaxintro.plots import plot_bars
-    from jaxintro.runs import write_json
 
     dataset = load_dataset(args.dataset, args.data_dir)
     plan = bench.make_plan(dataset.x_train, dataset.y_train, seed=args.seed, repeats=args.repeats,
@@ -119,8 +119,6 @@ def run_rounds(plan: Any, rows: list[str], count: int) -> list[list[Any]]:
 
 def rows_report(dataset: str, batch: int, matmul_gflops: float, flops: float, results: list[Any]) -> dict[str, Any]:
     """bench.json's machine facts and rows (a row that did not run has no numbers: null, not NaN, which JSON lacks)."""
-    from jaxintro.runs import json_safe
-
     keys = ("name", "compile_seconds", "ms_per_step", "samples_per_second", "fraction_of_peak", "peak_rss_mb",
             "models", "devices", "skipped", "error")
     return {"dataset": dataset, "batch_size": batch, "matmul_gflops": matmul_gflops, "train_flops_per_step": flops,
@@ -196,14 +194,12 @@ def print_members_rows(done: dict[str, Any]) -> None:
 
 def end_to_end(data_args: list[str], plan: Any, dataset: Any, rounds: int) -> dict[str, Any]:
     """`--e2e`: whole 10-epoch training processes (the lesson's script, PyTorch, jaxintro train), best of `rounds`."""
-    from jaxintro import bench
-
     print("\n" + _("End to end: whole 10-epoch training processes (start to final accuracy)"), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         plan_path = Path(tmp) / "plan.npz"
         plan.save(plan_path, x_test=dataset.x_test, y_test=dataset.y_test)
-        every_round = bench.end_to_end(data_args, plan_path, rounds=rounds)
-    best = bench.best_of_rounds(every_round)
+        every_round = timed.end_to_end(data_args, plan_path, rounds=rounds)
+    best = timed.best_of_rounds(every_round)
     if rounds > 1:
         print(_("  best of {rounds} alternating rounds (the range over rounds in brackets)").format(rounds=rounds))
     for row in best:
@@ -220,11 +216,9 @@ def end_to_end(data_args: list[str], plan: Any, dataset: Any, rounds: int) -> di
 
 def members_end_to_end(data_args: list[str], seeds: int, rounds: int) -> dict[str, Any]:
     """`--e2e-seeds N`: one `train --seeds N` process against N sequential `train --seed k`, best of `rounds`."""
-    from jaxintro import bench
-
     print("\n" + _("End to end: one `train --seeds {n}` process against {n} sequential `train --seed k` processes, "
                    "10 epochs each").format(n=seeds), flush=True)
-    pair = bench.members_end_to_end(data_args, seeds, rounds=rounds)
+    pair = timed.members_end_to_end(data_args, seeds, rounds=rounds)
     if rounds > 1:
         print(_("  best of {rounds} alternating rounds (the range over rounds in brackets)").format(rounds=rounds))
     for label, side in ((_("one process"), pair["one_process"]), (_("sequential"), pair["sequential"])):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from jaxintro.data import describe_sources
+
 
 def run(args: argparse.Namespace) -> int:
     """Print (or `--json`) one row per dataset."""
-    from jaxintro.data import describe_sources
-
     rows = describe_sources(args.data_dir)
     if args.json:
         print(json.dumps(rows))

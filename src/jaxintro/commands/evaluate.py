@@ -6,13 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
+from jaxintro.data import load_dataset
 from jaxintro.i18n import _
 from jaxintro.runs import json_safe
 
 
 def run(args: argparse.Namespace) -> int:
     """Evaluate a run on its dataset's test set; plot its confusion matrix."""
-    from jaxintro.data import load_dataset
     from jaxintro.evaluate import evaluate_run, load_run
     from jaxintro.evaluate import evaluation_lines
     from jaxintro.plots import plot_confusion

@@ -14,15 +14,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jaxintro.errors import ConfigError
 from jaxintro.exercises import progress
 from jaxintro.exercises.catalog import EXERCISES, Exercise, by_number
+from jaxintro.exercises.runner import Verdict, check_in_child
+from jaxintro.exercises.texts import hints, key_hint
 from jaxintro.i18n import _, resolve_language
-
-if TYPE_CHECKING:
-    from jaxintro.exercises.runner import Verdict
 
 DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine
@@ -107,8 +105,6 @@ def load_progress(folder: Path, lang: str, *, timeout: float) -> dict[str, progr
     items = [(e, folder / e.filename) for e in EXERCISES
              if (folder / e.filename).exists() and not progress.is_starter(e, folder / e.filename)]
     if items:
-        from jaxintro.exercises.runner import check_in_child
-
         for verdict in check_in_child(items, lang, timeout=timeout):
             exercise = EXERCISES[verdict.number - 1]
             progress.record(entries, exercise, folder / exercise.filename, verdict.passed, verdict.key)
@@ -162,8 +158,6 @@ def check(folder: Path, lang: str, number: int | None, *, as_json: bool, timeout
 def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, progress.Entry], *,
               timeout: float) -> "Verdict":
     """Run the check of `exercise` and record it in the progress file."""
-    from jaxintro.exercises.runner import Verdict, check_in_child
-
     path = folder / exercise.filename
     if not path.exists():
         raise ConfigError(_("{file} does not exist: `jaxintro exercises init {folder}` writes it").format(
@@ -216,8 +210,6 @@ def print_output(verdict: "Verdict") -> None:
 
 def hint(folder: Path, lang: str, exercise: Exercise, *, timeout: float) -> int:
     """Show one more hint than last time (all of them shown so far, in order), after the one for the last failure."""
-    from jaxintro.exercises.texts import hints, key_hint
-
     entries = load_progress(folder, lang, timeout=timeout)
     texts = hints(exercise.slug, lang)
     entry = entries.setdefault(exercise.slug, progress.Entry())

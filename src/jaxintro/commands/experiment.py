@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from jaxintro.config import config_from_flags
+from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
+from jaxintro.runs import writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate every flag, then train the experiment's runs and print its summary."""
-    from jaxintro.config import config_from_flags
-    from jaxintro.i18n import _
-    from jaxintro.runs import writable_dir
-
     config = config_from_flags(args)
     if args.name == "dropout" and not 0.0 < args.rate < 1.0:
         raise ConfigError(_("--rate must be in (0, 1); got {rate}").format(rate=args.rate))
@@ -24,8 +24,6 @@ def run(args: argparse.Namespace) -> int:
 
     configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
     from jaxintro import experiments
-    from jaxintro.data import load_dataset
-    from jaxintro.runs import write_json
 
     dataset = load_dataset(config.dataset, config.data_dir)
     if args.name == "dropout":

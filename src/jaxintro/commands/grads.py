@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from jaxintro.i18n import _
+from jaxintro.runs import json_safe, writable_dir
+
 
 def run(args: argparse.Namespace) -> int:
     """Explain per-example gradients on `--n` test images; with `--bench`, time three ways to get their norms."""
-    from jaxintro.runs import json_safe, writable_dir
-
     out_dir = writable_dir(args.out, "--out")
     from jaxintro.experiments import explain_grads, grads_benchmark
-    from jaxintro.i18n import _
 
     report, lines, subject = explain_grads(args.run, args.dataset, args.data_dir, n=args.n, seed=args.seed,
                                            out=out_dir, setting=args.setting)

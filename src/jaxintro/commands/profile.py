@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jaxintro.config import PROFILE_MAX_STEPS, config_from_flags
+from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, ngettext
+from jaxintro.profile import profile_training
+from jaxintro.runs import writable_dir, write_json
 
 if TYPE_CHECKING:
     from jaxintro.profile import ProfileReport
@@ -23,8 +26,6 @@ TABLE_ROWS = 20  # the largest ops; the rest are summed into one row, so the col
 
 def run(args: argparse.Namespace) -> int:
     """Profile `args.steps` warm steps of the configured training; print the report, write profile.json."""
-    from jaxintro.runs import writable_dir
-
     config = config_from_flags(args)
     if args.steps > PROFILE_MAX_STEPS:
         raise ConfigError(_("--steps {steps} is more than {most}: the trace records every op of every step, held in "
@@ -38,9 +39,6 @@ def run(args: argparse.Namespace) -> int:
 
     # No persistent cache: the HLO text, the cost analysis and the traced program come from one fresh compile.
     configure_jax(devices=config.devices, compile_cache=False)
-    from jaxintro.data import load_dataset
-    from jaxintro.profile import profile_training
-    from jaxintro.runs import write_json
 
     dataset = load_dataset(config.dataset, config.data_dir)
     print(ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "

@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 from jaxintro.errors import ConfigError
+from jaxintro.i18n import _, ngettext, printable
+from jaxintro.runs import keep_reason, kind_text, list_runs, remove_run_dir, status_text
 
 
 def run(args: argparse.Namespace) -> int:
     """List the runs under `--root`; with `--remove-unfinished`, delete those neither finished nor running."""
-    from jaxintro.i18n import _, ngettext, printable
-    from jaxintro.runs import kind_text
-    from jaxintro.runs import keep_reason, list_runs, remove_run_dir, status_text
-
     root = Path(args.root)
     runs = list_runs(root)
     if args.json and not args.remove_unfinished:

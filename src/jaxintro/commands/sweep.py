@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+from jaxintro.commands import train
+
 
 def run(args: argparse.Namespace) -> int:
     """Train the grid as one `train` run on one process."""
-    from jaxintro.commands import train
-
     # What `train` reads that a sweep does not offer: it is always a new run on one process.
     for name in ("resume", "coordinator", "num_processes", "process_id"):
         setattr(args, name, None)

@@ -16,9 +16,15 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from jaxintro import report, runs
 from jaxintro.config import TrainConfig, config_from_flags
+from jaxintro.data import DatasetInfo, load_dataset
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
+from jaxintro.faults import WriteFault, committed_epochs, run_write, watch
+from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
+from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, discard_run_dir, read_json
+from jaxintro.signals import GracefulStop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +63,6 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     """
     from jaxintro.checkpoint import config_from_meta, dataset_from_meta, read_meta
     from jaxintro.members import cpu_devices_wanted
-    from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, read_json
     from jaxintro.runtime import configure_jax
 
     run_dir = Path(args.resume)
@@ -142,7 +147,6 @@ def _join(cluster: Cluster, run_dir: Path, flag: str, on_give_up=lambda: None) -
 def run(args: argparse.Namespace) -> int:
     """Train a new run or resume one; a new run that fails before its first checkpoint leaves nothing behind."""
     from jaxintro.members import cpu_devices_wanted
-    from jaxintro.runs import claim_run_dir, discard_run_dir
     from jaxintro.runtime import configure_jax
 
     cluster = resolve_cluster(args)
@@ -174,10 +178,6 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
     import jax
 
-    from jaxintro import report, runs
-    from jaxintro.data import load_dataset
-    from jaxintro.faults import run_write, watch
-    from jaxintro.signals import GracefulStop
 
     clock = {"data": time.perf_counter()}
     dataset = load_dataset(config.dataset, config.data_dir)
@@ -217,7 +217,6 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
 
 def resumed_state(config: TrainConfig, dataset: Any, run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
     """A resumed run's state (its newest intact checkpoint) and the metric rows that checkpoint holds."""
-    from jaxintro import runs
     from jaxintro.checkpoint import abstract_state, restore
     from jaxintro.train import Trainer
 
@@ -242,9 +241,7 @@ class EpochSaver:
 
     def __init__(self, config: TrainConfig, dataset: Any, run_dir: Path, rows: list[dict[str, Any]], *,
                  primary: bool, resumed_epoch: int | None) -> None:
-        from jaxintro import runs
         from jaxintro.checkpoint import Checkpointer
-        from jaxintro.data import DatasetInfo
 
         self.config, self.rows, self.seconds = config, rows, 0.0
         self.dataset = DatasetInfo.of(dataset).to_json()
@@ -273,7 +270,6 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
-    from jaxintro.grid import diverged_in
     from jaxintro.train import fit
 
     rows = saver.rows
@@ -304,8 +300,6 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
 
 def peer_lost_in_save(exc: BaseException) -> bool:
     """Whether a checkpoint's save failed in Orbax's barrier between the processes (a peer died), not on the disk."""
-    from jaxintro.faults import WriteFault
-
     return isinstance(exc, WriteFault) and exc.between_processes()
 
 
@@ -314,7 +308,6 @@ def leave_for_lost_peers(exc: BaseException, run_dir: Path) -> NoReturn:
     barrier would wait for the dead peer, then abort."""
     import jax
 
-    from jaxintro.faults import committed_epochs
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     facts = dict(process=jax.process_index(), error=f"{type(exc).__name__}: {first}")

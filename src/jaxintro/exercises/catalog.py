@@ -16,6 +16,8 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
+from jaxintro.errors import ConfigError
+from jaxintro.exercises.texts import docstrings, given_docstrings, solution_comments, statement
 from jaxintro.i18n import DOMAIN, LOCALE_DIR, N_, _
 
 SOLUTIONS = Path(__file__).parent / "solutions"
@@ -40,8 +42,6 @@ class Exercise:
 
     def reference(self, lang: str = "en") -> str:
         """Our solution, as the learner would read it (markers removed), its docstrings and comments in `lang`."""
-        from jaxintro.exercises.texts import solution_comments
-
         source = _MARKERS.sub("", (SOLUTIONS / self.filename).read_text(encoding="utf-8"))
         if lang == "en":
             return source
@@ -51,8 +51,6 @@ class Exercise:
 
     def _in_language(self, source: str, lang: str) -> str:
         """`source` with the docstrings of the given code and of the learner's functions in `lang`."""
-        from jaxintro.exercises.texts import docstrings, given_docstrings
-
         for english, translated in given_docstrings(lang).items():
             source = source.replace(f'"""{english}"""', f'"""{translated}"""')
         for name, doc in docstrings(self.slug, lang).items():
@@ -62,8 +60,6 @@ class Exercise:
 
     def starter(self, lang: str) -> str:
         """The file `init` writes: the statement, the given code, and a TODO where the learner writes."""
-        from jaxintro.exercises.texts import statement
-
         source = (SOLUTIONS / self.filename).read_text(encoding="utf-8")
         _ = _catalog(lang)  # the file's language, whatever the command's messages are in
         todo = _("TODO: write this function (the statement is at the top of the file)")
@@ -107,8 +103,6 @@ EXERCISES: tuple[Exercise, ...] = (
 
 def by_number(number: int) -> Exercise:
     """Exercise `number` (1-based), or a `ConfigError` naming the valid range."""
-    from jaxintro.errors import ConfigError
-
     if not 1 <= number <= len(EXERCISES):
         raise ConfigError(_("there is no exercise {number}: they go from 1 to {last}").format(
             number=number, last=len(EXERCISES)))

@@ -28,6 +28,7 @@ import types
 from pathlib import Path
 from typing import IO, Callable
 
+from jaxintro.data import default_cache_dir
 from jaxintro.exercises.catalog import EXERCISES, Exercise
 from jaxintro.i18n import _, set_language
 
@@ -284,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     set_language(args.lang)
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    from jaxintro.data import default_cache_dir
 
     # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder.
     set_hypothesis_home_dir(default_cache_dir() / "hypothesis")

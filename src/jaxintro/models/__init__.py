@@ -13,6 +13,7 @@ from typing import Any
 
 from jaxintro.config import MODELS
 from jaxintro.errors import ConfigError
+from jaxintro.models import mlp
 from jaxintro.models.base import HE_NORMAL, HE_NORMAL_OUT_IN, Model, Params, param_count
 
 __all__ = ["HE_NORMAL", "HE_NORMAL_OUT_IN", "Model", "Params", "build_model", "model_for", "param_count"]
@@ -22,8 +23,9 @@ def build_model(style: str, in_dim: int, hidden: tuple[int, ...], num_classes: i
     """Build the MLP `in_dim -> hidden... -> num_classes` in `style` (jax, linen, nnx or equinox), with the options
     the style takes (`config.MODEL_OPTIONS`: every style takes `dropout`)."""
     sizes = (in_dim, *hidden, num_classes)
+    # The pure-JAX style loads with the package; the others load Flax or Equinox only when chosen.
     if style == "jax":
-        from jaxintro.models import mlp as module
+        module = mlp
     elif style == "linen":
         from jaxintro.models import linen as module  # type: ignore[no-redef]
     elif style == "nnx":
