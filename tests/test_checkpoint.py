@@ -262,16 +262,16 @@ def test_a_resume_that_only_writes_the_last_files_says_so_without_a_nan_rate(cap
 
 
 def test_a_resumed_run_remembers_which_members_diverged(capsys, tmp_path):
-    # SGD at lr 300 diverges some of four seeds in the first epoch; a resume must report what the
+    # SGD at lr 3 diverges three of four seeds by the second epoch; a resume must report what the
     # uninterrupted run reports, not forget them (they were left out of every mean and used by nothing).
-    flags = [*DIGITS, "--optimizer", "sgd", "--lr", "300", "--seeds", "4"]
+    flags = [*DIGITS, "--optimizer", "sgd", "--lr", "3", "--seeds", "4"]
     train(capsys, *flags, "--epochs", "4", "--run-dir", str(tmp_path / "straight"))
     train(capsys, *flags, "--epochs", "2", "--run-dir", str(tmp_path / "resumed"))
     capsys.readouterr()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         assert main(["train", "--resume", str(tmp_path / "resumed"), "--epochs", "4"]) == 0
-    assert not [w for w in said if "diverged at epoch" in str(w.message)]  # none newly diverged in this process
+    assert not [w for w in said if "diverged:" in str(w.message)]  # none newly diverged in this process
 
     def last(run: str) -> dict:
         return json.loads((tmp_path / run / "metrics.jsonl").read_text().splitlines()[-1])

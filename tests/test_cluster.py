@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,8 +151,10 @@ SIGNALS = {"sigterm-0": ((0,), signal.SIGTERM), "sigterm-1": ((1,), signal.SIGTE
 
 
 @pytest.fixture(scope="module")
-def signalled(tmp_path_factory) -> dict[str, tuple[Path, list[tuple[int, str, str, float]]]]:
-    """Each signal row's run folder and, per process, (exit code, stdout, stderr, seconds after its signal)."""
+def signalled(tmp_path_factory, whole) -> dict[str, tuple[Path, list[tuple[int, str, str, float]]]]:
+    """Each signal row's run folder and, per process, (exit code, stdout, stderr, seconds after its signal).
+
+    After `whole`: its pair compiles the programs these eight processes then load from the compile cache."""
     folder, results = once_per_run(tmp_path_factory, "signalled", run_signalled)
     return {name: (folder / name, results[name]) for name in SIGNALS}
 
@@ -303,23 +306,22 @@ def test_a_wrong_process_count_on_one_side_ends_both(refused, counts):
                   ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
 
 
-def test_a_resume_past_a_damaged_checkpoint_completes_on_every_process(tmp_path):
+def test_a_resume_past_a_damaged_checkpoint_completes_on_every_process(whole, tmp_path):
     # Discarding the damaged newest checkpoint ends in Orbax's barrier of every process: all must take part.
-    run, port = tmp_path / "r", free_port()
-    with processes(*[pair_argv(port, rank, run, "--dataset", "digits", "--epochs", "3") for rank in (0, 1)]) as procs:
-        for code, _, err, _ in finish(procs, time.monotonic(), 300):
-            assert code == 0, err[-2000:]
-    for path in (run / "checkpoints" / "3" / "state").rglob("*"):
+    # The run no fault touched, copied (it keeps its last three checkpoints), with its newest one damaged.
+    run = tmp_path / "r"
+    shutil.copytree(whole[1], run)
+    for path in (run / "checkpoints" / str(EPOCHS) / "state").rglob("*"):
         if path.is_file() and path.stat().st_size > 1000:
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
     port = free_port()
-    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--epochs", "4",
+    with processes(*[["--resume", str(run), *pair_argv(port, rank, run)[:6], "--epochs", str(EPOCHS + 1),
                       "--json"] for rank in (0, 1)]) as procs:
         results = finish(procs, time.monotonic(), TIMEOUT_S * 5)
     for code, out, err, took in results:
         assert code == 0, err[-2000:]
-        assert "from epoch 2 to 4" in out and took < TIMEOUT_S * 5
-    assert load_run(run).epoch == 4
+        assert f"from epoch {EPOCHS - 1} to {EPOCHS + 1}" in out and took < TIMEOUT_S * 5
+    assert load_run(run).epoch == EPOCHS + 1
     TIMES.append(("resume past a damaged newest checkpoint", ", ".join(f"{t:.1f} s (exit {c})" for c, *_, t in results)))
 
 

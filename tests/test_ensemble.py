@@ -10,19 +10,20 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import synthetic_dataset
+from conftest import once_per_run, synthetic_dataset
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
+from jaxintro.errors import ConfigError
 from jaxintro.grid import member_grid
 from jaxintro.members import ensemble_model, members_and_ensemble
 from jaxintro.memory import check_memory, estimate_memory_bytes
-from jaxintro.errors import ConfigError
 from jaxintro.models import build_model
 from jaxintro.scoring import count_correct
 from jaxintro.train import Trainer, fit
@@ -294,7 +295,7 @@ def test_every_member_diverging_is_one_clear_error_and_leaves_no_folder(tmp_path
         warnings.simplefilter("error")  # not a warning per member, then a run of NaNs: one error
         assert main([*argv, "--optimizer", "sgd", "--lr", "1e11"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("jaxintro train: training diverged: loss became nan at epoch 1, step ")
+    assert err.startswith("jaxintro train: training diverged: loss reached ") and "exploded) at epoch 1, step " in err
     assert "lower --lr" in err and "no epoch finished" in err and "Traceback" not in err
     assert not run.exists()  # nothing half-written: no claim, config or checkpoint left to resume or puzzle
     assert main(argv) == 0  # the folder is free for the corrected command
@@ -344,11 +345,20 @@ def test_seeds_run_reports_members_ensemble_and_evaluates_the_same(tmp_path, cap
     assert_trees_close(load_run(run).params, load_run(straight).params)
 
 
-def test_predict_says_it_uses_the_ensemble(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def two_seeds_run(tmp_path_factory) -> Path:
+    """`train --seeds 2` for one epoch on the digits, made once per test run; the tests only read it."""
+    def make(folder: Path) -> None:
+        assert main(["train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir",
+                     str(folder / "seeds")]) == 0
+
+    return once_per_run(tmp_path_factory, "two-seeds", make)[0] / "seeds"
+
+
+def test_predict_says_it_uses_the_ensemble(two_seeds_run, tmp_path, capsys):
     from PIL import Image
 
-    run = tmp_path / "seeds"
-    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json")
+    run = two_seeds_run
     image = tmp_path / "digit.png"
     pixels = np.zeros((8, 8), np.uint8)
     pixels[1:7, 3:5] = 255
@@ -446,12 +456,11 @@ def test_bad_member_flags_are_one_line_errors_and_write_nothing(tmp_path, capsys
     assert not run.exists()
 
 
-def test_serve_predicts_with_the_ensemble_and_says_so(tmp_path, capsys):
+def test_serve_predicts_with_the_ensemble_and_says_so(two_seeds_run):
     from jaxintro import serve
     from jaxintro.evaluate import load_run, predict_proba
 
-    run = tmp_path / "seeds"
-    run_json(capsys, "train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run), "--json")
+    run = two_seeds_run
     app = serve.load_app(run)
     info = app.run_info()
     assert info["members"] == 2 and info["model"] == "jax MLP 64-256-128-10: the ensemble of its 2 members"

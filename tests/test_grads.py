@@ -58,11 +58,11 @@ def test_fast_norms_equal_vmap_and_loop(setup):
 
 def test_fast_norms_any_depth():
     model = build_model("jax", 20, (9, 8, 7, 6), 5)
-    params = model.init(jax.random.key(4))
+    params = jax.jit(model.init)(jax.random.key(4))
     x = jax.random.normal(jax.random.key(5), (6, 20))
     y = jnp.arange(6) % 5
-    np.testing.assert_allclose(per_example_grad_norms_fast(params, x, y),
-                               per_example_grad_norms_vmap(params, model.apply, x, y), rtol=1e-5)
+    vmapped = jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))  # compiled, as grads.py runs them
+    np.testing.assert_allclose(jax.jit(per_example_grad_norms_fast)(params, x, y), vmapped(params, x, y), rtol=1e-5)
 
 
 def test_grads_command_explains_and_benchmarks(capsys, tmp_path):

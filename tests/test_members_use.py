@@ -39,9 +39,9 @@ def run_json(capsys, *argv: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module")
 def bad_lr_sweep(tmp_path_factory) -> Path:
-    """A sweep whose second setting (adam at lr 1000) trains, finite, into a model that always says 0."""
+    """A sweep whose second setting (adam at lr 1) trains, finite (no loss past 1e6), into a model at chance level."""
     run = tmp_path_factory.mktemp("sweep") / "r"
-    assert main(["sweep", "--lr", "1e-3,1e3", "--run-dir", str(run), *SWEEP]) == 0
+    assert main(["sweep", "--lr", "1e-3,1", "--run-dir", str(run), *SWEEP]) == 0
     return run
 
 
@@ -68,6 +68,9 @@ def test_a_sweep_predicts_evaluates_and_serves_through_its_best_setting(bad_lr_s
     result = json.loads((bad_lr_sweep / "result.json").read_text())
     best, worst = result["members"]
     assert result["best"]["lr"] == 1e-3 and best["test_accuracy"] > worst["test_accuracy"]
+    # Every headline field is about the setting the run is used through, not an average over the grid.
+    assert (result["test_accuracy"], result["train_accuracy"], result["final_loss"]) == (
+        best["test_accuracy"], best["train_accuracy"], best["final_loss"])
     # The figure `sweep` reports for its run is the best setting's model, not every member averaged.
     assert result["ensemble_test_accuracy"] == pytest.approx(best["test_accuracy"])
     loaded = load_run(bad_lr_sweep)
@@ -75,7 +78,7 @@ def test_a_sweep_predicts_evaluates_and_serves_through_its_best_setting(bad_lr_s
     evaluated, out = run_json(capsys, "evaluate", str(bad_lr_sweep), "--json")
     assert evaluated["test_accuracy"] == pytest.approx(best["test_accuracy"])
     assert "Setting used: lr=0.001 (the best" in out
-    # predict answers with the lr 1e-3 model alone: exactly its probabilities, whatever lr 1000 says.
+    # predict answers with the lr 1e-3 model alone: exactly its probabilities, whatever lr 1 says.
     image = digit_png(tmp_path / "one.png")
     assert main(["predict", str(bad_lr_sweep), str(image), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -89,9 +92,9 @@ def test_a_sweep_predicts_evaluates_and_serves_through_its_best_setting(bad_lr_s
     assert app.run_info()["model"].endswith("the setting lr=0.001, one model")
     assert app.metrics()["test_accuracy"] == pytest.approx(result["test_accuracy"])
     # Another setting on request, by the name the table uses; a name the sweep lacks lists the ones it has.
-    assert load_run(bad_lr_sweep, "lr=1000").choice.used == [1]
+    assert load_run(bad_lr_sweep, "lr=1").choice.used == [1]
     assert main(["evaluate", str(bad_lr_sweep), "--setting", "lr=0.5"]) == 2
-    assert "lr=0.001, lr=1000" in capsys.readouterr().err
+    assert "lr=0.001, lr=1" in capsys.readouterr().err
 
 
 def test_a_sweep_prints_no_ensemble_of_all_its_settings(tmp_path, capsys):
@@ -214,3 +217,20 @@ def test_a_peer_that_never_joins_ends_in_one_line(tmp_path, process_id, missing)
     assert "Terminating process" not in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - start < 60
     assert not run.exists() if process_id == 0 else not any(run.iterdir())  # the failed start freed its folder
+
+
+def test_a_member_whose_loss_explodes_finite_is_diverged_as_a_nan_member_is(tmp_path, capsys):
+    """Adam at lr 3000 never reaches NaN, its loss only explodes: that member is left out and reported, the run's
+    files and its page are valid JSON, and the listing counts it."""
+    run = tmp_path / "r"
+    with pytest.warns(RuntimeWarning, match=r"member 1 diverged: loss reached .* \(finite, but exploded\)"):
+        assert main(["sweep", "--lr", "1e-3,3e3", "--run-dir", str(run), *SWEEP]) == 0
+    strict = dict(parse_constant=lambda name: pytest.fail(f"bare {name} in the JSON"))
+    result = json.loads((run / "result.json").read_text(), **strict)
+    assert [m["test_accuracy"] is None for m in result["members"]] == [False, True]
+    assert result["settings"][1]["diverged"] == 1 and result["best"]["lr"] == 1e-3
+    rows = [json.loads(line, **strict) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["members"]["test_accuracy"][1] is None
+    capsys.readouterr()
+    assert main(["runs", "--root", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["diverged"] == 1

@@ -55,7 +55,9 @@ def test_every_style_uses_untruncated_he_normal(style):
 
 
 def test_mlp_forward_any_depth_keeps_layer_order():
-    sizes = (6, *range(20, 31), 4)  # 12 layers: layer10..layer12 sort before layer2 as strings
+    # 12 layers: layer10..layer12 sort before layer2 as strings. Equal widths: a layer in the wrong place still
+    # fits, so only the numbers tell (and each shape compiles once, op by op).
+    sizes = (6, *[20] * 11, 4)
     params = init_params(jax.random.key(0), sizes)
     assert len(params) == 12
     assert sorted(params)[:4] == ["layer1", "layer10", "layer11", "layer12"]

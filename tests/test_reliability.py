@@ -128,14 +128,16 @@ def test_a_claim_waits_while_another_holds_the_folders_lock(tmp_path):
 # ---------------------------------------------------------------- training faults
 
 
-def test_nan_loss_stops_naming_epoch_and_step_and_leaves_a_reusable_folder(tmp_path, capsys):
-    # A fresh run that diverges in its first epoch: SGD at lr 1e6.
+def test_a_diverging_loss_stops_naming_epoch_and_step_and_leaves_a_reusable_folder(tmp_path, capsys):
+    # A fresh run that diverges in its first epoch: SGD at lr 1e6, its loss past 1e6 at the second step (a NaN
+    # comes later, and the run stops at the first step that diverged: an injected inf is tested below).
     run = tmp_path / "nan"
     code = main(["train", "--dataset", "digits", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e6",
                  "--run-dir", str(run)])
     err = capsys.readouterr().err
     assert code == 1
-    assert "training diverged: loss became nan at epoch 1, step" in err and "lower --lr" in err
+    assert "training diverged: loss reached" in err and "(finite, but exploded) at epoch 1, step 2 of 11" in err
+    assert "lower --lr" in err
     assert "no epoch finished" in err
     # No epoch finished, so nothing of the run is kept: the corrected command uses the same folder.
     assert not run.exists()
@@ -150,9 +152,9 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
 
     real = layout.check_finite
 
-    def poisoned(metrics, epoch, steps):
+    def poisoned(metrics, test_loss, epoch, steps):
         metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
-        return real(metrics, epoch, steps)
+        return real(metrics, test_loss, epoch, steps)
 
     monkeypatch.setattr(layout, "check_finite", poisoned)
     capsys.readouterr()
@@ -166,11 +168,13 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
     assert (run / "metrics.jsonl").read_text() == before
 
 
-def test_a_finite_explosion_warns_with_the_likely_cause(tmp_path, capsys):
-    with pytest.warns(RuntimeWarning, match="exploded.*learning rate is most likely too high"):
-        code = main(["train", "--dataset", "digits", "--epochs", "1", "--lr", "1e6", "--run-dir",
-                     str(tmp_path / "r")])
-    assert code == 0  # finite: a warning, not a failure (a NaN would be exit 1, tested above)
+def test_a_finite_explosion_is_a_divergence_as_a_nan_is(tmp_path, capsys):
+    """A loss past 1e6 (or a test loss that overflows) is a divergence even while finite: the weights mean nothing."""
+    run = tmp_path / "r"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--lr", "1e6", "--run-dir", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "training diverged: loss reached" in err and "(finite, but exploded) at epoch 1, step" in err
+    assert "lower --lr" in err and len(err.strip().splitlines()) == 1 and not run.exists()
 
 
 def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
@@ -184,3 +188,29 @@ def test_missing_checkpoint_files_are_a_clear_error(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "no checkpoint could be restored (tried 1" in err, err
+
+
+def test_one_rule_of_divergence_for_one_model_and_for_members():
+    """NaN, infinite, or finite past 1e6: the first such step is where a model diverged; a test loss that overflows
+    is a divergence too. One model ends the run; a member is left out, and all of them is the one model's error."""
+    from jaxintro.errors import TrainingDivergedError
+    from jaxintro.record import EXPLODED_LOSS, check_finite, check_members_finite, first_divergence
+
+    assert first_divergence(np.array([2.3, 1.0, EXPLODED_LOSS])) is None  # at the bound: still training
+    assert first_divergence(np.array([2.3, 2 * EXPLODED_LOSS, np.nan])) == 1
+    assert first_divergence(np.array([2.3, np.nan])) == 1 and first_divergence(np.array([-np.inf])) == 0
+    with pytest.raises(TrainingDivergedError, match=r"loss reached 2e\+06 \(finite, but exploded\) at epoch 4, step 2 "
+                                                    r"of 9; lower --lr"):
+        check_finite({"loss": np.array([1.0, 2e6])}, 10.0, 4, 9)
+    with pytest.raises(TrainingDivergedError, match="the test loss became inf after epoch 4"):
+        check_finite({"loss": np.array([1.0, 0.5])}, np.inf, 4, 9)
+    diverged: set[int] = set()
+    losses = np.array([[1.0, 0.9], [1.0, 3e7], [1.0, 0.8]])
+    with pytest.warns(RuntimeWarning) as said:
+        check_members_finite({"loss": losses}, np.array([5.0, 6.0, np.inf, 7.0]), 2, 2, diverged)
+    assert diverged == {1, 2}  # member 1 exploded, member 2's test loss overflowed; the last row is the ensemble
+    assert [str(w.message).split(";")[0] for w in said] == [
+        "member 1 diverged: loss reached 3e+07 (finite, but exploded) at epoch 2, step 2 of 2",
+        "member 2 diverged: the test loss became inf after epoch 2"]
+    with pytest.raises(TrainingDivergedError, match="loss reached"):
+        check_members_finite({"loss": np.full((2, 2), 1e9)}, np.ones(3), 1, 2, set())

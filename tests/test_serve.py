@@ -387,17 +387,26 @@ def test_a_port_in_use_is_a_one_line_error(digits_run, capsys):
 
 def start_serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen, str]:
     """`jaxintro serve ARGS --port 0` in a subprocess; return it and the URL it printed."""
+    return served_url(launch_serve(args, cwd))
+
+
+def launch_serve(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`jaxintro serve ARGS --port 0` started, not waited for (`served_url` waits): its lines are read as they come."""
     proc = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "serve", *args, "--port", "0"], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
+    proc.lines = []  # type: ignore[attr-defined]
+    threading.Thread(target=lambda: proc.lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    return proc
+
+
+def served_url(proc: subprocess.Popen) -> tuple[subprocess.Popen, str]:
+    """Wait (at most 180 s) for a launched `serve` to print its URL; return it and the URL (killed if it never does)."""
+    lines = proc.lines  # type: ignore[attr-defined]
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
         found = [m for line in lines if (m := re.search(r"http://127\.0\.0\.1:\d+/", line))]
         if found:
-            proc.lines = lines  # type: ignore[attr-defined]
             return proc, found[0][0]
         time.sleep(0.1)
     proc.kill()
@@ -597,9 +606,11 @@ def assert_legends_fit(layout: dict[str, Any]) -> None:
 
 def test_the_page_in_a_real_browser(mnist_run, tmp_path):
     chromium, driver_path = browser_paths()
-    proc, url = start_serve([str(mnist_run)], tmp_path)
-    driver = spanish = None
+    proc = spanish = driver = None
     try:
+        # Both servers start now: the Spanish one loads while the English page is driven, which mostly waits.
+        proc, spanish = launch_serve([str(mnist_run)], tmp_path), launch_serve([str(mnist_run), "--lang", "es"], tmp_path)
+        proc, url = served_url(proc)
         driver = open_browser(chromium, driver_path)
         driver.get(url)
         wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
@@ -643,7 +654,7 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
 
         # A phone, in Spanish: the pad and its buttons fit the width, nothing scrolls sideways, a finger draws,
         # the longer legends fit, and until the run's data arrives its panels say they are loading.
-        spanish, url = start_serve([str(mnist_run), "--lang", "es"], tmp_path)
+        spanish, url = served_url(spanish)
         driver = open_browser(chromium, driver_path, mobile=True)
         driver.execute_cdp_cmd("Network.enable", {})
         driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/api/metrics*", "*/api/mistakes*"]})

@@ -155,7 +155,6 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     import jax
     import jax.numpy as jnp
 
-
     lines: list[str] = []
     model, params, dataset = grads_subject(run_dir, dataset_name, data_dir, n=n, seed=seed, setting=setting,
                                            lines=lines)
@@ -213,7 +212,6 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
     import jax
     import jax.numpy as jnp
 
-
     model, params, dataset = subject
     x = scale_images(jnp.asarray(dataset.x_test[:n]))
     y = jnp.asarray(dataset.y_test[:n])
@@ -255,7 +253,6 @@ def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> 
 
     import torch
     from torch.func import functional_call, grad, vmap
-
 
     net = torch_mlp([(params[name]["w"], params[name]["b"]) for name in layer_names(params)])
     weights = {name: value.detach() for name, value in net.named_parameters()}

@@ -36,7 +36,7 @@ def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | 
 
 
 def bound_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> Callable:
-    """The lesson's epoch with the step bound: `(params, opt_state, key, x_u8, y) -> (params, opt_state, key, metrics)`."""
+    """The lesson's epoch with the step bound: `(params, opt_state, key, x_u8, y) -> (..., metrics)`."""
     return functools.partial(train_epoch, step=bound_step(model, tx), batch_size=config.batch_size,
                              use_dropout=config.dropout > 0.0)
 
@@ -117,9 +117,11 @@ class OneModel:
         """Correct count and summed loss over a chunked set, compiled."""
         return jit_count_correct(self.model)
 
-    def check_epoch(self, metrics: dict[str, np.ndarray], epoch: int, steps: int, diverged: set[int]) -> None:
-        """The model must stay finite: a NaN/Inf loss ends the run (there is nothing left to report on)."""
-        check_finite(metrics, epoch, steps)
+    def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
+                    diverged: set[int]) -> None:
+        """The model must not diverge (`record.first_divergence`, or a non-finite test loss): that ends the run,
+        there is nothing left to report on."""
+        check_finite(metrics, float(test_loss), epoch, steps)
 
     def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
                   *, learning_rate: float, seconds: float, n_test: int, diverged: set[int]) -> EpochMetrics:

@@ -158,7 +158,7 @@ def train_epoch(
     batch_size: int,
     use_dropout: bool,
 ) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """A whole epoch: shuffle on device (`plan_epoch`), then `step` on every batch (`scan_batches`); per-step metrics."""
+    """A whole epoch: shuffle on device (`plan_epoch`), then `step` on every batch (`scan_batches`)."""
     key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
     params, opt_state, metrics = scan_batches(params, opt_state, perm, dropout_key, x_u8, y, step=step,
                                               use_dropout=use_dropout)

@@ -160,9 +160,10 @@ class Members:
         evaluator = self.mesh.devices.flat[0]
         return lambda params, x, y: count(jax.device_put(params, evaluator), x, y)
 
-    def check_epoch(self, metrics: dict[str, np.ndarray], epoch: int, steps: int, diverged: set[int]) -> None:
-        """A member whose loss became NaN/Inf is warned about once and left out; all of them is an error."""
-        check_members_finite(metrics, epoch, steps, diverged)
+    def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
+                    diverged: set[int]) -> None:
+        """A member that diverged is warned about once and left out; all of them is an error."""
+        check_members_finite(metrics, test_loss, epoch, steps, diverged)
 
     def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
                   *, learning_rate: float, seconds: float, n_test: int, diverged: set[int]) -> EpochMetrics:

@@ -30,7 +30,7 @@ def param_total(sizes: Sequence[int]) -> int:
 
 def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: int, devices: int = 1,
                           copies: int = 1) -> int:
-    """What training `config.members` MLPs of `sizes` over `devices` needs, from shapes alone (before anything compiles).
+    """What training `config.members` MLPs of `sizes` over `devices` needs, from shapes alone (nothing compiled).
 
     Per model: parameters, gradients, the optimizer's two moments and the update (five copies),
     twice over because the epoch's inputs are donated while its outputs are written; the step's
@@ -46,7 +46,7 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
 
 
 def available_memory_bytes() -> int:
-    """Memory a run could still take: the accelerator's free memory, or on a CPU, the host's (see `host_memory_bytes`)."""
+    """Memory a run could still take: the accelerator's free memory, or on a CPU, the host's (`host_memory_bytes`)."""
     import jax
 
     if jax.default_backend() != "cpu":  # the models live in device memory, not in the host's
@@ -83,7 +83,7 @@ def host_memory_bytes() -> int:
 
 def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, *, devices: int = 1, copies: int = 1,
                  available: int | None = None) -> int:
-    """Refuse, with the estimate and the fix, a run (one model or many) that would not fit in memory; return the estimate.
+    """Refuse, with the estimate and the fix, a run (one model or many) that would not fit in memory; return the need.
 
     CPU devices share the host's memory. Accelerators each have their own, but the first one evaluates
     every member, and a chunk's activations are most of a member's estimate, so the whole estimate is

@@ -97,37 +97,47 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.nda
                         ensemble_test_accuracy=int(test_correct[-1]) / n_test)
 
 
-def check_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int) -> None:
-    """Raise on the first NaN/Inf loss (naming epoch and step); warn when a finite loss has exploded."""
-    losses = metrics["loss"]
-    bad = np.flatnonzero(~np.isfinite(losses))
-    if bad.size:
-        step = int(bad[0]) + 1
+def first_divergence(losses: np.ndarray) -> int | None:
+    """The first step (0-based) whose loss is NaN, infinite, or finite but exploded (above `EXPLODED_LOSS`); None if
+    none. One rule for one model and for every member: past it the weights mean nothing, whatever the loss reads."""
+    bad = np.flatnonzero(~(np.abs(losses) <= EXPLODED_LOSS))  # NaN compares False: bad too
+    return int(bad[0]) if bad.size else None
+
+
+def divergence_text(losses: np.ndarray, step: int, epoch: int, steps_per_epoch: int) -> str:
+    """What diverged, where: `loss became nan at epoch 3, step 2 of 11`, or `loss reached 1.1e+15 ...`."""
+    value = losses[step]
+    what = _("loss became {value}") if not np.isfinite(value) else _("loss reached {value:.3g} (finite, but exploded)")
+    return _("{what} at epoch {epoch}, step {step} of {steps}").format(
+        what=what.format(value=value), epoch=epoch, step=step + 1, steps=steps_per_epoch)
+
+
+def check_finite(metrics: dict[str, np.ndarray], test_loss: float, epoch: int, steps_per_epoch: int) -> None:
+    """One model: raise on the first NaN, infinite or exploded loss (naming epoch and step), or a non-finite test loss."""
+    losses = np.asarray(metrics["loss"], np.float64)
+    step = first_divergence(losses)
+    if step is not None:
+        raise TrainingDivergedError(_("{where}; lower --lr, add --clip-norm 1.0, or use --optimizer adam").format(
+            where=divergence_text(losses, step, epoch, steps_per_epoch)))
+    if not np.isfinite(test_loss):
         raise TrainingDivergedError(_(
-            "loss became {value} at epoch {epoch}, step {step} of {steps}; "
-            "lower --lr, add --clip-norm 1.0, or use --optimizer adam"
-        ).format(value=losses[bad[0]], epoch=epoch, step=step, steps=steps_per_epoch))
-    peak = float(np.max(losses, initial=0.0))
-    if peak > EXPLODED_LOSS:
-        warnings.warn(
-            _("epoch {epoch}: the loss reached {peak:.3g} (finite, but exploded); the learning rate is "
-              "most likely too high: lower --lr or add --clip-norm 1.0").format(epoch=epoch, peak=peak),
-            RuntimeWarning,
-            stacklevel=2,
-        )
+            "the test loss became {value} after epoch {epoch}: the weights overflow on unseen images; lower --lr, "
+            "add --clip-norm 1.0, or use --optimizer adam").format(value=test_loss, epoch=epoch))
 
 
-def check_members_finite(metrics: dict[str, np.ndarray], epoch: int, steps_per_epoch: int,
+def check_members_finite(metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps_per_epoch: int,
                          diverged: set[int]) -> None:
-    """After an epoch of several members: each member whose loss became NaN/Inf is warned about once and added to
-    `diverged` (left out of the means and the ensemble); all of them diverged is an error, as for one model."""
-    losses = metrics["loss"]
-    bad = [int(m) for m in np.flatnonzero(~np.all(np.isfinite(losses), axis=1))]
+    """After an epoch of several members: each member that diverged (`first_divergence`, or a non-finite test loss)
+    is warned about once and added to `diverged` (left out of the means and the ensemble); all of them is an error,
+    as for one model."""
+    losses = np.asarray(metrics["loss"], np.float64)
+    steps = [first_divergence(member) for member in losses]
+    bad = [m for m, step in enumerate(steps) if step is not None or not np.isfinite(test_loss[m])]
     if len(bad) == len(losses):
-        check_finite({"loss": losses[bad[0]]}, epoch, steps_per_epoch)
+        check_finite({"loss": losses[bad[0]]}, float(test_loss[bad[0]]), epoch, steps_per_epoch)
     for m in sorted(set(bad) - diverged):
-        step = int(np.flatnonzero(~np.isfinite(losses[m]))[0]) + 1
-        warnings.warn(_("member {member} diverged at epoch {epoch}, step {step}; it is reported as NaN and left out "
-                        "of the means and the ensemble").format(member=m, epoch=epoch, step=step),
-                      RuntimeWarning, stacklevel=3)
+        where = (divergence_text(losses[m], steps[m], epoch, steps_per_epoch) if steps[m] is not None else
+                 _("the test loss became {value} after epoch {epoch}").format(value=test_loss[m], epoch=epoch))
+        warnings.warn(_("member {member} diverged: {where}; it is reported as NaN and left out of the means and the "
+                        "ensemble").format(member=m, where=where), RuntimeWarning, stacklevel=3)
         diverged.add(m)

@@ -329,7 +329,6 @@ def debug_print(out: Out) -> dict[str, Any]:
 def sharding(out: Out) -> dict[str, Any]:
     from jax.sharding import PartitionSpec as P
 
-
     n = len(jax.devices())
     mesh = make_mesh(n)
     x = jnp.arange(8.0 * n)

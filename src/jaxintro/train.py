@@ -194,12 +194,13 @@ def fit(
     progress: bool = False,
     should_stop: Callable[[int], bool] = lambda epoch: False,
     diverged_before: Sequence[int] = (),
+    trainer: Trainer | None = None,
 ) -> FitResult:
     """Train `config.epochs` epochs (from `state` when resuming, with the members `diverged_before` it), evaluating
-    on the test set after each."""
+    on the test set after each (`trainer`: the one `Trainer.create(config, dataset)` gives, if already made)."""
     from tqdm import tqdm  # loaded when training, not when the trainer is imported
 
-    trainer = Trainer.create(config, dataset)
+    trainer = trainer or Trainer.create(config, dataset)
     init_start = time.perf_counter()
     state, (x_train, y_train), (x_test, y_test) = trainer.place(state or trainer.init_state(), dataset)
     jax.block_until_ready(state)
@@ -227,12 +228,11 @@ def fit(
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        trainer.layout.check_epoch(metrics, epoch, trainer.steps_per_epoch, diverged)
-
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
         test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test))
         eval_seconds += time.perf_counter() - eval_start
+        trainer.layout.check_epoch(metrics, test_loss, epoch, trainer.steps_per_epoch, diverged)
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
         row = trainer.layout.epoch_row(

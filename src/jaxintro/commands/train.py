@@ -178,11 +178,13 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
     import jax
 
+    from jaxintro.train import Trainer
 
     clock = {"data": time.perf_counter()}
     dataset = load_dataset(config.dataset, config.data_dir)
     clock["data_done"] = time.perf_counter()
-    state, rows = resumed_state(config, dataset, run_dir) if resuming else (None, [])
+    trainer = Trainer.create(config, dataset)  # a model too big for memory is refused here, before any header
+    state, rows = resumed_state(trainer, run_dir) if resuming else (None, [])
     # With several processes, process 0 writes the run folder; every process takes part in checkpoints.
     primary = jax.process_index() == 0
     if primary:
@@ -192,7 +194,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch)
     spread = report.print_header(config, dataset, run_dir)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
-        result = train_and_save(config, dataset, state, saver, run_dir, should_stop=stop.should_stop)
+        result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop)
     clock["plot"] = time.perf_counter()
     if primary:
         report.plot_curves(config, dataset, rows, run_dir)
@@ -215,12 +217,11 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     return stop.exit_code() if result.stopped_early else 0
 
 
-def resumed_state(config: TrainConfig, dataset: Any, run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
+def resumed_state(trainer: Any, run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
     """A resumed run's state (its newest intact checkpoint) and the metric rows that checkpoint holds."""
     from jaxintro.checkpoint import abstract_state, restore
-    from jaxintro.train import Trainer
 
-    trainer = Trainer.create(config, dataset)
+    config = trainer.config
     state, meta = restore(run_dir, abstract_state(trainer.model, trainer.tx, config.members))
     # A run trained to its end but stopped by a failed write before its summary: --resume writes it.
     if state.epoch >= config.epochs and (run_dir / runs.RESULT_FILE).exists():
@@ -265,7 +266,7 @@ class EpochSaver:
         self.seconds += time.perf_counter() - start
 
 
-def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSaver, run_dir: Path, *,
+def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, run_dir: Path, *,
                    should_stop: Any) -> Any:
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
@@ -274,8 +275,9 @@ def train_and_save(config: TrainConfig, dataset: Any, state: Any, saver: EpochSa
 
     rows = saver.rows
     try:
-        return fit(config, dataset, state=state, on_epoch=saver, progress=sys.stderr.isatty(),
-                   should_stop=should_stop, diverged_before=diverged_in(rows[-1]) if rows else ())
+        return fit(trainer.config, dataset, trainer=trainer, state=state, on_epoch=saver,
+                   progress=sys.stderr.isatty(), should_stop=should_stop,
+                   diverged_before=diverged_in(rows[-1]) if rows else ())
     except TrainingDivergedError as exc:
         if rows:
             message = _("{error}; the last good checkpoint is epoch {epoch} in {run_dir}").format(
@@ -307,7 +309,6 @@ def leave_for_lost_peers(exc: BaseException, run_dir: Path) -> NoReturn:
     """One line that names the lost peers and the newest checkpoint on disk, then exit at once: JAX's shutdown
     barrier would wait for the dead peer, then abort."""
     import jax
-
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     facts = dict(process=jax.process_index(), error=f"{type(exc).__name__}: {first}")

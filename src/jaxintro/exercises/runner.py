@@ -285,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     set_language(args.lang)
     from hypothesis.configuration import set_hypothesis_home_dir
 
-
     # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder.
     set_hypothesis_home_dir(default_cache_dir() / "hypothesis")
     with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
