@@ -528,3 +528,39 @@ def test_a_setting_that_lost_a_seed_ranks_below_every_fully_trained_one():
     tie = Setting(10.0, 0.0, [0.90, 0.91, 0.92, 0.90], 0.9075, 0.01)
     assert best_setting([tie, trained]) is tie and best_setting([trained, tie]) is trained  # the first listed
     assert best_setting([survivors, Setting(1e3, 0.0, [math.nan] * 3 + [0.1], 0.1, 0.0)]) is survivors
+
+
+def test_a_model_too_big_is_refused_before_the_header_and_members_are_told_to_narrow(tmp_path, capsys):
+    huge = ["--dataset", "digits", "--hidden", "65536,65536"]
+    assert main(["train", *huge, "--run-dir", str(tmp_path / "one")]) == 2
+    out, err = capsys.readouterr()
+    assert "Training" not in out and "use narrower layers (--hidden)" in err and not (tmp_path / "one").exists()
+    # Not even one member fits: fewer of them would not help, so the fix is the model's size.
+    assert main(["sweep", *huge, "--lr", "1e-3,3e-3", "--seeds", "2", "--run-dir", str(tmp_path / "many")]) == 2
+    out, err = capsys.readouterr()
+    assert "Training" not in out and "use narrower layers (--hidden)" in err and "at most about 0" not in err
+
+
+def test_a_model_replicated_over_cpu_devices_counts_a_copy_per_device():
+    """CPU devices share the host's memory: the data-parallel model on two of them is estimated at two copies."""
+    code = textwrap.dedent("""
+        import json
+        from jaxintro import train
+        from jaxintro.config import TrainConfig
+        from jaxintro.data import load_dataset
+        from jaxintro.memory import estimate_memory_bytes
+        from jaxintro.runtime import configure_jax
+        configure_jax(devices=2, compile_cache=False)
+        seen = []
+        train.check_memory = lambda *args, **kwargs: seen.append(estimate_memory_bytes(*args, **{
+            k: v for k, v in kwargs.items() if k in ("devices", "copies")}))
+        data = load_dataset("digits")
+        for devices in (1, 2):
+            train.Trainer.create(TrainConfig(dataset="digits", hidden=(4096, 4096), devices=devices), data)
+        print(json.dumps(seen))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert two > 1.8 * one  # the parameters, moments and activations twice; the data once per device

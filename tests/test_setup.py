@@ -6,6 +6,7 @@ list of pins: the first test checks that of the environment this suite runs in (
 
 import re
 import subprocess
+import sys
 import tomllib
 from importlib.metadata import distributions
 from pathlib import Path
@@ -29,7 +30,9 @@ def pins() -> dict[str, str]:
 
 def test_every_installed_package_is_pinned_at_its_installed_version():
     pinned = pins()
-    installed = {normalize(d.metadata["Name"]): d.version for d in distributions() if d.metadata["Name"]}
+    # The environment's own site-packages: a test that imported setuptools puts its vendored copies on sys.path too.
+    site = [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
+    installed = {normalize(d.metadata["Name"]): d.version for d in distributions(path=site) if d.metadata["Name"]}
     # A local version (PyTorch's "+cpu" build) satisfies "==" of its public version, for pip and uv alike.
     off = {name: (version, pinned.get(name)) for name, version in installed.items()
            if name not in VENV_OWN and pinned.get(name) != version.split("+")[0]}
