@@ -184,3 +184,11 @@ def test_no_module_is_longer_than_600_lines():
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
     assert not long, long
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function reads on one screen (the argparse table too, today)."""
+    long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1}" for name, path in MODULES.items()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80]
+    assert not long, long
