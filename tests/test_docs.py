@@ -36,8 +36,8 @@ def workdir(tmp_path_factory) -> Path:
     return folder
 
 
-# A `print(...)` whose comment shows what it prints: `# (8, 4, 3)`, `# ['a', 'b']: why`, `# ~1e-7`.
-SHOWN = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s+# (?P<shown>[(\[~].*)$")
+# A `print(...)` whose comment shows what it prints: `# (8, 4, 3)`, `# ['a', 'b']: why`, `# ~1e-7`, `# <1e-6: why`.
+SHOWN = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s+# (?P<shown>[(\[~<].*)$")
 # Each such print also writes what it printed and what the document shows, for the test to compare.
 RECORD = """import io as _io, sys as _sys
 def _shown(_expected, *args, **kwargs):
@@ -58,10 +58,13 @@ def recorded(block: str) -> str:
 
 
 def agrees(shown: str, printed: str) -> bool:
-    """Whether the printed text is what the comment shows: `~X` within a factor of 10, else the value itself
-    (the comment's text before a `:` that explains it)."""
-    if shown.startswith("~"):
-        return float(shown[1:]) / 10 <= abs(float(printed)) <= float(shown[1:]) * 10
+    """Whether the printed text is what the comment shows: `<X` a number below X, `~X` within a factor of 3 of X,
+    else the value itself (the comment's text before a `:` that explains it)."""
+    value = shown.split(":")[0].strip()
+    if value.startswith("<"):
+        return abs(float(printed)) < float(value[1:])
+    if value.startswith("~"):
+        return float(value[1:]) / 3 <= abs(float(printed)) <= float(value[1:]) * 3
     return printed == shown.split(":")[0].strip()
 
 
