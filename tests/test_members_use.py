@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -194,12 +193,12 @@ def cli(*argv: str, timeout: float = 120, **environ: str) -> subprocess.Complete
 
 
 def test_loop_python_with_several_processes_is_refused_before_joining(tmp_path):
-    start = time.monotonic()
+    # Refused before joining: it never waits for a peer (a wait would pass the 30 s the run is given).
     proc = cli("train", "--dataset", "digits", "--loop", "python", "--coordinator", f"127.0.0.1:{free_port()}",
-               "--num-processes", "2", "--process-id", "0", "--run-dir", str(tmp_path / "r"))
+               "--num-processes", "2", "--process-id", "0", "--run-dir", str(tmp_path / "r"), timeout=30)
     assert proc.returncode == 2 and "--loop python is the lesson's single-device loop" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "waiting" not in proc.stderr
-    assert time.monotonic() - start < 30 and not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("process_id, missing", [(0, "process 1 did not join"), (1, "process 0, the coordinator")])
@@ -207,15 +206,14 @@ def test_a_peer_that_never_joins_ends_in_one_line(tmp_path, process_id, missing)
     run = tmp_path / "r"
     if process_id == 1:
         run.mkdir()  # process 1 does not claim the folder: process 0 does
-    start = time.monotonic()
+    # The 4 s bound holds: the process ends within 60 s (its start, the wait, the cleanup), or `cli` times out.
     proc = cli("train", "--dataset", "digits", "--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "2",
-               "--process-id", str(process_id), "--run-dir", str(run), JAXINTRO_DISTRIBUTED_TIMEOUT="4")
+               "--process-id", str(process_id), "--run-dir", str(run), timeout=60, JAXINTRO_DISTRIBUTED_TIMEOUT="4")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert lines[0].startswith(f"Process {process_id} of 2: waiting up to 4s") and len(lines) == 2, lines
     assert missing in lines[1] and "JAXINTRO_DISTRIBUTED_TIMEOUT" in lines[1]
     assert "Terminating process" not in proc.stderr and "Traceback" not in proc.stderr
-    assert time.monotonic() - start < 60
     assert not run.exists() if process_id == 0 else not any(run.iterdir())  # the failed start freed its folder
 
 
