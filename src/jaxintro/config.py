@@ -132,6 +132,11 @@ class TrainConfig:
                                 "program per epoch"))
 
     @property
+    def use_dropout(self) -> bool:
+        """Whether training steps draw dropout masks (and so need a dropout key)."""
+        return self.dropout > 0.0
+
+    @property
     def decays_weights(self) -> bool:
         """Whether the optimizer decays the weights (only then does a weight decay mean anything)."""
         return DECAYS_WEIGHTS[self.optimizer]

@@ -14,8 +14,8 @@ import numpy as np
 from jaxintro.checkpoint import abstract_state, config_from_meta, dataset_from_meta, read_meta, restore
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset, DatasetInfo
-from jaxintro.errors import CheckpointError, ConfigError
-from jaxintro.grid import member_grid, mean_std, setting_name
+from jaxintro.errors import CheckpointError
+from jaxintro.grid import mean_std, member_grid, refuse_setting_of_no_sweep, setting_name
 from jaxintro.i18n import _, ngettext
 from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
@@ -75,8 +75,7 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     model = model_for(config, info.features, len(info.classes))
     state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
     if config.members == 1:
-        if setting is not None:
-            raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+        refuse_setting_of_no_sweep(config, setting)
         return LoadedRun(config, model, state.params, epoch=state.epoch, dataset=info)
     return LoadedRun(config, epoch=state.epoch, dataset=info, **use_run(config, model, state.params, meta, setting))
 

@@ -116,6 +116,12 @@ def parse_setting(text: str) -> tuple[float, float | None]:
     return values["lr"], values.get("wd")
 
 
+def refuse_setting_of_no_sweep(config: TrainConfig, setting: str | None) -> None:
+    """`--setting` chooses one setting of a sweep: given for any other run, it is an error that says so."""
+    if setting is not None and not config.sweep:
+        raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+
+
 def find_setting(config: TrainConfig, settings: Sequence[Setting], text: str) -> Setting:
     """The setting `--setting text` names, or an error listing the sweep's settings."""
     lr, wd = parse_setting(text)

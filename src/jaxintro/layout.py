@@ -38,7 +38,7 @@ def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | 
 def bound_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> Callable:
     """The lesson's epoch with the step bound: `(params, opt_state, key, x_u8, y) -> (..., metrics)`."""
     return functools.partial(train_epoch, step=bound_step(model, tx), batch_size=config.batch_size,
-                             use_dropout=config.dropout > 0.0)
+                             use_dropout=config.use_dropout)
 
 
 def data_parallel_epoch(params, opt_state, key, x_u8, y, *, step: Callable, batch_size: int, use_dropout: bool):
@@ -91,7 +91,7 @@ class OneModel:
         config = self.config
         if self.mesh.size == 1:
             return jax.jit(bound_epoch(config, self.model, self.tx), donate_argnums=(0, 1))
-        common = dict(batch_size=config.batch_size, use_dropout=config.dropout > 0.0)
+        common = dict(batch_size=config.batch_size, use_dropout=config.use_dropout)
         if config.parallel == "sharding":
             step = laid_out(bound_step(self.model, self.tx), NamedSharding(self.mesh, P(AXIS)))
             return jax.jit(functools.partial(train_epoch, step=step, **common), donate_argnums=(0, 1))

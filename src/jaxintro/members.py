@@ -29,7 +29,8 @@ from jaxtyping import Array
 
 from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import Setting, best_setting, find_setting, member_grid, setting_name, summarize_settings
+from jaxintro.grid import (Setting, best_setting, find_setting, member_grid, refuse_setting_of_no_sweep, setting_name,
+                           summarize_settings)
 from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch
 from jaxintro.models.base import Model
@@ -263,8 +264,7 @@ def choose_members(config: TrainConfig, accuracies: Sequence[float | None], dive
     a setting, and its seeds are averaged. A diverged member is never used.
     """
     members = member_grid(config)
-    if setting is not None and not config.sweep:
-        raise ConfigError(_("--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"))
+    refuse_setting_of_no_sweep(config, setting)
     chosen = None
     if config.sweep:
         settings = summarize_settings(members, accuracies)

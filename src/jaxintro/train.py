@@ -27,7 +27,7 @@ from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
-from jaxintro.layout import OneModel, bound_epoch, bound_step
+from jaxintro.layout import OneModel, bound_step
 from jaxintro.lesson import plan_epoch, step_key
 from jaxintro.members import Members
 from jaxintro.memory import check_memory
@@ -101,11 +101,6 @@ class Trainer:
         params = self.model.init(init_key)
         return params, self.tx.init(params), key
 
-    @property
-    def use_dropout(self) -> bool:
-        """Whether steps need a dropout key."""
-        return self.config.dropout > 0.0
-
     def step_fn(self) -> Callable:
         """The pure train step with the model and optimizer bound."""
         return bound_step(self.model, self.tx)
@@ -116,7 +111,7 @@ class Trainer:
 
     def compile_step(self, state: TrainState, batch: tuple[Array, Array]) -> Any:
         """`jit_step` compiled for `batch`'s shapes (the lesson's loop runs it; `profile` reads its cost analysis)."""
-        key = step_key(state.key, 0, self.use_dropout)
+        key = step_key(state.key, 0, self.config.use_dropout)
         return self.jit_step().lower(state.params, state.opt_state, batch, key).compile()
 
     def compile_epoch(self, state: TrainState, train: tuple[Array, Array]) -> "CompiledEpoch":
@@ -140,7 +135,7 @@ class Trainer:
         plan = jax.jit(plan_epoch, static_argnums=(1, 2)).lower(state.key, len(x), batch).compile()
 
         def run(state: TrainState, on_step: Callable[[int], Any] = lambda n: None):
-            params, opt_state, key, metrics = python_epoch(state, step, plan, x, y, use_dropout=self.use_dropout,
+            params, opt_state, key, metrics = python_epoch(state, step, plan, x, y, use_dropout=self.config.use_dropout,
                                                            on_step=on_step)
             return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
@@ -149,10 +144,6 @@ class Trainer:
     def jit_epoch(self) -> Callable:
         """The whole epoch compiled as one program over the layout's mesh, parameters and optimizer state donated."""
         return self.layout.jit_epoch()
-
-    def epoch_fn(self) -> Callable:
-        """The lesson's epoch with this trainer's step bound: `(params, opt_state, key, x_u8, y) -> ...`."""
-        return bound_epoch(self.config, self.model, self.tx)
 
     def place(self, state: TrainState, dataset: Dataset) -> tuple[TrainState, tuple[Array, Array], tuple[Array, Array]]:
         """Put the state, the training set and the test set where the layout trains and evaluates them."""
