@@ -232,3 +232,16 @@ def test_a_member_whose_loss_explodes_finite_is_diverged_as_a_nan_member_is(tmp_
     capsys.readouterr()
     assert main(["runs", "--root", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["diverged"] == 1
+
+
+def test_setting_is_refused_for_a_run_that_is_not_a_sweep(digits_run, two_seeds_dir, capsys):
+    for run in (digits_run, two_seeds_dir):
+        assert main(["evaluate", str(run), "--setting", "lr=1e-3"]) == 2
+        assert "--setting chooses one setting of a sweep; this run is not a sweep" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def two_seeds_dir(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("seeds") / "r"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--seeds", "2", "--run-dir", str(run)]) == 0
+    return run
