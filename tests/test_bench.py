@@ -63,6 +63,12 @@ def test_flops_per_step_by_hand_and_by_xla():
     assert flops <= cost["flops"] <= 1.06 * flops
 
 
+def small_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's matmul rate at a smaller size (3 s at 2048 on 2 cores): the tests read that it is there, not
+    its value."""
+    monkeypatch.setattr(bench, "measure_matmul_gflops", functools.partial(bench.measure_matmul_gflops, 256, 3))
+
+
 @pytest.fixture(scope="module")
 def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
     """One `bench` run for the three tests that read a report: its JSON, what it printed, and its folder.
@@ -78,8 +84,7 @@ def bench_report(tmp_path_factory) -> tuple[dict, str, Path]:
         with pytest.MonkeyPatch.context() as monkeypatch, contextlib.redirect_stdout(printed):
             monkeypatch.setattr(timed, "end_to_end", functools.partial(timed.end_to_end, epochs=2))
             monkeypatch.setattr(timed, "members_end_to_end", functools.partial(timed.members_end_to_end, epochs=2))
-            # The machine's matmul rate at a smaller size: the tests read that it is there, not its value.
-            monkeypatch.setattr(bench, "measure_matmul_gflops", functools.partial(bench.measure_matmul_gflops, 256, 3))
+            small_matmul(monkeypatch)
             code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch,vmap-seeds-8,spread-seeds-8",
                          "--repeats", "1", "--e2e", "--e2e-seeds", "2", "--out", str(out), "--json"])
         assert code == 0, printed.getvalue()[-3000:]
@@ -116,6 +121,7 @@ def test_a_crashed_row_is_a_failure_not_a_skip(tmp_path, capsys, monkeypatch):
         return bench.RowResult(name, error="exit 1: RuntimeError: boom")
 
     monkeypatch.setattr(bench, "run_row_subprocess", crash)
+    small_matmul(monkeypatch)
     code = main(["bench", "--dataset", "digits", "--rows", "scan-epoch", "--repeats", "1", "--out", str(tmp_path),
                  "--json"])
     captured = capsys.readouterr()
@@ -144,6 +150,7 @@ def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkey
                                peak_rss_mb=1.0)
 
     monkeypatch.setattr(bench, "run_row_subprocess", row)
+    small_matmul(monkeypatch)
     assert main(["bench", "--dataset", "digits", "--rows", "jit-step,scan-epoch", "--rounds", "3", "--out",
                  str(tmp_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
