@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -281,3 +283,57 @@ def test_a_resumed_run_remembers_which_members_diverged(capsys, tmp_path):
     assert resumed["members"] == straight["members"]
     assert json.loads((tmp_path / "resumed" / "result.json").read_text())["test_accuracy"] == \
         json.loads((tmp_path / "straight" / "result.json").read_text())["test_accuracy"]
+
+
+@contextlib.contextmanager
+def default_prng(impl: str) -> Iterator[None]:
+    """JAX's default PRNG implementation set to `impl` (what `JAX_DEFAULT_PRNG_IMPL` sets), then put back."""
+    before = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", impl)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_default_prng_impl", before)
+
+
+def test_a_run_goes_on_with_the_prng_it_started_with(capsys, tmp_path):
+    # Trained with rbg; resumed where the default is unsafe_rbg (the same key shape, another stream: once
+    # continued silently on it) and evaluated where it is threefry (another key shape: once a flood of errors).
+    with default_prng("rbg"):
+        whole = train(capsys, *DIGITS, "--epochs", "2", "--run-dir", str(tmp_path / "whole"))
+        train(capsys, *DIGITS, "--epochs", "1", "--run-dir", str(tmp_path / "parts"))
+    assert checkpoint.read_meta(tmp_path / "parts")["prng_impl"] == "rbg"
+    with default_prng("unsafe_rbg"):
+        resumed = train(capsys, "--resume", str(tmp_path / "parts"), "--epochs", "2")
+    assert resumed["final_loss"] == whole["final_loss"] and resumed["test_accuracy"] == whole["test_accuracy"]
+    assert main(["evaluate", str(tmp_path / "parts"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["test_accuracy"] == whole["test_accuracy"]
+
+
+def test_foreign_and_damaged_checkpoints_end_in_one_line_and_nothing_else_on_stderr(capsys, tmp_path):
+    # Each refused in one process, read to its end: what Orbax abandons is collected into errors.log, not
+    # printed at exit under the line.
+    train(capsys, *DIGITS, "--epochs", "1", "--hidden", "32", "--run-dir", str(tmp_path / "r"))
+    runs = {}
+    for name, change in (("wider", {"config": {"hidden": [256, 128]}}), ("no-such-prng", {"prng_impl": "no_such"}),
+                         ("truncated", None)):
+        runs[name] = tmp_path / name
+        shutil.copytree(tmp_path / "r", runs[name])
+        meta_file = runs[name] / "checkpoints" / "1" / "meta" / "metadata"  # Orbax's JsonSave file
+        if change is None:
+            for path in (runs[name] / "checkpoints" / "1" / "state").rglob("*"):
+                if path.is_file() and path.stat().st_size > 1000:
+                    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+        else:
+            meta = json.loads(meta_file.read_text())
+            meta.update({k: {**meta[k], **v} if isinstance(v, dict) else v for k, v in change.items()})
+            meta_file.write_text(json.dumps(meta))
+    evaluate_each = "import sys; from jaxintro.cli import main; print([main(['evaluate', d]) for d in sys.argv[1:]])"
+    proc = subprocess.run([sys.executable, "-c", evaluate_each, *map(str, runs.values())], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "[2, 2, 2]", proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3, proc.stderr[-3000:]
+    assert "layer1" in lines[0] and "another architecture" in lines[0]
+    assert "records the PRNG implementation 'no_such'" in lines[1]
+    assert "no checkpoint could be restored" in lines[2]

@@ -2,7 +2,9 @@
 
 Layout: `RUN_DIR/checkpoints/<epoch>/{state,meta}`. `state` is a plain pytree
 (`params`, `opt_state`, `key` as raw uint32 key data) saved with `StandardSave`, readable with
-Orbax alone; `meta` is JSON (epoch, config, metrics so far, jaxintro version). Orbax writes each
+Orbax alone; `meta` is JSON (epoch, config, metrics so far, jaxintro version, and the key's PRNG
+implementation, which its raw data alone does not tell: a run goes on with the generator it started
+with, whatever `JAX_DEFAULT_PRNG_IMPL` says when it is resumed). Orbax writes each
 step into a temporary folder and renames it only once complete, so a crash while saving leaves the
 previous checkpoints intact and the half-written one invisible.
 
@@ -28,7 +30,7 @@ from jaxintro import __version__
 from jaxintro.config import TrainConfig
 from jaxintro.data import DatasetInfo
 from jaxintro.errors import CheckpointError, ConfigError
-from jaxintro.faults import capture_library_logs, fault_from, run_write
+from jaxintro.faults import capture_library_logs, collect_abandoned, fault_from, run_write
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
 from jaxintro.parallel import make_mesh, replicated_sharding
@@ -37,6 +39,7 @@ from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
 
 KEEP = 3
+PRNG_IMPL = "prng_impl"  # the meta's name for the key's PRNG implementation (`threefry2x32`, `rbg`, ...)
 
 # Orbax logs its failures with a traceback per thread: kept for the run's errors.log, never printed.
 capture_library_logs()
@@ -74,7 +77,7 @@ class Checkpointer:
         """Start saving `state` as the checkpoint of `state.epoch`, with config, metrics and the dataset's description."""
         self._finish()
         meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": list(metrics), "dataset": dataset or {},
-                "jaxintro_version": __version__}
+                "jaxintro_version": __version__, PRNG_IMPL: str(jax.random.key_impl(state.key))}
         what = _("checkpoint {epoch}").format(epoch=state.epoch)
         with run_write(what, self.run_dir):
             try:
@@ -146,8 +149,10 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
 def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, Any]]:
     """Restore the newest intact checkpoint into `template`'s structure; return it and its meta.
 
-    A damaged newest step (a crash of the disk, not of jaxintro: Orbax writes steps atomically) is
-    passed over with a warning naming it, and the run goes on from the newest step that restores.
+    Each step's meta is read first: its version, its key's PRNG implementation, and the shapes Orbax
+    recorded are checked before any array is read. A damaged newest step (a crash of the disk, not of
+    jaxintro: Orbax writes steps atomically) is passed over with a warning naming it, and the run goes
+    on from the newest step that restores.
     """
     manager = _open(run_dir)
     steps = _steps_newest_first(manager, run_dir)
@@ -155,21 +160,39 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
     if jax.process_count() == 1:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     else:  # replicated over the trainer's own mesh (its axis name and types), which `place` then keeps
-
         sharding = replicated_sharding(make_mesh(jax.device_count()))
-    abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                            _as_tree(template))
 
-    def restore_step(step: int) -> tuple[Any, dict[str, Any]]:
-        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                                 meta=ocp.args.JsonRestore()))
-        _check_version(restored.meta, run_dir, step)
-        return restored.state, restored.meta
+    def restore_step(step: int) -> tuple[Any, dict[str, Any], str]:
+        meta = _restore_meta(manager, run_dir, step)
+        impl = _key_impl(meta, run_dir, step, default=str(jax.random.key_impl(template.key)))
+        tree = {**_as_tree(template), "key": _abstract_key_data(template.key.shape, impl)}
+        abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
+        _check_shapes(run_dir, abstract, _saved_shapes(manager, step))
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+        return restored.state, meta, impl
 
-    step, (tree, meta) = _newest_intact(run_dir, steps, restore_step)
-    _check_shapes(run_dir, abstract, tree)
-    key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=jax.random.key_impl(template.key))
+    step, (tree, meta, impl) = _newest_intact(run_dir, steps, restore_step)
+    key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=impl)
     return TrainState(tree["params"], tree["opt_state"], key, step), meta
+
+
+def _key_impl(meta: dict[str, Any], run_dir: Path, step: int, default: str) -> str:
+    """The PRNG implementation the checkpoint's key was drawn with (a checkpoint older than the record: `default`)."""
+    impl = meta.get(PRNG_IMPL, default)
+    try:
+        jax.random.key(0, impl=impl)
+    except (ValueError, TypeError):
+        raise CheckpointError(_(
+            "{run_dir}: checkpoint {step} records the PRNG implementation {impl}, which this JAX does not know; "
+            "retrain, or resume with the JAX that wrote it"
+        ).format(run_dir=run_dir, step=step, impl=repr(impl))) from None
+    return impl
+
+
+def _abstract_key_data(shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:
+    """The raw data of `shape` keys of `impl` (threefry: 2 uint32 words a key, rbg: 4), as a shape to restore into."""
+    one = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=impl)))
+    return jax.ShapeDtypeStruct((*shape, *one.shape), one.dtype)
 
 
 def config_from_meta(run_dir: Path, meta: dict[str, Any]) -> TrainConfig:
@@ -192,8 +215,22 @@ def dataset_from_meta(run_dir: Path, meta: dict[str, Any]) -> DatasetInfo | None
 
 def _restore_meta(manager: ocp.CheckpointManager, run_dir: Path, step: int) -> dict[str, Any]:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    if not isinstance(meta, dict):
+        raise CheckpointError(_("{run_dir}: checkpoint {step}'s meta is not a JSON object; retrain").format(
+            run_dir=run_dir, step=step))
     _check_version(meta, run_dir, step)
     return meta
+
+
+def _saved_shapes(manager: ocp.CheckpointManager, step: int) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """The shape of every array of a step's state, as Orbax recorded it when saving (no array is read)."""
+    metadata = ocp.StandardCheckpointHandler().metadata(manager.directory / str(step) / "state")
+    return {_path_names(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)}
+
+
+def _path_names(path: tuple) -> tuple[str, ...]:
+    """A leaf's path as names: Orbax records a named tuple's fields as a dict's keys, a list's items as `0`, `1`."""
+    return tuple(str(getattr(part, "key", getattr(part, "name", getattr(part, "idx", part)))) for part in path)
 
 
 def _check_version(meta: dict[str, Any], run_dir: Path, step: int) -> None:
@@ -210,26 +247,28 @@ def _newest_intact(run_dir: Path, steps: list[int], restore_step: Callable[[int]
     for step in steps:
         try:
             value = restore_step(step)
-        except CheckpointError:  # a version mismatch, which names the checkpoint: older steps share it
+            break
+        except CheckpointError:  # a version, key or shape mismatch, which names the checkpoint: older steps share it
             raise
         except Exception as exc:  # Orbax and TensorStore raise assorted errors for damaged or foreign files
             failures.append((step, f"{type(exc).__name__}: {_first_line(exc)}"))
-            continue
-        if failures:
-            warnings.warn(ngettext(
-                "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
-                "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
-                "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
-                "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
-                len(failures),
-            ).format(run_dir=run_dir, failed=", ".join(str(s) for s, _why in failures), reason=failures[0][1],
-                     step=step, paths=" ".join(str(run_dir / CHECKPOINT_DIR / str(s)) for s, _why in failures)),
-                RuntimeWarning, stacklevel=3)
-        return step, value
-    raise CheckpointError(_(
-        "{run_dir}: no checkpoint could be restored (tried {tried}; newest: {reason}); it belongs to another "
-        "architecture, or its files are damaged"
-    ).format(run_dir=run_dir, tried=", ".join(str(s) for s, _why in failures), reason=failures[0][1]))
+        collect_abandoned()  # the error dropped: the reads it abandoned go to errors.log, not to the terminal
+    else:
+        raise CheckpointError(_(
+            "{run_dir}: no checkpoint could be restored (tried {tried}; newest: {reason}); it belongs to another "
+            "architecture, or its files are damaged"
+        ).format(run_dir=run_dir, tried=", ".join(str(s) for s, _why in failures), reason=failures[0][1]))
+    if failures:
+        warnings.warn(ngettext(
+            "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
+            "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
+            "{run_dir}: checkpoint(s) {failed} could not be read ({reason}); using checkpoint {step}, the "
+            "newest intact one. To get rid of the damaged one(s): rm -r {paths}",
+            len(failures),
+        ).format(run_dir=run_dir, failed=", ".join(str(s) for s, _why in failures), reason=failures[0][1],
+                 step=step, paths=" ".join(str(run_dir / CHECKPOINT_DIR / str(s)) for s, _why in failures)),
+            RuntimeWarning, stacklevel=3)
+    return step, value
 
 
 def _first_line(exc: BaseException) -> str:
@@ -254,11 +293,13 @@ def _steps_newest_first(manager: ocp.CheckpointManager, run_dir: Path) -> list[i
     return sorted(steps, reverse=True)
 
 
-def _check_shapes(run_dir: Path, expected, restored) -> None:
-    for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(restored)):
-        if tuple(want.shape) != tuple(got.shape):
+def _check_shapes(run_dir: Path, expected, saved: dict[tuple[str, ...], tuple[int, ...]]) -> None:
+    """Every array of this model is in the checkpoint with its shape, and nothing else is: else, one clear error."""
+    wanted = {_path_names(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(expected)}
+    for names in sorted(wanted.keys() | saved.keys()):
+        if wanted.get(names) != saved.get(names):
             raise CheckpointError(_(
                 "{run_dir}: {leaf} has shape {saved} in the checkpoint, {expected} in this model; it belongs to "
                 "another architecture"
-            ).format(run_dir=run_dir, leaf=jax.tree_util.keystr(path), saved=tuple(got.shape),
-                     expected=tuple(want.shape)))
+            ).format(run_dir=run_dir, leaf="/".join(names), saved=saved.get(names, _("none")),
+                     expected=wanted.get(names, _("none"))))

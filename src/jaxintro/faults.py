@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import errno as errnos
+import gc
 import logging
 import os
 import re
 import sys
 import threading
 import traceback
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -182,6 +184,23 @@ def _keep_unraisable(unraisable) -> None:
         sys.__unraisablehook__(unraisable)
         return
     keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
+
+
+def collect_abandoned() -> None:
+    """Collect what a failed library call left behind (Orbax's coroutines, never awaited, with their errors) now,
+    into errors.log: collected later, at exit, Python would print each with a traceback under the one line."""
+    def keep_any(unraisable) -> None:
+        keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
+
+    previous, sys.unraisablehook = sys.unraisablehook, keep_any
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # "coroutine ... was never awaited"
+            warnings.simplefilter("always")
+            gc.collect()
+        for warning in caught:
+            keep(warnings.formatwarning(warning.message, warning.category, warning.filename, warning.lineno))
+    finally:
+        sys.unraisablehook = previous
 
 
 def capture_library_logs() -> None:
