@@ -144,6 +144,24 @@ def test_lost_peers_name_the_newest_checkpoint_on_disk(tmp_path):
                                    f"AllGather failed); resume from epoch 2 with --resume {tmp_path}")
 
 
+def test_lost_peers_after_an_epoch_whose_checkpoint_was_never_committed_say_so(tmp_path, monkeypatch, capsys):
+    """A peer died while checkpoint 1 was being written: one epoch trained, none committed, and the line says that
+    (it once said "no epoch finished")."""
+    from jaxintro.commands import train as train_command
+
+    def exit_(code: int) -> None:
+        raise SystemExit(code)
+
+    (tmp_path / "checkpoints" / "1.orbax-checkpoint-tmp-7").mkdir(parents=True)
+    monkeypatch.setattr(train_command.os, "_exit", exit_)
+    lost = "jaxintro train: error: process 0 lost its peers (ValueError: UNKNOWN: Gloo AllGather failed); "
+    for trained, said in ((1, "1 epoch trained, but its checkpoint was never committed: nothing to resume, start the "
+                              "run again"), (0, "no epoch finished")):
+        with pytest.raises(SystemExit):
+            train_command.leave_for_lost_peers(ValueError("UNKNOWN: Gloo AllGather failed"), tmp_path, trained=trained)
+        assert capsys.readouterr().err.strip() == lost + said
+
+
 def test_a_write_fault_ends_the_process_though_a_library_thread_still_waits(tmp_path):
     """After its one line `jaxintro` exits at once: a writer thread stuck on the refusing disk cannot hold it up."""
     stuck = ("import threading; threading.Thread(target=threading.Event().wait).start(); "

@@ -202,6 +202,14 @@ def test_each_folder_is_described_from_its_files_alone(tmp_path):
     info = runs.describe_run(old)
     assert (info["dataset"], info["model"], info["planned_epochs"], info["status"]) == ("digits", "flax", 3, "finished")
     assert runs.status_text(info) == "finished"
+    # A process that died between committing checkpoint 1 and writing its row to metrics.jsonl (a lost peer's
+    # survivor exits at once): stopped after epoch 1, where a resume goes on from (it once said 0).
+    stopped = tmp_path / "stopped"
+    (stopped / "checkpoints" / "1").mkdir(parents=True)
+    (stopped / "checkpoints" / "2.orbax-checkpoint-tmp-3").mkdir()  # a step Orbax never finished
+    (stopped / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "digits", "epochs": 3}))
+    info = runs.describe_run(stopped)
+    assert info["epochs"] == 1 and runs.status_text(info) == f"stopped after epoch 1: jaxintro train --resume {stopped}"
     # Older configs: the dataset as asked (before `auto` was resolved), or "?" without one.
     for config, dataset in (({"dataset": "mnist", "epochs": 1}, "mnist"), ({"epochs": 1}, "?")):
         (old / runs.CONFIG_FILE).write_text(json.dumps(config))

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.faults import ERRORS_LOG, run_write, watch
+from jaxintro.faults import ERRORS_LOG, committed_epochs, run_write, watch
 from jaxintro.grid import diverged_in, headline_accuracy
 from jaxintro.i18n import N_, _, ngettext, printable
 
@@ -209,8 +209,7 @@ def claim_is_live(run_dir: Path) -> bool:
 
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether `run_dir/checkpoints/` holds a finished step (Orbax renames a step's folder only when complete)."""
-    folder = run_dir / CHECKPOINT_DIR
-    return folder.is_dir() and any(child.name.isdigit() for child in folder.iterdir())
+    return bool(committed_epochs(run_dir))
 
 
 def release_run_dir(run_dir: Path) -> None:
@@ -325,18 +324,20 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         rows = read_metrics(run_dir)
         result = read_result(run_dir)
         kind = run_kind(config, rows[-1] if rows else None)
-        checkpointed = has_checkpoint(run_dir)
+        committed = committed_epochs(run_dir)
     except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
         return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
                 "kind": "?", "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable",
                 "reason": str(exc), "result": None}
-    done = rows[-1]["epoch"] if rows else 0
+    # A resume goes on from the newest committed checkpoint: a process that died between committing it and
+    # writing its row to metrics.jsonl (a lost peer's survivor exits at once) left metrics.jsonl behind it.
+    done = committed[-1] if committed else rows[-1]["epoch"] if rows else 0
     planned = config.get("epochs", 0)
     if is_finished(result, planned):
         status = "finished"
     elif claim_is_live(run_dir) and result is None:
         status = "running"
-    elif checkpointed:
+    elif committed:
         status = f"stopped after epoch {done}: jaxintro train --resume {run_dir}"
     else:
         status = "empty (no checkpoint)"

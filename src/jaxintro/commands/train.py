@@ -290,13 +290,13 @@ def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, ru
             raise
         # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
         # means a peer died.
-        leave_for_lost_peers(exc, run_dir)
+        leave_for_lost_peers(exc, run_dir, trained=rows[-1]["epoch"] if rows else 0)
     finally:
         try:
             saver.close()  # the last epoch's save: its barrier too can meet a peer that died
         except JaxintroError as exc:
             if jax.process_count() > 1 and peer_lost_in_save(exc):
-                leave_for_lost_peers(exc, run_dir)
+                leave_for_lost_peers(exc, run_dir, trained=rows[-1]["epoch"] if rows else 0)
             raise
 
 
@@ -305,9 +305,9 @@ def peer_lost_in_save(exc: BaseException) -> bool:
     return isinstance(exc, WriteFault) and exc.between_processes()
 
 
-def leave_for_lost_peers(exc: BaseException, run_dir: Path) -> NoReturn:
-    """One line that names the lost peers and the newest checkpoint on disk, then exit at once: JAX's shutdown
-    barrier would wait for the dead peer, then abort."""
+def leave_for_lost_peers(exc: BaseException, run_dir: Path, trained: int = 0) -> NoReturn:
+    """One line that names the lost peers and the newest checkpoint on disk (or that the `trained` epochs have none),
+    then exit at once: JAX's shutdown barrier would wait for the dead peer, then abort."""
     import jax
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -316,6 +316,12 @@ def leave_for_lost_peers(exc: BaseException, run_dir: Path) -> NoReturn:
     if epochs:
         message = _("jaxintro train: error: process {process} lost its peers ({error}); resume from epoch {epoch} "
                     "with --resume {run_dir}").format(epoch=epochs[-1], run_dir=run_dir, **facts)
+    elif trained:
+        message = ngettext(
+            "jaxintro train: error: process {process} lost its peers ({error}); {count} epoch trained, but its "
+            "checkpoint was never committed: nothing to resume, start the run again",
+            "jaxintro train: error: process {process} lost its peers ({error}); {count} epochs trained, but no "
+            "checkpoint was committed: nothing to resume, start the run again", trained).format(count=trained, **facts)
     else:
         message = _("jaxintro train: error: process {process} lost its peers ({error}); no epoch finished").format(
             **facts)
