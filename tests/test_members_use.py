@@ -101,11 +101,27 @@ def test_a_sweep_prints_no_ensemble_of_all_its_settings(tmp_path, capsys):
                             "--seeds", "2", "--json")
     assert "ensemble of all" not in out and "Ensemble: " not in out  # per epoch, and at the end
     assert "Ensemble of the best setting's 2 seeds" in out and "seeds' ensemble" in out
+    # Each epoch's line is its best setting's seeds, named (here the last epoch's best is the run's best).
+    best, line = summary["best"], [line for line in out.splitlines() if line.startswith("Epoch")][-1]
+    assert f"| lr={best['lr']:g} |" in line, line
+    assert f"Test Acc: {best['test_accuracy']:.4f} ± {best['test_accuracy_std']:.4f}" in line, line
     evaluated, _ = run_json(capsys, "evaluate", str(tmp_path / "r"), "--json")
     assert evaluated["test_accuracy"] == pytest.approx(summary["ensemble_test_accuracy"])
     # Plain adam decays no weights: no member, setting or best claims a weight decay.
     assert {m["weight_decay"] for m in summary["members"]} == {None} and summary["best"]["weight_decay"] is None
     assert {s["weight_decay"] for s in summary["settings"]} == {None}
+
+
+def test_every_number_of_a_sweep_is_its_best_settings(bad_lr_sweep, capsys):
+    # metrics.jsonl's headline fields, result.json's and evaluate's: one meaning, the best setting's seeds; never a
+    # mean across settings (lr 1e-3 at ~90% and lr 1 at chance once averaged to ~50%).
+    result = json.loads((bad_lr_sweep / "result.json").read_text())
+    last = json.loads((bad_lr_sweep / "metrics.jsonl").read_text().splitlines()[-1])
+    for field, key in (("test_accuracy", "test_accuracy"), ("train_accuracy", "train_accuracy"), ("loss", "final_loss")):
+        assert last[field] == pytest.approx(result[key]), field
+    assert last["learning_rate"] == result["best"]["lr"] and "ensemble_test_accuracy" not in last
+    evaluated, out = run_json(capsys, "evaluate", str(bad_lr_sweep), "--json")
+    assert "Members: " not in out and f"its seeds {100 * result['test_accuracy']:.2f} ± 0.00%" in out
 
 
 def test_runs_shows_the_kind_the_headline_and_the_diverged(bad_lr_sweep, diverged_sweep, tmp_path, capsys):
@@ -133,9 +149,10 @@ def test_a_diverged_member_is_reported_as_diverged_and_used_by_no_tool(diverged_
     assert loaded.choice.diverged == [2, 3] and loaded.choice.used == [0, 1]
     evaluated, out = run_json(capsys, "evaluate", str(diverged_sweep), "--json")
     assert evaluated["member_test_accuracy"][2:] == [None, None]  # not 9.72%: the argmax of NaN is class 0
-    assert out.count("diverged") >= 2 and "Members: " in out
+    # Its best setting's seeds (members 0 and 1) as this evaluation scored them; no mean across settings.
+    assert out.count("diverged") >= 2 and "Members: " not in out
     mean = np.mean(evaluated["member_test_accuracy"][:2])
-    assert f"Members: {100 * mean:.2f} ±" in out
+    assert f"(the best; choose another with --setting): its seeds {100 * mean:.2f} ±" in out
     # Gradients through the run are finite: the page's saliency and mistakes, and grads --run.
     app = serve.load_app(diverged_sweep)
     answer = app.predict("pixels", np.linspace(0, 1, 64, dtype=np.float32))

@@ -37,7 +37,7 @@ class LoadedRun(NamedTuple):
     dataset: DatasetInfo  # what it trained on
     member_model: Model | None = None  # one member, for per-member reports; None for a single run
     all_params: Any = None  # every member, stacked (several members), for per-member reports
-    choice: Any = None  # `members.Choice`: the members used, the setting, the diverged (several members)
+    choice: Any = None  # `grid.Choice`: the members used, the setting, the diverged (several members)
 
     @property
     def members(self) -> int:
@@ -134,15 +134,18 @@ def evaluation_lines(run: LoadedRun, report: dict[str, Any], run_dir: Path, data
         score = _("diverged") if not math.isfinite(acc) else f"{100 * acc:6.2f}%"
         lines.append(_("  member {k:>3} (seed {seed}, lr {lr:g}): {accuracy}").format(
             k=k, seed=member.seed, lr=member.lr, accuracy=score))
-    mean, std = mean_std(accuracies)
-    lines.append(_("Members: {mean:.2f} ± {std:.2f}% (mean ± std of those that trained)").format(
-        mean=100 * mean, std=100 * std))
     setting = run.choice.setting
-    if setting is not None:  # a sweep: the setting it is used through, with the figures `sweep` printed for it
+    if setting is None:
+        mean, std = mean_std(accuracies)
+        lines.append(_("Members: {mean:.2f} ± {std:.2f}% (mean ± std of those that trained)").format(
+            mean=100 * mean, std=100 * std))
+    else:  # a sweep: the setting it is used through, its seeds' mean (never a mean across settings)
+        mean, std = mean_std([accuracies[k] for k, member in enumerate(member_grid(run.config))
+                              if (member.lr, member.weight_decay) == (setting.lr, setting.weight_decay)])
         lines.append(_("Setting used: {setting} ({how}): its seeds {mean:.2f} ± {std:.2f}%").format(
             setting=setting_name(run.config, setting),
             how=_("chosen with --setting") if chosen else _("the best; choose another with --setting"),
-            mean=100 * setting.mean, std=100 * setting.std))
+            mean=100 * mean, std=100 * std))
     lines.append(_("Test accuracy of {what}: {accuracy:.2f}% ({count} images; the per-class figures and the confusion "
                    "matrix below are its)").format(what=run.describe_use(), accuracy=100 * report["test_accuracy"],
                                                    count=len(dataset.x_test)))

@@ -132,3 +132,39 @@ def find_setting(config: TrainConfig, settings: Sequence[Setting], text: str) ->
         raise ConfigError(_("--setting {setting} is not one of this sweep's settings: {grid}").format(
             setting=text, grid=grid))
     return matches[0]
+
+
+class Choice(NamedTuple):
+    """Which members a run is used through: their indices, and the sweep's setting they share (or None)."""
+
+    used: list[int]
+    setting: Setting | None
+    diverged: list[int]  # every member that diverged
+    left_out: int  # how many of them belong with `used` (in a sweep, to its setting), yet cannot be used
+
+
+def choose_members(config: TrainConfig, accuracies: Sequence[float | None], diverged: Sequence[int],
+                   setting: str | None = None) -> Choice:
+    """The members a run predicts with: every member that trained, or in a sweep one setting's (default the best).
+
+    Averaging models trained with different hyper-parameters is no ensemble anyone wants: a sweep picks
+    a setting, and its seeds are averaged. A diverged member is never used.
+    """
+    members = member_grid(config)
+    refuse_setting_of_no_sweep(config, setting)
+    chosen = None
+    if config.sweep:
+        settings = summarize_settings(members, accuracies)
+        chosen = best_setting(settings) if setting is None else find_setting(config, settings, setting)
+
+    def in_chosen(k: int) -> bool:
+        return chosen is None or (members[k].lr, members[k].weight_decay) == (chosen.lr, chosen.weight_decay)
+
+    used = [k for k in range(len(members)) if k not in diverged and in_chosen(k)]
+    if not used and chosen is not None:
+        raise ConfigError(_("every model of the setting {setting} diverged, so there is nothing to predict with; "
+                            "choose another with --setting").format(setting=setting_name(config, chosen)))
+    if not used:
+        raise ConfigError(_("every member of this run diverged, so there is nothing to predict with; retrain it "
+                            "with a lower --lr"))
+    return Choice(used, chosen, list(diverged), sum(in_chosen(k) for k in diverged))

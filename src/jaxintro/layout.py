@@ -128,3 +128,7 @@ class OneModel:
         """The epoch's row of `metrics.jsonl`."""
         return one_model_row(epoch, metrics, test_correct, test_loss, learning_rate=learning_rate, seconds=seconds,
                              n_test=n_test, batch_size=self.config.batch_size)
+
+    def epoch_line(self, row: EpochMetrics) -> str:
+        """The lesson's per-epoch line."""
+        return row.line(self.config.epochs)

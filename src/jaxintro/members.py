@@ -17,7 +17,8 @@ member.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+import math
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,14 +30,13 @@ from jaxtyping import Array
 
 from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import (Setting, best_setting, find_setting, member_grid, refuse_setting_of_no_sweep, setting_name,
-                           summarize_settings)
+from jaxintro.grid import choose_members, member_grid, setting_name
 from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch
 from jaxintro.models.base import Model
 from jaxintro.optim import with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
-from jaxintro.record import EpochMetrics, check_members_finite, members_row
+from jaxintro.record import EpochMetrics, check_members_finite, headline_over, members_row
 from jaxintro.scoring import jit_count_correct
 
 # ---------------------------------------------------------------- before JAX starts its devices
@@ -171,8 +171,21 @@ class Members:
         """The members' row: their means, each member's numbers, the ensemble's accuracy."""
         # A schedule is linear in its peak: member k's rate is the schedule's at `lr`, scaled to its own.
         lrs = [learning_rate * m.lr / self.config.lr for m in member_grid(self.config)]
-        return members_row(epoch, metrics, test_correct, test_loss, learning_rates=lrs, seconds=seconds,
-                           n_test=n_test, batch_size=self.config.batch_size, diverged=diverged)
+        row = members_row(epoch, metrics, test_correct, test_loss, learning_rates=lrs, seconds=seconds,
+                          n_test=n_test, batch_size=self.config.batch_size, diverged=diverged)
+        return headline_over(row, self.used_at(row).used) if self.config.sweep else row
+
+    def epoch_line(self, row: EpochMetrics) -> str:
+        """The epoch's line: the members' mean +- std and their ensemble; a sweep's, its best setting's seeds."""
+        if not self.config.sweep:
+            return row.line(self.config.epochs)
+        choice = self.used_at(row)
+        return row.line(self.config.epochs, used=choice.used, label=setting_name(self.config, choice.setting))
+
+    def used_at(self, row: EpochMetrics):
+        """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
+        accuracies = row.members["test_accuracy"]
+        return choose_members(self.config, accuracies, [k for k, a in enumerate(accuracies) if not math.isfinite(a)])
 
 
 # ---------------------------------------------------------------- the ensemble
@@ -245,42 +258,6 @@ def members_diverged(params: Any, accuracies: Sequence[float | None]) -> list[in
     finite = np.all([np.all(np.isfinite(leaf), axis=1) for leaf in leaves], axis=0)
     return [k for k, (ok, acc) in enumerate(zip(finite, accuracies))
             if not ok or acc is None or not np.isfinite(acc)]
-
-
-class Choice(NamedTuple):
-    """Which members a run is used through: their indices, and the sweep's setting they share (or None)."""
-
-    used: list[int]
-    setting: Setting | None
-    diverged: list[int]  # every member that diverged
-    left_out: int  # how many of them belong with `used` (in a sweep, to its setting), yet cannot be used
-
-
-def choose_members(config: TrainConfig, accuracies: Sequence[float | None], diverged: Sequence[int],
-                   setting: str | None = None) -> Choice:
-    """The members a run predicts with: every member that trained, or in a sweep one setting's (default the best).
-
-    Averaging models trained with different hyper-parameters is no ensemble anyone wants: a sweep picks
-    a setting, and its seeds are averaged. A diverged member is never used.
-    """
-    members = member_grid(config)
-    refuse_setting_of_no_sweep(config, setting)
-    chosen = None
-    if config.sweep:
-        settings = summarize_settings(members, accuracies)
-        chosen = best_setting(settings) if setting is None else find_setting(config, settings, setting)
-
-    def in_chosen(k: int) -> bool:
-        return chosen is None or (members[k].lr, members[k].weight_decay) == (chosen.lr, chosen.weight_decay)
-
-    used = [k for k in range(len(members)) if k not in diverged and in_chosen(k)]
-    if not used and chosen is not None:
-        raise ConfigError(_("every model of the setting {setting} diverged, so there is nothing to predict with; "
-                            "choose another with --setting").format(setting=setting_name(config, chosen)))
-    if not used:
-        raise ConfigError(_("every member of this run diverged, so there is nothing to predict with; retrain it "
-                            "with a lower --lr"))
-    return Choice(used, chosen, list(diverged), sum(in_chosen(k) for k in diverged))
 
 
 def use_run(config: TrainConfig, model: Model, params: Any, meta: dict[str, Any], setting: str | None) -> dict:

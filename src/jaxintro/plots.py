@@ -67,8 +67,9 @@ def _plot_members(ax_loss, ax_acc, rows: Sequence[dict]) -> None:
         ax_loss.plot(epochs, series("test_loss", k), "--", color="tab:orange", **faint)
         ax_acc.plot(epochs, series("train_accuracy", k, 100), "-", color="tab:blue", **faint)
         ax_acc.plot(epochs, series("test_accuracy", k, 100), "--", color="tab:orange", **faint)
-    ax_acc.plot(epochs, [100 * r["ensemble_test_accuracy"] for r in rows], "^-", color="tab:green",
-                label=_("test, ensemble of {count}").format(count=count))
+    if all("ensemble_test_accuracy" in r for r in rows):  # a sweep's rows have none: its members differ
+        ax_acc.plot(epochs, [100 * r["ensemble_test_accuracy"] for r in rows], "^-", color="tab:green",
+                    label=_("test, ensemble of {count}").format(count=count))
 
 
 def plot_sweep(settings: Sequence[Any], path: Path, *, title: str = "") -> Path:

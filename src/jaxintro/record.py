@@ -36,22 +36,25 @@ class EpochMetrics(NamedTuple):
     members: dict[str, list[float]] | None = None
     ensemble_test_accuracy: float | None = None
 
-    def line(self, total_epochs: int, *, ensemble: bool = True) -> str:
-        """The lesson's per-epoch line, plus the epoch's seconds (several members: mean +- std, and the ensemble
-        unless `ensemble` is False: a sweep's members differ in hyper-parameters, and averaging them means nothing)."""
+    def line(self, total_epochs: int, *, used: Sequence[int] | None = None, label: str = "") -> str:
+        """The lesson's per-epoch line, plus the epoch's seconds. Several members: mean +- std over `used` (default
+        all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one."""
         width = len(str(total_epochs))
         if self.members is None:
             return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
                     f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
+        chosen = range(len(self.members["loss"])) if used is None else used
 
         def mean_and_std(name: str) -> str:
-            return "{:.4f} ± {:.4f}".format(*mean_std(self.members[name]))
+            return "{:.4f} ± {:.4f}".format(*mean_std([self.members[name][k] for k in chosen]))
 
-        lrs = self.members["learning_rate"]
+        lrs = [self.members["learning_rate"][k] for k in chosen]
         lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
-        average = f" | Ensemble: {self.ensemble_test_accuracy:.4f}" if ensemble else ""
-        return (f"Epoch {self.epoch:{width + 1}d} | Loss: {mean_and_std('loss')} | Train Acc: {mean_and_std('train_accuracy')} | "
-                f"Test Acc: {mean_and_std('test_accuracy')}{average} | lr {lr} | {self.seconds:.2f}s")
+        average = "" if self.ensemble_test_accuracy is None else f" | Ensemble: {self.ensemble_test_accuracy:.4f}"
+        setting = f" | {label}" if label else ""
+        return (f"Epoch {self.epoch:{width + 1}d}{setting} | Loss: {mean_and_std('loss')} | "
+                f"Train Acc: {mean_and_std('train_accuracy')} | Test Acc: {mean_and_std('test_accuracy')}{average} | "
+                f"lr {lr} | {self.seconds:.2f}s")
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
@@ -95,6 +98,18 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.nda
                         members={**{k: [float(x) for x in v] for k, v in per_member.items()},
                                  "learning_rate": list(learning_rates)},
                         ensemble_test_accuracy=int(test_correct[-1]) / n_test)
+
+
+def headline_over(row: EpochMetrics, used: Sequence[int]) -> EpochMetrics:
+    """A sweep's row: its headline fields are the means over `used`, the members the run is used through after this
+    epoch (its best setting's seeds, as in `result.json`), at their learning rate; no ensemble (its members differ in
+    hyper-parameters, and an ensemble of all of them means nothing). Each member's numbers are kept as they are."""
+    def mean(name: str) -> float:
+        return mean_std([row.members[name][k] for k in used])[0]
+
+    return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), test_accuracy=mean("test_accuracy"),
+                        test_loss=mean("test_loss"), max_grad_norm=mean("max_grad_norm"),
+                        learning_rate=row.members["learning_rate"][used[0]], ensemble_test_accuracy=None)
 
 
 def first_divergence(losses: np.ndarray) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
-from jaxintro.grid import best_setting, diverged_in, mean_std, member_grid, settings_of
+from jaxintro.grid import best_setting, choose_members, diverged_in, mean_std, member_grid, settings_of
 from jaxintro.i18n import N_, _, ngettext
 from jaxintro.runs import json_safe
 
@@ -220,7 +220,7 @@ def describe_members(config: TrainConfig) -> str:
 
 def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
     """Test accuracy of the ensemble of the best setting's seeds that trained (one seed: that model's own)."""
-    from jaxintro.members import choose_members, ensemble_accuracy
+    from jaxintro.members import ensemble_accuracy
     from jaxintro.models import model_for
 
     accuracies = last["members"]["test_accuracy"]
@@ -243,7 +243,8 @@ def members_fields(config: TrainConfig, last: dict[str, Any], result: Any, datas
                 "train_accuracy": per["train_accuracy"][k], "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
                for k, m in enumerate(member_grid(config))]
     fields: dict[str, Any] = {
-        "members": members, "ensemble_test_accuracy": last["ensemble_test_accuracy"], "member_count": config.members,
+        "members": members, "ensemble_test_accuracy": last.get("ensemble_test_accuracy"),
+        "member_count": config.members,
         "samples_per_second_per_model": result.samples_per_second / config.members, "member_devices": spread,
     }
     if not config.sweep:

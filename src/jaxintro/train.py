@@ -234,8 +234,7 @@ def fit(
         history.append(row)
         step_metrics.append(metrics)
         with tqdm.external_write_mode():  # the line goes above the progress bar, not through it
-            # A sweep's members differ in hyper-parameters: the ensemble of all of them means nothing.
-            log(row.line(config.epochs, ensemble=not config.sweep))
+            log(trainer.layout.epoch_line(row))
         if on_epoch is not None:
             on_epoch(state, row)
         if should_stop(epoch) and epoch < config.epochs:  # asked after every epoch: it may be a collective
