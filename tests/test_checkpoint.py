@@ -267,19 +267,29 @@ def test_a_resumed_run_remembers_which_members_diverged(capsys, tmp_path):
     # SGD at lr 3 diverges three of four seeds by the second epoch; a resume must report what the
     # uninterrupted run reports, not forget them (they were left out of every mean and used by nothing).
     flags = [*DIGITS, "--optimizer", "sgd", "--lr", "3", "--seeds", "4"]
-    train(capsys, *flags, "--epochs", "4", "--run-dir", str(tmp_path / "straight"))
-    train(capsys, *flags, "--epochs", "2", "--run-dir", str(tmp_path / "resumed"))
-    capsys.readouterr()
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        assert main(["train", "--resume", str(tmp_path / "resumed"), "--epochs", "4"]) == 0
-    assert not [w for w in said if "diverged:" in str(w.message)]  # none newly diverged in this process
 
     def last(run: str) -> dict:
         return json.loads((tmp_path / run / "metrics.jsonl").read_text().splitlines()[-1])
 
+    def done_line() -> str:
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("Done:")][0]
+
+    assert main(["train", *flags, "--epochs", "4", "--run-dir", str(tmp_path / "straight")]) == 0
+    trained = sum(accuracy is not None for accuracy in last("straight")["members"]["test_accuracy"])
+    assert trained == 1, "the case: three members diverge (their losses exploded, their weights finite)"
+    # The mean is over the members that trained, and the Done line says how many (it once said "of 4 members");
+    # their ensemble is the one that trained (the exploded members, finite, were once averaged into it).
+    assert f"mean ± std of the {trained} of 4 members that trained;" in done_line()
+    result = json.loads((tmp_path / "straight" / "result.json").read_text())
+    assert result["ensemble_test_accuracy"] == result["test_accuracy"] == last("straight")["ensemble_test_accuracy"]
+    train(capsys, *flags, "--epochs", "2", "--run-dir", str(tmp_path / "resumed"))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert main(["train", "--resume", str(tmp_path / "resumed"), "--epochs", "4"]) == 0
+    assert not [w for w in said if "diverged:" in str(w.message)]  # none newly diverged in this process
+    assert f"mean ± std of the {trained} of 4 members that trained;" in done_line()
+
     straight, resumed = last("straight"), last("resumed")
-    assert None in straight["members"]["test_accuracy"], "the case needs a member that diverged"
     assert resumed["members"] == straight["members"]
     assert json.loads((tmp_path / "resumed" / "result.json").read_text())["test_accuracy"] == \
         json.loads((tmp_path / "straight" / "result.json").read_text())["test_accuracy"]

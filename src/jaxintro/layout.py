@@ -114,8 +114,10 @@ class OneModel:
                 replicate(test, self.mesh))
 
     def jit_eval(self) -> Callable:
-        """Correct count and summed loss over a chunked set, compiled."""
-        return jit_count_correct(self.model)
+        """`score(params, x, y, diverged)`: correct count and summed loss over a chunked set, compiled (one model
+        never goes on diverged: `diverged` is always empty)."""
+        count = jit_count_correct(self.model)
+        return lambda params, x, y, diverged=(): count(params, x, y)
 
     def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
                     diverged: set[int]) -> None:

@@ -152,14 +152,25 @@ class Members:
                 jax.device_put(test, self.mesh.devices.flat[0]))
 
     def jit_eval(self) -> Callable:
-        """One row per member and a last row for their ensemble: correct count and summed loss, compiled.
+        """`score(params, x, y, diverged)`: one row per member and a last row for their ensemble (correct count and
+        summed loss), compiled; the members in `diverged` are scored as NaN weights, so the ensemble leaves them out.
 
         Spread members are first gathered on the first device (one small copy of the parameters per
         epoch), so every member is scored by one and the same program, wherever it trained.
         """
         count = jit_count_correct(members_and_ensemble(self.model))
         evaluator = self.mesh.devices.flat[0]
-        return lambda params, x, y: count(jax.device_put(params, evaluator), x, y)
+
+        def score(params: Any, x: Array, y: Array, diverged: Sequence[int] = ()) -> tuple[Array, Array]:
+            params = jax.device_put(params, evaluator)
+            if diverged:  # weights past an exploded loss mean nothing, even while finite: never in the ensemble
+                trained = np.ones(self.config.members, bool)
+                trained[list(diverged)] = False
+                params = jax.tree.map(lambda leaf: jnp.where(trained.reshape(-1, *[1] * (leaf.ndim - 1)), leaf, jnp.nan),
+                                      params)
+            return count(params, x, y)
+
+        return score
 
     def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
                     diverged: set[int]) -> None:

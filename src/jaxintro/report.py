@@ -197,6 +197,12 @@ def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
             mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], lr=best["lr"], seeds=config.seeds,
             ensemble=100 * summary["ensemble_test_accuracy"])
     if config.members > 1:
+        trained = sum(member["test_accuracy"] is not None for member in summary["members"])
+        if trained < config.members:  # the numbers are those of the members that trained: say how many
+            return _("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; their "
+                     "ensemble {ensemble:.2f}%)").format(
+                mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], trained=trained,
+                members=config.members, ensemble=100 * summary["ensemble_test_accuracy"])
         return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(
             mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=config.members,
             ensemble=100 * summary["ensemble_test_accuracy"])

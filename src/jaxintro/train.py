@@ -221,9 +221,12 @@ def fit(
         train_seconds += seconds
         # The test set only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
-        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test))
-        eval_seconds += time.perf_counter() - eval_start
+        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test, sorted(diverged)))
+        known = len(diverged)
         trainer.layout.check_epoch(metrics, test_loss, epoch, trainer.steps_per_epoch, diverged)
+        if len(diverged) > known:  # a member diverged in this epoch: the ensemble is scored again without it
+            test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test, sorted(diverged)))
+        eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
         row = trainer.layout.epoch_row(
