@@ -2,8 +2,9 @@
 and resume.
 
 `tests/data/runs-0.1.0/` holds two such folders, written by that code on the digits with `--hidden 16`
-(`single`: `train --epochs 2`; `sweep`: `sweep --epochs 2 --lr 1e-3,1e3 --seeds 2`). Each test copies one into
-its tmp folder, so the kept data is never written to.
+(`single`: `train --epochs 2`; `sweep`: `sweep --epochs 2 --lr 1e-3,1e3 --seeds 2`), and what that code wrote when
+it resumed a copy of each to epoch 3 (`resumed-to-epoch-3.json`). Each test copies one into its tmp folder, so the
+kept data is never written to.
 """
 
 from __future__ import annotations
@@ -56,3 +57,10 @@ def test_an_old_run_folder_evaluates_predicts_serves_and_resumes(old_run, tmp_pa
     assert main(["train", "--resume", str(old_run), "--epochs", "3", "--json"]) == 0
     resumed = last_json(capsys)
     assert resumed["epochs"] == 3 and resumed["finished"]
+    # The resumed epoch is the one the old code trained from the same checkpoint (its parameters, Adam's moments
+    # and key all restored): each member's numbers as 0.1.0 wrote them (measured equal to the last bit).
+    row = json.loads((old_run / "metrics.jsonl").read_text().splitlines()[-1])
+    expected = json.loads((KEPT / "resumed-to-epoch-3.json").read_text())[old_run.name]
+    got = row if old_run.name == "single" else row["members"]
+    for field, value in expected.items():
+        assert got[field] == pytest.approx(value, rel=1e-6), field
