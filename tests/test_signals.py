@@ -53,8 +53,9 @@ def test_sigterm_stops_after_a_checkpoint_with_exit_143_and_resumes_to_the_same_
 
 
 def test_a_second_ctrl_c_quits_in_the_middle_of_a_long_compiled_epoch(tmp_path, mnist_dir):
-    # Wide layers make one compiled epoch take seconds: long enough to tell "now" from "after the epoch".
-    proc = start(["--dataset", "mnist", "--data-dir", str(mnist_dir), "--hidden", "1024,1024", "--epochs", "100",
+    # Wide layers make one compiled epoch of MNIST take seconds (about 4 at 512,512 on 2 cores): long enough to tell
+    # "now" from "after the epoch".
+    proc = start(["--dataset", "mnist", "--data-dir", str(mnist_dir), "--hidden", "512,512", "--epochs", "100",
                   "--run-dir", str(tmp_path / "r"), "--no-compile-cache"])
     try:
         line = wait_for_epoch(proc, 1)
