@@ -318,6 +318,12 @@ def test_a_run_goes_on_with_the_prng_it_started_with(capsys, tmp_path):
     assert resumed["final_loss"] == whole["final_loss"] and resumed["test_accuracy"] == whole["test_accuracy"]
     assert main(["evaluate", str(tmp_path / "parts"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["test_accuracy"] == whole["test_accuracy"]
+    # A checkpoint written before the record: its key's width tells the family (4 words: rbg, not threefry's 2).
+    shutil.copytree(tmp_path / "whole", tmp_path / "unrecorded")
+    for meta_file in (tmp_path / "unrecorded" / "checkpoints").glob("*/meta/metadata"):
+        meta_file.write_text(json.dumps({k: v for k, v in json.loads(meta_file.read_text()).items() if k != "prng_impl"}))
+    assert main(["evaluate", str(tmp_path / "unrecorded"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["test_accuracy"] == whole["test_accuracy"]
 
 
 def test_foreign_and_damaged_checkpoints_end_in_one_line_and_nothing_else_on_stderr(capsys, tmp_path):

@@ -103,7 +103,7 @@ def test_a_sweep_prints_no_ensemble_of_all_its_settings(tmp_path, capsys):
     assert "Ensemble of the best setting's 2 seeds" in out and "seeds' ensemble" in out
     # Each epoch's line is its best setting's seeds, named (here the last epoch's best is the run's best).
     best, line = summary["best"], [line for line in out.splitlines() if line.startswith("Epoch")][-1]
-    assert f"| lr={best['lr']:g} |" in line, line
+    assert f"| best: lr={best['lr']:g} |" in line, line
     assert f"Test Acc: {best['test_accuracy']:.4f} ± {best['test_accuracy_std']:.4f}" in line, line
     evaluated, _ = run_json(capsys, "evaluate", str(tmp_path / "r"), "--json")
     assert evaluated["test_accuracy"] == pytest.approx(summary["ensemble_test_accuracy"])

@@ -164,10 +164,11 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
 
     def restore_step(step: int) -> tuple[Any, dict[str, Any], str]:
         meta = _restore_meta(manager, run_dir, step)
-        impl = _key_impl(meta, run_dir, step, default=str(jax.random.key_impl(template.key)))
+        saved = _saved_shapes(manager, step)
+        impl = _key_impl(meta, run_dir, step, saved.get(("key",), ()), str(jax.random.key_impl(template.key)))
         tree = {**_as_tree(template), "key": _abstract_key_data(template.key.shape, impl)}
         abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
-        _check_shapes(run_dir, abstract, _saved_shapes(manager, step))
+        _check_shapes(run_dir, abstract, saved)
         restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
         return restored.state, meta, impl
 
@@ -176,17 +177,20 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
     return TrainState(tree["params"], tree["opt_state"], key, step), meta
 
 
-def _key_impl(meta: dict[str, Any], run_dir: Path, step: int, default: str) -> str:
-    """The PRNG implementation the checkpoint's key was drawn with (a checkpoint older than the record: `default`)."""
-    impl = meta.get(PRNG_IMPL, default)
+def _key_impl(meta: dict[str, Any], run_dir: Path, step: int, saved_key: tuple[int, ...], current: str) -> str:
+    """The PRNG implementation the checkpoint's key was drawn with. A checkpoint older than the record tells it by
+    its key's width: 2 words a key is threefry (JAX's default), 4 the rbg family (`current` if it is one of them)."""
+    if PRNG_IMPL not in meta:
+        return current if saved_key[-1:] == _abstract_key_data((), current).shape else (
+            "threefry2x32" if saved_key[-1:] == (2,) else "rbg")
     try:
-        jax.random.key(0, impl=impl)
-    except (ValueError, TypeError):
+        _abstract_key_data((), meta[PRNG_IMPL])
+    except (ValueError, TypeError, KeyError):
         raise CheckpointError(_(
             "{run_dir}: checkpoint {step} records the PRNG implementation {impl}, which this JAX does not know; "
             "retrain, or resume with the JAX that wrote it"
-        ).format(run_dir=run_dir, step=step, impl=repr(impl))) from None
-    return impl
+        ).format(run_dir=run_dir, step=step, impl=repr(meta[PRNG_IMPL]))) from None
+    return meta[PRNG_IMPL]
 
 
 def _abstract_key_data(shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:
@@ -215,16 +219,17 @@ def dataset_from_meta(run_dir: Path, meta: dict[str, Any]) -> DatasetInfo | None
 
 def _restore_meta(manager: ocp.CheckpointManager, run_dir: Path, step: int) -> dict[str, Any]:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    if not isinstance(meta, dict):
-        raise CheckpointError(_("{run_dir}: checkpoint {step}'s meta is not a JSON object; retrain").format(
-            run_dir=run_dir, step=step))
+    if not isinstance(meta, dict):  # this step's damage: an older step may be intact
+        raise ValueError(f"checkpoint {step}'s meta is not a JSON object")
     _check_version(meta, run_dir, step)
     return meta
 
 
 def _saved_shapes(manager: ocp.CheckpointManager, step: int) -> dict[tuple[str, ...], tuple[int, ...]]:
     """The shape of every array of a step's state, as Orbax recorded it when saving (no array is read)."""
-    metadata = ocp.StandardCheckpointHandler().metadata(manager.directory / str(step) / "state")
+    # `CheckpointManager` names a step's folder by its number (its default, used by `_manager`).
+    with contextlib.closing(ocp.StandardCheckpointHandler()) as handler:
+        metadata = handler.metadata(manager.directory / str(step) / "state")
     return {_path_names(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)}
 
 
@@ -252,7 +257,7 @@ def _newest_intact(run_dir: Path, steps: list[int], restore_step: Callable[[int]
             raise
         except Exception as exc:  # Orbax and TensorStore raise assorted errors for damaged or foreign files
             failures.append((step, f"{type(exc).__name__}: {_first_line(exc)}"))
-        collect_abandoned()  # the error dropped: the reads it abandoned go to errors.log, not to the terminal
+        collect_abandoned()  # the error dropped: the reads it abandoned are kept with the library's records
     else:
         raise CheckpointError(_(
             "{run_dir}: no checkpoint could be restored (tried {tried}; newest: {reason}); it belongs to another "
@@ -297,9 +302,15 @@ def _check_shapes(run_dir: Path, expected, saved: dict[tuple[str, ...], tuple[in
     """Every array of this model is in the checkpoint with its shape, and nothing else is: else, one clear error."""
     wanted = {_path_names(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(expected)}
     for names in sorted(wanted.keys() | saved.keys()):
-        if wanted.get(names) != saved.get(names):
-            raise CheckpointError(_(
-                "{run_dir}: {leaf} has shape {saved} in the checkpoint, {expected} in this model; it belongs to "
-                "another architecture"
-            ).format(run_dir=run_dir, leaf="/".join(names), saved=saved.get(names, _("none")),
-                     expected=wanted.get(names, _("none"))))
+        leaf = "/".join(names)
+        if names not in saved:
+            problem = _("{leaf} is missing from the checkpoint").format(leaf=leaf)
+        elif names not in wanted:
+            problem = _("the checkpoint holds {leaf}, which this model lacks").format(leaf=leaf)
+        elif wanted[names] != saved[names]:
+            problem = _("{leaf} has shape {saved} in the checkpoint, {expected} in this model").format(
+                leaf=leaf, saved=saved[names], expected=wanted[names])
+        else:
+            continue
+        raise CheckpointError(_("{run_dir}: {problem}; it belongs to another architecture").format(
+            run_dir=run_dir, problem=problem))

@@ -140,8 +140,7 @@ def evaluation_lines(run: LoadedRun, report: dict[str, Any], run_dir: Path, data
         lines.append(_("Members: {mean:.2f} ± {std:.2f}% (mean ± std of those that trained)").format(
             mean=100 * mean, std=100 * std))
     else:  # a sweep: the setting it is used through, its seeds' mean (never a mean across settings)
-        mean, std = mean_std([accuracies[k] for k, member in enumerate(member_grid(run.config))
-                              if (member.lr, member.weight_decay) == (setting.lr, setting.weight_decay)])
+        mean, std = mean_std([accuracies[k] for k in run.choice.used])
         lines.append(_("Setting used: {setting} ({how}): its seeds {mean:.2f} ± {std:.2f}%").format(
             setting=setting_name(run.config, setting),
             how=_("chosen with --setting") if chosen else _("the best; choose another with --setting"),

@@ -178,21 +178,24 @@ def keep(text: str) -> None:
     _records.append(text)
 
 
+def _keep_traceback(unraisable) -> None:
+    """Keep an exception nothing could raise, with its traceback, among the records."""
+    keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
+
+
 def _keep_unraisable(unraisable) -> None:
     """TensorStore's callbacks, in threads of their own, raise into Orbax's closed event loop after a failed save."""
     if threading.current_thread() is threading.main_thread():
         sys.__unraisablehook__(unraisable)
         return
-    keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
+    _keep_traceback(unraisable)
 
 
 def collect_abandoned() -> None:
     """Collect what a failed library call left behind (Orbax's coroutines, never awaited, with their errors) now,
-    into errors.log: collected later, at exit, Python would print each with a traceback under the one line."""
-    def keep_any(unraisable) -> None:
-        keep("".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)))
-
-    previous, sys.unraisablehook = sys.unraisablehook, keep_any
+    among the records kept for errors.log (written if the run's own write fails): collected later, at exit, Python
+    would print each with a traceback under the one line that says what failed."""
+    previous, sys.unraisablehook = sys.unraisablehook, _keep_traceback
     try:
         with warnings.catch_warnings(record=True) as caught:  # "coroutine ... was never awaited"
             warnings.simplefilter("always")

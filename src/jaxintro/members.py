@@ -30,7 +30,7 @@ from jaxtyping import Array
 
 from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import choose_members, member_grid, setting_name
+from jaxintro.grid import Choice, choose_members, member_grid, setting_name
 from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch
 from jaxintro.models.base import Model
@@ -191,9 +191,10 @@ class Members:
         if not self.config.sweep:
             return row.line(self.config.epochs)
         choice = self.used_at(row)
-        return row.line(self.config.epochs, used=choice.used, label=setting_name(self.config, choice.setting))
+        label = _("best: {setting}").format(setting=setting_name(self.config, choice.setting))
+        return row.line(self.config.epochs, used=choice.used, label=label)
 
-    def used_at(self, row: EpochMetrics):
+    def used_at(self, row: EpochMetrics) -> Choice:
         """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
         accuracies = row.members["test_accuracy"]
         return choose_members(self.config, accuracies, [k for k, a in enumerate(accuracies) if not math.isfinite(a)])

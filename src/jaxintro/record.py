@@ -32,7 +32,8 @@ class EpochMetrics(NamedTuple):
     learning_rate: float
     seconds: float
     max_grad_norm: float
-    # Several members: the fields above are means over the members that have not diverged, these are per member.
+    # Several members: the fields above are means over the members the run is used through (those that have not
+    # diverged; a sweep: its best setting's seeds at this epoch, `headline_over`), these are per member.
     members: dict[str, list[float]] | None = None
     ensemble_test_accuracy: float | None = None
 
@@ -148,8 +149,9 @@ def check_members_finite(metrics: dict[str, np.ndarray], test_loss: np.ndarray, 
     losses = np.asarray(metrics["loss"], np.float64)
     steps = [first_divergence(member) for member in losses]
     bad = [m for m, step in enumerate(steps) if step is not None or not np.isfinite(test_loss[m])]
-    if len(bad) == len(losses):
-        check_finite({"loss": losses[bad[0]]}, float(test_loss[bad[0]]), epoch, steps_per_epoch)
+    if len(bad) == len(losses):  # named by a member that diverged now (earlier ones are scored as NaN weights)
+        last = min(set(bad) - diverged, default=bad[0])
+        check_finite({"loss": losses[last]}, float(test_loss[last]), epoch, steps_per_epoch)
     for m in sorted(set(bad) - diverged):
         where = (divergence_text(losses[m], steps[m], epoch, steps_per_epoch) if steps[m] is not None else
                  _("the test loss became {value} after epoch {epoch}").format(value=test_loss[m], epoch=epoch))

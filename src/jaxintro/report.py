@@ -183,6 +183,9 @@ def curves_title(config: TrainConfig, dataset: Any) -> str:
     """`curves.png`'s title (several members: each drawn faint, their mean bold)."""
     if config.members == 1:
         return _("{model} MLP on {dataset}").format(model=config.model, dataset=dataset.name)
+    if config.sweep:  # the bold curve is the seeds of the setting best at each epoch, as its epoch line says
+        return _("{members} x {model} MLP on {dataset} (each faint, the best setting's mean bold)").format(
+            members=config.members, model=config.model, dataset=dataset.name)
     return _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
         members=config.members, model=config.model, dataset=dataset.name)
 
@@ -199,8 +202,10 @@ def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
     if config.members > 1:
         trained = sum(member["test_accuracy"] is not None for member in summary["members"])
         if trained < config.members:  # the numbers are those of the members that trained: say how many
-            return _("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; their "
-                     "ensemble {ensemble:.2f}%)").format(
+            return ngettext("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
+                            "its own accuracy is the ensemble's, {ensemble:.2f}%)",
+                            "{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
+                            "their ensemble {ensemble:.2f}%)", trained).format(
                 mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], trained=trained,
                 members=config.members, ensemble=100 * summary["ensemble_test_accuracy"])
         return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(

@@ -329,9 +329,13 @@ def describe_run(run_dir: Path) -> dict[str, Any] | None:
         return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
                 "kind": "?", "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable",
                 "reason": str(exc), "result": None}
-    # A resume goes on from the newest committed checkpoint: a process that died between committing it and
-    # writing its row to metrics.jsonl (a lost peer's survivor exits at once) left metrics.jsonl behind it.
-    done = committed[-1] if committed else rows[-1]["epoch"] if rows else 0
+    # The epochs done are those of the newest committed checkpoint, where a resume goes on from (unless it is
+    # damaged: then the one before): a process that died between committing it and writing its row (a lost
+    # peer's survivor exits at once) left metrics.jsonl, and the accuracy shown, an epoch behind.
+    if committed:
+        done = committed[-1]
+    else:
+        done = rows[-1]["epoch"] if rows else 0
     planned = config.get("epochs", 0)
     if is_finished(result, planned):
         status = "finished"

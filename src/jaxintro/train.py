@@ -150,8 +150,8 @@ class Trainer:
         return self.layout.place(state, dataset)
 
     def jit_eval(self) -> Callable:
-        """Correct count and summed loss over a chunked set, compiled; with several members, one row per
-        member and a last row for their ensemble."""
+        """`score(params, x, y, diverged)`: correct count and summed loss over a chunked set, compiled; with several
+        members, one row per member and a last row for the ensemble of those not in `diverged`."""
         return self.layout.jit_eval()
 
 

@@ -273,7 +273,11 @@ def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, ru
 
     from jaxintro.train import fit
 
-    rows = saver.rows
+    rows = saver.rows  # appended as each epoch ends, before its checkpoint is committed
+
+    def last_trained() -> int:
+        return rows[-1]["epoch"] if rows else 0
+
     try:
         return fit(trainer.config, dataset, trainer=trainer, state=state, on_epoch=saver,
                    progress=sys.stderr.isatty(), should_stop=should_stop,
@@ -290,13 +294,13 @@ def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, ru
             raise
         # In a multi-process run a collective (a gradient all-reduce, or Orbax's barrier) failing
         # means a peer died.
-        leave_for_lost_peers(exc, run_dir, trained=rows[-1]["epoch"] if rows else 0)
+        leave_for_lost_peers(exc, run_dir, trained=last_trained())
     finally:
         try:
             saver.close()  # the last epoch's save: its barrier too can meet a peer that died
         except JaxintroError as exc:
             if jax.process_count() > 1 and peer_lost_in_save(exc):
-                leave_for_lost_peers(exc, run_dir, trained=rows[-1]["epoch"] if rows else 0)
+                leave_for_lost_peers(exc, run_dir, trained=last_trained())
             raise
 
 
@@ -306,8 +310,8 @@ def peer_lost_in_save(exc: BaseException) -> bool:
 
 
 def leave_for_lost_peers(exc: BaseException, run_dir: Path, trained: int = 0) -> NoReturn:
-    """One line that names the lost peers and the newest checkpoint on disk (or that the `trained` epochs have none),
-    then exit at once: JAX's shutdown barrier would wait for the dead peer, then abort."""
+    """One line that names the lost peers and the newest checkpoint on disk (or, with none, that the run's `trained`
+    epochs have no checkpoint), then exit at once: JAX's shutdown barrier would wait for the dead peer, then abort."""
     import jax
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
