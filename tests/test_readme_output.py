@@ -84,6 +84,20 @@ def fstring_template(node: ast.JoinedStr) -> str:
 @lru_cache(maxsize=None)
 def templates(language: str) -> tuple[list[tuple[re.Pattern, int]], frozenset[str]]:
     """The program's message templates in `language` (and its f-strings), and every word they or its constants hold."""
+    texts = program_texts(language)
+    words = frozenset(w.lower() for text in texts for w in WORD.findall(text))
+    return [to_regex(text.strip()) for text in texts if len(text.strip()) >= 3], words
+
+
+@lru_cache(maxsize=None)
+def word_sets(language: str) -> tuple[frozenset[str], ...]:
+    """The words of each of the program's texts, one set per message or constant."""
+    return tuple(frozenset(w.lower() for w in WORD.findall(text)) for text in program_texts(language))
+
+
+@lru_cache(maxsize=None)
+def program_texts(language: str) -> frozenset[str]:
+    """Every string the program holds: its constants, its f-strings as templates, and (Spanish) its translations."""
     texts: set[str] = set()
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -96,8 +110,7 @@ def templates(language: str) -> tuple[list[tuple[re.Pattern, int]], frozenset[st
             for message in read_po(f):
                 strings = message.string if isinstance(message.string, (list, tuple)) else [message.string]
                 texts.update(s for s in strings if s)
-    words = frozenset(w.lower() for text in texts for w in WORD.findall(text))
-    return [to_regex(text.strip()) for text in texts if len(text.strip()) >= 3], words
+    return frozenset(texts)
 
 
 def covered(text: str, language: str, depth: int = 2) -> int:
@@ -127,10 +140,12 @@ def printable(line: str, language: str) -> bool:
     if covered(stripped, language) >= min(COVERAGE * size, LONG_ENOUGH) if size < 2 * LONG_ENOUGH else \
             covered(stripped, language) >= COVERAGE * size:
         return True
-    # A table row or heading: numbers, and words each of which the program prints (a row name, a column).
+    # A table row: numbers, and words each of which the program prints (a row name, a column). A short line
+    # (4 words at most): numbers, and words that one of the program's texts holds together, not scattered.
     own_words = WORD.findall(NUMBER.sub(" ", PATH.sub(" ", stripped)))
-    table = len(re.findall(r"\S {2,}\S", stripped)) >= 3
-    return all(w.lower() in words for w in own_words) and (len(own_words) <= 4 or table)
+    if len(re.findall(r"\S {2,}\S", stripped)) >= 3:
+        return all(w.lower() in words for w in own_words)
+    return len(own_words) <= 4 and any({w.lower() for w in own_words} <= text for text in word_sets(language))
 
 
 def all_sections():
