@@ -132,12 +132,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def compiled_cache(tmp_path_factory) -> Path:
-    """The session's one compile-cache folder.
+    """The session's one compile-cache folder, shared by both pytest-xdist workers and every process they start:
+    a program either of them compiled, the other reads back. (An entry read while another process still writes
+    it fails to decompress: JAX warns and compiles it again.)
 
     Under `make mutation` every mutant's session shares one, in mutants/: a program one of them compiled, the
     next reads back (a mutant that changes a program changes its key, so it is compiled afresh).
     """
-    folder = Path("xla-cache").resolve() if MUTATION else tmp_path_factory.getbasetemp() / "compiled"
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common tmp folder
+    folder = Path("xla-cache").resolve() if MUTATION else root / "compiled"
     folder.mkdir(exist_ok=True)
     return folder
 
