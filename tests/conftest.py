@@ -90,6 +90,12 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         compiled = compiled_cache(tmp_path_factory)
         monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compiled))
         monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        # matplotlib's font list, built once for the session, not again by every process a test starts (each has
+        # an empty user cache of its own, where matplotlib would keep it). A list read while another process
+        # still writes it is built again: matplotlib catches that.
+        fonts = compiled.parent / "matplotlib-config"
+        fonts.mkdir(exist_ok=True)
+        monkeypatch.setenv("MPLCONFIGDIR", str(fonts))
         if MUTATION:  # with a size limit JAX locks the folder (filelock) that two mutants' processes share
             jax.config.update("jax_compilation_cache_max_size", 2**33)
         from jaxintro.runtime import enable_compile_cache
