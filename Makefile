@@ -12,7 +12,8 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 , := ,
 
-.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-exercises
+.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-exercises docs \
+	docs-serve
 
 # One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
 STAMP     := $(VENV)/.installed
@@ -20,6 +21,7 @@ TESTING   := $(VENV)/.installed-test
 BENCHING  := $(VENV)/.installed-bench
 MUTATING  := $(VENV)/.installed-mutation
 NOTEBOOKS := $(VENV)/.installed-notebooks
+DOCS      := $(VENV)/.installed-docs
 
 # $(call install,WHAT FOR,EXTRAS): install jaxintro with EXTRAS into .venv, then mark it done.
 define install
@@ -30,13 +32,15 @@ endef
 $(STAMP): $(SETUP)
 	$(call install,training,)
 $(TESTING): $(STAMP)
-	$(call install,the tests,test$(,)torch)
+	$(call install,the tests,test$(,)torch$(,)docs)
 $(BENCHING): $(STAMP)
 	$(call install,the benchmark,torch)
 $(MUTATING): $(TESTING)
-	$(call install,mutation testing,test$(,)torch$(,)mutation)
+	$(call install,mutation testing,test$(,)torch$(,)docs$(,)mutation)
 $(NOTEBOOKS): $(STAMP)
 	$(call install,the notebooks,notebooks)
+$(DOCS): $(STAMP)
+	$(call install,the documentation site,docs)
 
 install: $(STAMP)
 
@@ -112,3 +116,11 @@ messages: $(TESTING)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+
+# The documentation site (mkdocs.yml): docs/*.md in English, docs/*.es.md in Spanish, built with --strict into site/
+# (a broken link or anchor stops the build). NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.
+docs: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build
+
+docs-serve: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000

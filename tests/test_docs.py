@@ -1,4 +1,5 @@
-"""Every Python code block in the READMEs and the lesson's documents runs against the pinned versions."""
+"""Every Python code block in the READMEs, the documentation's pages and the lesson's documents runs against the
+pinned versions."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "README.es.md", "outputs/prompt-jax-optimizer.md", "outputs/skill-jax-patterns.md",
-        "docs/performance.md", "docs/reliability.md", "docs/parallel.md"]
+        *(f"docs/{p.name}" for p in sorted((REPO / "docs").glob("*.md")))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -90,7 +91,7 @@ def test_every_executed_block_can_fail():
 
 
 def test_the_orbax_snippet_reads_the_newest_checkpoint(workdir):
-    block = next(b for b in python_blocks(REPO / "README.md") if "StandardCheckpointer" in b)
+    block = next(b for b in python_blocks(REPO / "docs" / "checkpoints.md") if "StandardCheckpointer" in b)
     out = subprocess.run([sys.executable, "-c", block], cwd=workdir, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("10 {'layer1': (64, 256)"), out.stdout  # epoch 10, not 9 (sorted as numbers)

@@ -22,12 +22,12 @@ def run_json(capsys, argv):
 def run_in_default_folder(capsys, monkeypatch, folder: Path, name: str, *flags: str) -> tuple[dict, Path]:
     """`experiment NAME` run in `folder` without --out: its report and the default folder it wrote into.
 
-    The READMEs show the `Plot:` line this prints: the line they show must be the one printed here.
+    The exercises' pages show the `Plot:` line this prints: the line they show must be the one printed here.
     """
     monkeypatch.chdir(folder)
     assert main(["experiment", name, *SMALL, *flags, "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    for doc in ("README.md", "README.es.md"):
+    for doc in ("docs/exercises.md", "docs/exercises.es.md"):
         shown = [line for line in (REPO / doc).read_text().splitlines()
                  if line.startswith(f"Plot: runs/experiment-{name}/")]
         assert shown and set(shown) <= set(lines), (doc, shown, lines)

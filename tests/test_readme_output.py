@@ -1,4 +1,4 @@
-"""Every output the READMEs show is output the program prints today.
+"""Every output the READMEs and the documentation's pages show is output the program prints today.
 
 Two checks. Commands that answer at once (errors, the data table, the tour's sections) are run as shown,
 and their output must be the README's, line for line. Every other shown line, from the long MNIST runs, must
@@ -26,7 +26,9 @@ from conftest import MNIST_DIR, REPO
 
 SRC = REPO / "src" / "jaxintro"
 PO = SRC / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
-READMES = {"README.md": "en", "README.es.md": "es"}
+# Every document that shows the program's output, and its language: the READMEs and every page of the site.
+READMES = {"README.md": "en", "README.es.md": "es",
+           **{f"docs/{p.name}": "es" if p.name.endswith(".es.md") else "en" for p in sorted((REPO / "docs").glob("*.md"))}}
 BLOCK = re.compile(r"^```text\n(.*?)^```", re.S | re.M)
 # Commands quick enough to run as the README shows them (no training): their output is compared exactly.
 RUN_EXACTLY = re.compile(r"^(LANG=\S+ )?jaxintro (--lang \w+ )?(tour --section|data --data-dir|train --batch-size 0|"
@@ -199,20 +201,30 @@ def test_every_shown_line_is_one_the_program_prints(doc):
 @pytest.mark.parametrize("doc", list(READMES))
 def test_every_time_line_names_the_phases_train_prints(doc):
     """`Time:` is built from a list of phases: its words are the phases `train` measures today, in its order."""
+    lines = [line for _c, shown in sections(REPO / doc) for line in shown]
+    for language in ("en", "es"):
+        phases, head = time_line(language)
+        for line in (line for line in lines if line.startswith(head)):
+            named = [re.sub(r" [\d.]+s$", "", part) for part in line[len(head):].split(";")[0].split(", ")]
+            assert named == phases, line
+
+
+def test_the_time_line_is_shown_in_both_languages():
+    for language in ("en", "es"):
+        head = time_line(language)[1]
+        assert any(line.startswith(head) for doc in READMES for _c, shown in sections(REPO / doc) for line in shown)
+
+
+def time_line(language: str) -> tuple[list[str], str]:
+    """The phases `train` names in its `Time:` line, and the line's first word, in `language`."""
     from jaxintro.report import TIME_WORDS
     from jaxintro.i18n import _, set_language
 
-    set_language(READMES[doc])
+    set_language(language)
     try:
-        phases = [_(word) for word in TIME_WORDS.values()]
-        head = _("Time: {parts}; {total:.1f}s in all").split("{parts}")[0]
+        return [_(word) for word in TIME_WORDS.values()], _("Time: {parts}; {total:.1f}s in all").split("{parts}")[0]
     finally:
         set_language("en")
-    lines = [line for _c, shown in sections(REPO / doc) for line in shown if line.startswith(head)]
-    assert lines, f"{doc} shows no {head!r} line"
-    for line in lines:
-        named = [re.sub(r" [\d.]+s$", "", part) for part in line[len(head):].split(";")[0].split(", ")]
-        assert named == phases, line
 
 
 def test_a_reworded_line_is_caught():

@@ -59,8 +59,10 @@ def test_make_train_installs_the_runtime_only_and_make_test_adds_its_extras():
     assert 'scripts/venv.sh .venv "training" ""' in train
     assert "test" not in train.split("jaxintro train")[0] and "torch" not in train
     test = make_plan("test")
-    assert 'scripts/venv.sh .venv "the tests" "test,torch"' in test and "mutation" not in test
-    assert 'scripts/venv.sh .venv "mutation testing" "test,torch,mutation"' in make_plan("mutation")
+    assert 'scripts/venv.sh .venv "the tests" "test,torch,docs"' in test and "mutation" not in test
+    assert 'scripts/venv.sh .venv "mutation testing" "test,torch,docs,mutation"' in make_plan("mutation")
+    docs = make_plan("docs")
+    assert 'scripts/venv.sh .venv "the documentation site" "docs"' in docs and "torch" not in docs
     assert "ipykernel install --sys-prefix" in make_plan("notebooks"), "the kernel lives in .venv, not user-wide"
 
 

@@ -1,0 +1,118 @@
+"""The documentation site: every page in both languages, section for section; no link that leads nowhere; and
+`mkdocs build --strict` builds both languages offline, a language switch on every page.
+
+mkdocs-static-i18n shows the English page where a Spanish one is missing (a picture needs that fall-back), so
+the pairs are checked here, not left to the build. Program output shown in the pages is checked by
+tests/test_readme_output.py, their Python blocks by tests/test_docs.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from markdown.extensions.toc import slugify
+
+from conftest import REPO
+
+DOCS = REPO / "docs"
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+HEADING = re.compile(r"^(#{1,6}) (.+?)\s*(\{[^}]*\})?$", re.M)
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+
+
+def english_pages() -> list[Path]:
+    return sorted(p for p in DOCS.glob("*.md") if not p.name.endswith(".es.md"))
+
+
+def spanish(page: Path) -> Path:
+    return page.with_name(page.name.removesuffix(".md") + ".es.md")
+
+
+def prose(path: Path) -> str:
+    """A page without its fenced code blocks (a `#` comment in a bash block is no heading)."""
+    return FENCE.sub("", path.read_text(encoding="utf-8"))
+
+
+def headings(path: Path) -> list[tuple[int, str]]:
+    return [(len(m[1]), m[2]) for m in HEADING.finditer(prose(path))]
+
+
+@lru_cache(maxsize=None)
+def anchors(path: Path) -> frozenset[str]:
+    """The ids the site gives a page's headings (Python-Markdown's toc: a repeated slug gets _1, _2, ...)."""
+    seen: dict[str, int] = {}
+    for _level, text in headings(path):
+        plain = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", text)
+        slug = slugify(plain, "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            slug = f"{slug}_{seen[slug]}"
+        seen.setdefault(slug, 0)
+    return frozenset(seen)
+
+
+def test_every_page_has_both_languages_section_for_section():
+    pages = english_pages()
+    assert len(pages) >= 15, pages
+    missing = [p.name for p in pages if not spanish(p).is_file()]
+    orphans = [p.name for p in DOCS.glob("*.es.md") if not p.with_name(p.name.replace(".es.md", ".md")).is_file()]
+    assert not missing and not orphans, f"no Spanish page for {missing}; no English page for {orphans}"
+    for page in pages:  # the same sections at the same depths: a section left untranslated shows here
+        levels = [level for level, _ in headings(page)]
+        assert levels == [level for level, _ in headings(spanish(page))], f"{page.name}: sections differ"
+
+
+def broken_links(path: Path) -> list[str]:
+    """The links of a page or README that lead nowhere: a missing file, or an anchor its page does not have.
+
+    A Spanish page's link to `x.md` is to `x.es.md`, as the site resolves it."""
+    broken = []
+    for target in LINK.findall(prose(path)):
+        if re.match(r"[a-z]+:", target):  # http(s), mailto: outside the project
+            continue
+        name, _, anchor = target.partition("#")
+        linked = (path.parent / name).resolve() if name else path
+        if name and path.name.endswith(".es.md") and linked.suffix == ".md" and spanish(linked).is_file():
+            linked = spanish(linked)
+        if not linked.exists():
+            broken.append(f"{path.name}: {target} (no such file)")
+        elif anchor and (linked.suffix != ".md" or anchor not in anchors(linked)):
+            broken.append(f"{path.name}: {target} (no such section)")
+    return broken
+
+
+def test_no_link_is_broken():
+    documents = [REPO / "README.md", REPO / "README.es.md", *sorted(DOCS.glob("*.md"))]
+    broken = [b for document in documents for b in broken_links(document)]
+    assert not broken, "\n".join(broken)
+
+
+def test_a_broken_link_is_caught(tmp_path):
+    page = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Other\n\n## A `flag` section\n")
+    page.write_text("[ok](other.md#a-flag-section) [gone](missing.md) [bad](other.md#nowhere)\n")
+    assert broken_links(page) == ["page.md: missing.md (no such file)", "page.md: other.md#nowhere (no such section)"]
+
+
+def test_the_site_builds_both_languages_offline_with_a_language_switch(tmp_path):
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for page in english_pages():
+        folder = "" if page.stem == "index" else f"{page.stem}/"
+        english, spanish_page = site / folder / "index.html", site / "es" / folder / "index.html"
+        for html, lang, other in ((english, "en", "es"), (spanish_page, "es", "en")):
+            text = html.read_text(encoding="utf-8")
+            assert f'<html lang="{lang}"' in text, html
+            assert f'hreflang="{other}"' in text, f"{html}: no switch to {other}"
+            # Nothing the page loads comes from another site: no web fonts, no scripts from a CDN.
+            assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', text), html
+    assert "Introduction to JAX" in (site / "notebook" / "index.html").read_text(encoding="utf-8")
+    assert "Introducción a JAX" in (site / "es" / "notebook" / "index.html").read_text(encoding="utf-8")
