@@ -410,7 +410,7 @@ def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int =
 
     key = jax.random.key(plan.seed)
     steps = len(x_train) // plan.batch
-    test_acc = 0.0
+    test_acc, curve = 0.0, []
     for epoch in range(epochs):
         key, perm_key = jax.random.split(key)
         perm = np.asarray(jax.random.permutation(perm_key, len(x_train)))
@@ -419,8 +419,9 @@ def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int =
             params, opt_state, loss = train_step(params, opt_state, x_train[idx], y_train[idx])
         train_acc = float(accuracy(params, x_train[:5000], y_train[:5000]))
         test_acc = float(accuracy(params, x_eval, y_test))
+        curve.append(test_acc)
         print(f"Epoch {epoch + 1} | Loss: {float(loss):.4f} | Train Acc: {train_acc:.4f} | Test Acc: {test_acc:.4f}")
-    return {"test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
+    return {"test_accuracy": test_acc, "curve": curve, "peak_rss_mb": peak_rss_mb()}
 
 
 def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:

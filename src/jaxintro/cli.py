@@ -244,6 +244,35 @@ def _add_bench(sub: Commands) -> None:
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
 
 
+def _add_speedrun(sub: Commands) -> None:
+    """`jaxintro speedrun` and its flags (a recipe flag replaces that part of the track's recipe)."""
+    p = sub.add_parser("speedrun", help=_("the lesson's MLP to 98% as fast as possible: time to accuracy, with "
+                                          "the evidence, side by side with PyTorch and the lesson's recipe"))
+    add_data_flags(p)
+    p.add_argument("--track", choices=("time", "accuracy"), default="time",
+                   help=_("time: the fastest recipe to the target; accuracy: the best mean within 60 s of training"))
+    p.add_argument("--seeds", type=positive_int, default=8, help=_("models trained together for the evidence"))
+    p.add_argument("--target", type=float, default=0.98, help=_("the mean test accuracy to reach"))
+    p.add_argument("--alpha", type=float, default=0.01, help=_("the one-sided t-test's level"))
+    p.add_argument("--rounds", type=positive_int, default=3, help=_("timed runs of each row, in turns (median)"))
+    p.add_argument("--lesson-epochs", type=positive_int, default=10, help=_("epochs of the lesson's rows"))
+    p.add_argument("--ablate", action="store_true", help=_("also take each trick away in turn"))
+    p.add_argument("--epochs", type=positive_int, default=None, help=_("the recipe's epochs"))
+    p.add_argument("--batch-size", type=positive_int, default=None, help=_("the recipe's batch size"))
+    p.add_argument("--lr", dest="peak_lr", type=float, default=None, help=_("the recipe's peak learning rate"))
+    p.add_argument("--schedule", choices=("warmup-cosine", "constant"), default=None, help=_("the recipe's schedule"))
+    p.add_argument("--warmup-steps", type=natural_int, default=None, help=_("the recipe's warm-up steps"))
+    p.add_argument("--label-smoothing", type=float, default=None, help=_("the recipe's label smoothing"))
+    p.add_argument("--average", type=float, default=None,
+                   help=_("the recipe's weight average decay per step (0: off)"))
+    p.add_argument("--standardize", action=argparse.BooleanOptionalAction, default=None,
+                   help=_("standardise the inputs with the training set's mean and spread"))
+    p.add_argument("--program", choices=("run", "epoch", "step"), default=None,
+                   help=_("run: the whole run as one program; epoch: one per epoch; step: the lesson's loop"))
+    p.add_argument("--out", default="runs/speedrun", help=_("folder for speedrun.json"))
+    p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
+
+
 def _add_evaluate(sub: Commands) -> None:
     """`jaxintro evaluate` and its flags."""
     p = sub.add_parser("evaluate", help=_("test accuracy, per-class accuracy and a confusion matrix of a run"))
@@ -351,8 +380,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--lang", choices=LANGUAGES, default=None,
                         help=_("language of explanations (default: from LC_ALL, LC_MESSAGES or LANG)"))
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
-    for add_command in (_add_train, _add_sweep, _add_profile, _add_runs, _add_bench, _add_evaluate, _add_predict,
-                        _add_grads, _add_experiment, _add_tour, _add_data, _add_serve, _add_exercises):
+    for add_command in (_add_train, _add_sweep, _add_profile, _add_runs, _add_bench, _add_speedrun, _add_evaluate,
+                        _add_predict, _add_grads, _add_experiment, _add_tour, _add_data, _add_serve, _add_exercises):
         add_command(sub)  # in this order: `jaxintro --help` lists them so
     for command in sub.choices.values():  # `jaxintro tour --lang es` as well as `jaxintro --lang es tour`
         command.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,

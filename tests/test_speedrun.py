@@ -1,0 +1,120 @@
+"""`jaxintro speedrun`: the report's fields and arithmetic, the t-test, and one recipe giving one model however it
+is compiled (on scikit-learn's digits: small and offline; the speed itself is measured, never asserted)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxintro import speedrun
+from jaxintro.cli import main
+from jaxintro.data import load_dataset
+from jaxintro.speedrun import Recipe
+
+SMALL = Recipe(epochs=3, batch_size=64, peak_lr=3e-3, warmup_steps=10, label_smoothing=0.1, average=0.9,
+               standardize=True)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def test_the_one_sided_test_is_students_t():
+    # By hand: mean 0.9815, std (n - 1) 0.0012910, t = 0.0015 / (0.0012910 / 2) = 2.3238.
+    t, p = speedrun.one_sided_test(np.array([0.981, 0.982, 0.983, 0.980]), 0.98)
+    assert t == pytest.approx(2.3238, abs=1e-4)
+    assert 0.05 < p < 0.055  # Student's t, 3 degrees of freedom: t(0.05) = 2.353 > 2.3238 > t(0.055)
+    # The table's one-sided 1% point for 7 degrees of freedom is 2.998: eight seeds exactly there give p = 0.01.
+    spread = np.array([-1, 1, -1, 1, -1, 1, -1, 1], dtype=float)
+    accuracies = 0.98 + 2.998 * np.std(spread, ddof=1) / math.sqrt(8) + spread
+    assert speedrun.one_sided_test(accuracies, 0.98)[1] == pytest.approx(0.01, abs=2e-4)
+    assert speedrun.one_sided_test(np.array([0.97, 0.975, 0.972]), 0.98)[1] > 0.95  # below the target: no record
+
+
+def test_the_target_epoch_is_the_first_whose_seeds_pass(digits):
+    curves = np.array([[0.90, 0.981, 0.985, 0.990], [0.91, 0.979, 0.986, 0.991], [0.92, 0.983, 0.984, 0.989]])
+    assert speedrun.target_epoch(curves, 0.98, 0.01) == 3  # epoch 2's mean is above 0.98, but not significantly
+    assert speedrun.target_epoch(curves, 0.995, 0.01) is None
+    assert speedrun.first_epoch_at([0.5, 0.98, 0.99], 0.98) == 2 and speedrun.first_epoch_at([0.5], 0.98) is None
+    assert speedrun.seconds_to(10.0, 4, 3) == 7.5 and speedrun.seconds_to(10.0, 4, None) is None
+
+
+def test_one_recipe_trains_one_model_however_it_is_compiled(digits):
+    """Seed 0 of the vmapped evidence, the whole run as one program, one program per epoch and the lesson's loop on
+    host data are the same training: the same curve (the ablation of the programs changes time only)."""
+    curves = speedrun.evidence(SMALL, digits, seeds=2)
+    assert curves.shape == (2, 3) and not np.allclose(curves[0], curves[1])  # two seeds, two models
+    for program in speedrun.PROGRAMS:
+        timed = speedrun.timed_run(dataclasses.replace(SMALL, program=program), digits)
+        assert timed["curve"] == pytest.approx(list(curves[0]), abs=2 / len(digits.y_test)), program
+        assert timed["train_seconds"] > 0 and timed["compile_seconds"] > 0
+    assert curves[0, -1] > 0.8  # it learns
+
+
+def test_every_trick_changes_the_step_it_is_part_of(digits):
+    """Each trick changes one step of training (run eagerly: no program compiled): the loss it takes, the rate it
+    steps at, or the weights it keeps."""
+    plain = dataclasses.replace(SMALL, label_smoothing=0.0, average=0.0, standardize=False, schedule="constant")
+    batch = (digits.x_train[:64], digits.y_train[:64])
+
+    def one_step(recipe: Recipe) -> tuple:
+        program = speedrun.make_program(recipe, digits)
+        state, _key = program["init"](jax.random.key(0))
+        return program["step"](state, batch)
+
+    (params, _opt, kept), loss = one_step(plain)
+    assert jax.tree.all(jax.tree.map(jnp.array_equal, kept, params))  # no average: the last weights are kept
+    for change, differs in (({"label_smoothing": 0.1}, "loss"), ({"standardize": True}, "loss"),
+                            ({"schedule": "warmup-cosine"}, "params"), ({"average": 0.9}, "kept")):
+        (params2, _opt2, kept2), loss2 = one_step(dataclasses.replace(plain, **change))
+        changed = {"loss": loss2 != loss, "params": not jax.tree.all(jax.tree.map(jnp.array_equal, params2, params)),
+                   "kept": not jax.tree.all(jax.tree.map(jnp.array_equal, kept2, params2))}
+        assert changed[differs], change
+    assert speedrun.input_scale(SMALL, digits.x_train) == pytest.approx(
+        (digits.x_train.mean() / 255, (digits.x_train / 255).std()))  # the training images' own, not the test's
+
+
+def test_the_report_holds_every_field_and_its_arithmetic(capsys, tmp_path):
+    assert main(["speedrun", "--dataset", "digits", "--seeds", "3", "--rounds", "2", "--epochs", "4",
+                 "--lesson-epochs", "1", "--batch-size", "64", "--target", "0.85", "--out", str(tmp_path),
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report == json.loads((tmp_path / "speedrun.json").read_text())
+    for field in ("target", "reached", "mean_test_accuracy", "std", "seeds", "p_value", "epochs", "train_seconds",
+                  "seconds_with_compile", "lesson_recipe_train_seconds", "torch_train_seconds"):
+        assert field in report, field
+    seeds = np.array(report["seed_test_accuracy"])
+    assert report["seeds"] == len(seeds) == 3 and report["reached"], out
+    assert report["mean_test_accuracy"] == pytest.approx(seeds.mean())
+    assert report["std"] == pytest.approx(seeds.std(ddof=1))
+    assert (report["t_statistic"], report["p_value"]) == pytest.approx(speedrun.one_sided_test(seeds, 0.85))
+    assert report["p_value"] < 0.01
+    record = report["rows"]["speedrun"]
+    assert report["train_seconds"] == pytest.approx(record["train_seconds_all_epochs"] * report["target_epoch"] / 4)
+    assert report["seconds_with_compile"] == pytest.approx(report["load_seconds"] + record["setup_seconds"]
+                                                           + record["compile_seconds"] + report["train_seconds"])
+    assert report["lesson_recipe_train_seconds"] == report["rows"]["lesson-recipe"]["train_seconds_all_epochs"]
+    assert report["ratio_to_lesson_recipe"] == pytest.approx(report["train_seconds"] / report["lesson_recipe_train_seconds"])
+    for name in ("speedrun", "torch-eager", "lesson-recipe", "lesson-script"):
+        row = report["rows"][name]
+        low, high = row["train_seconds_range"]
+        assert low <= row["train_seconds_all_epochs"] <= high, name
+        expected = None if row["reached_epoch"] is None else row["train_seconds_all_epochs"] * row["reached_epoch"] / row["epochs"]
+        assert row["train_seconds"] == (pytest.approx(expected) if expected else None), name
+    assert report["torch_train_seconds"] == report["rows"]["torch-eager"]["train_seconds"]
+    assert "One model to 85.0%" in out and "x the training time of the lesson's recipe" in out
+
+
+def test_a_recipe_that_cannot_be_is_refused(capsys, tmp_path):
+    assert main(["speedrun", "--dataset", "digits", "--seeds", "1", "--out", str(tmp_path)]) == 2
+    assert "--seeds must be 2 or more" in capsys.readouterr().err
+    assert main(["speedrun", "--dataset", "digits", "--average", "1.5", "--out", str(tmp_path)]) == 2
+    assert "--average and --label-smoothing in [0, 1)" in capsys.readouterr().err
