@@ -126,10 +126,8 @@ def test_init_writes_starters_in_the_language_and_never_overwrites(tmp_path, cap
 def test_the_child_reports_a_loop_that_never_ends_within_the_time_limit(tmp_path):
     exercise = by_number(5)
     path = write(tmp_path, exercise, "while True:\n    pass\n")
-    started = time.monotonic()
-    verdict, = check_in_child([(exercise, path)], "en", timeout=3)
+    verdict, = check_in_child([(exercise, path)], "en", timeout=3)  # without the limit: never returns
     assert verdict.key == "timeout" and "3 s" in verdict.message
-    assert time.monotonic() - started < 3 + 5  # the limit, plus the time to kill and clean up
 
 
 def test_the_child_reports_a_crash_a_syntax_error_and_a_flood_of_prints(tmp_path):
@@ -154,10 +152,10 @@ def test_a_started_program_neither_delays_the_verdict_nor_outlives_it(tmp_path):
     pid_file = tmp_path / "pid"
     text = exercise.reference() + (
         "\nimport subprocess\n"
-        f"_p = subprocess.Popen(['sleep', '20'])\nopen({str(pid_file)!r}, 'w').write(str(_p.pid))\n")
-    started = time.monotonic()
+        f"_p = subprocess.Popen(['sleep', '3600'])\nopen({str(pid_file)!r}, 'w').write(str(_p.pid))\n")
+    # A verdict that waited for the program it started would wait an hour: the suite's time-out would fail it.
     verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=5)
-    assert verdict.passed and time.monotonic() - started < 15  # not the sleep's 20 s
+    assert verdict.passed
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

@@ -437,10 +437,8 @@ def test_a_signal_stops_the_server_cleanly(signum, digits_run, tmp_path):
         browser_like = http.client.HTTPConnection(host, int(port), timeout=60)
         browser_like.request("GET", "/api/metrics")
         assert browser_like.getresponse().read()
-        start = time.monotonic()
         proc.send_signal(signum)
-        code = proc.wait(timeout=60)
-        assert time.monotonic() - start < 10
+        code = proc.wait(timeout=15)  # half the connection's 30 s time-out: a stop that waited for it fails here
         browser_like.close()
         err = proc.stderr.read()
         assert code == 0, err[-3000:]
