@@ -128,7 +128,16 @@ def covered(text: str, language: str, depth: int = 2) -> int:
         if match:
             inner = sum(covered(g, language, depth - 1) for g in match.groups() if len(g) > 8) if depth else 0
             best = max(best, literal + inner)
+    parts = text.split(", ")
+    if depth and len(parts) > 2 and all(own_message(part, language, depth - 1) for part in parts):
+        best = max(best, len(text))  # a list the program joins from its own messages, every item one of them
     return best
+
+
+def own_message(text: str, language: str, depth: int) -> bool:
+    """Whether one of the program's messages accounts for `text`, by the rule a whole line is held to."""
+    size = len(re.sub(r"\s", "", NUMBER.sub("", PATH.sub("", text))))
+    return covered(text, language, depth) >= max(3, COVERAGE * size)
 
 
 def printable(line: str, language: str) -> bool:

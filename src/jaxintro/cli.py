@@ -246,7 +246,7 @@ def _add_bench(sub: Commands) -> None:
 
 def _add_speedrun(sub: Commands) -> None:
     """`jaxintro speedrun` and its flags (a recipe flag replaces that part of the track's recipe)."""
-    p = sub.add_parser("speedrun", help=_("the lesson's MLP to 98% as fast as possible: time to accuracy, with "
+    p = sub.add_parser("speedrun", help=_("the lesson's MLP to 98%% as fast as possible: time to accuracy, with "
                                           "the evidence, side by side with PyTorch and the lesson's recipe"))
     add_data_flags(p)
     p.add_argument("--track", choices=("time", "accuracy"), default="time",
