@@ -12,8 +12,8 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 , := ,
 
-.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-exercises docs \
-	docs-serve
+.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-again \
+	mutation-exercises docs docs-serve
 
 # One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
 STAMP     := $(VENV)/.installed
@@ -60,15 +60,21 @@ test-fast: $(TESTING) browser
 bench: $(BENCHING)
 	$(BIN)/jaxintro bench $(ARGS)
 
-# Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), data.py, runs.py and
-# images.py one change at a time and runs their fast unit tests against each ([tool.mutmut] in pyproject.toml);
-# docs/testing.md has the score and every surviving mutant. The results stay in mutants/ (git-ignored).
-# JAX starts with 4 CPU devices there, so the lesson's data-parallel epoch is checked in the tests' own process.
-# The mutants' processes share one compile cache (mutants/xla-cache) and run each mutant's tests fastest first
-# (tests/conftest.py): 26 to 35 minutes on 2 cores (docs/testing.md).
+# Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), optim.py, data.py,
+# runs.py, images.py, grid.py and record.py one change at a time and runs their fast unit tests against each
+# ([tool.mutmut] in pyproject.toml); docs/testing.md has the score and every surviving mutant. The results stay in
+# mutants/ (git-ignored). JAX starts with the device count `make test` gives it (one CPU device): the N-device check
+# trains its N-device runs in a child process that imports the mutated copy. The mutants' processes share one compile
+# cache (mutants/xla-cache) and run each mutant's tests fastest first (tests/conftest.py); docs/testing.md says how
+# long a run takes. `make mutation-again` goes on where a stopped run left off, and re-runs only the mutants of
+# functions changed since.
 mutation: $(MUTATING)
 	rm -rf mutants
-	JAX_NUM_CPU_DEVICES=4 $(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/python tests/mutation_report.py mutants
+
+mutation-again: $(MUTATING)
+	$(BIN)/mutmut run --max-children 2 || true
 	$(BIN)/python tests/mutation_report.py mutants
 
 # Mutation testing of the exercises' checks (not in CI): every one-token change of each reference solution's

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from jaxintro.config import TrainConfig
-from jaxintro.optim import build_optimizer, build_schedule
+from jaxintro.optim import build_optimizer, build_schedule, with_hyperparams
 
 
 def test_warmup_cosine_rises_then_decays_to_zero():
@@ -43,3 +43,31 @@ def test_adamw_decays_weights_and_adam_does_not():
         tx = build_optimizer(TrainConfig(optimizer=name, lr=0.1, weight_decay=0.5), 10)
         updates, _ = tx.update(zero, tx.init(params), params)
         assert (float(updates["w"][0]) != 0.0) is expect_change, name
+
+
+def test_a_peak_given_as_a_value_scales_the_schedules_shape():
+    config = TrainConfig(schedule="warmup-cosine", warmup_steps=10, lr=1e-3)
+    unit, scaled = build_schedule(config, 100), build_schedule(config, 100, peak=jnp.float32(0.5))
+    for step in (0, 5, 10, 50, 99):
+        assert float(scaled(step)) == pytest.approx(float(unit(step)) * 500, rel=1e-5), step
+    assert float(build_schedule(TrainConfig(lr=2e-3), 100)(37)) == 2e-3  # constant: the rate throughout
+
+
+def test_a_warm_up_longer_than_the_run_still_reaches_the_peak():
+    schedule = build_schedule(TrainConfig(schedule="warmup-cosine", warmup_steps=500, lr=1e-3), total_steps=20)
+    assert float(schedule(19)) == pytest.approx(1e-3)  # the warm-up is cut to the run's last step
+    assert float(schedule(0)) == 0.0 and 0 < float(schedule(10)) < 1e-3
+
+
+def test_a_sweeps_optimizer_carries_each_members_rate_and_decay_in_its_state():
+    params, grads = {"w": jnp.array([2.0])}, {"w": jnp.array([1.0])}
+    tx = build_optimizer(TrainConfig(optimizer="sgd", lr_grid=(0.1, 0.3), lr=0.1), 10)
+    state = tx.init(params)
+    assert float(state.hyperparams["learning_rate"]) == pytest.approx(0.1)
+    updates, _ = tx.update(grads, with_hyperparams(state, 0.3, 0.0), params)
+    np.testing.assert_allclose(updates["w"], [-0.3], rtol=1e-6)  # the member's own rate, not the config's
+    adamw = build_optimizer(TrainConfig(optimizer="adamw", lr_grid=(0.1,), weight_decay_grid=(0.0, 0.5), lr=0.1), 10)
+    state = with_hyperparams(adamw.init(params), 0.1, 0.5)
+    decayed, _ = adamw.update({"w": jnp.array([0.0])}, state, params)
+    plain, _ = adamw.update({"w": jnp.array([0.0])}, with_hyperparams(state, 0.1, 0.0), params)
+    assert float(decayed["w"][0]) == pytest.approx(-0.1 * 0.5 * 2.0) and float(plain["w"][0]) == 0.0

@@ -183,26 +183,3 @@ def test_no_recompilation_after_the_first_epoch(tiny, loop):
     # epoch 2 included (the likeliest recompile: the first call on the outputs of a donated call).
     assert compiles[0] > 0, "the counter saw no compilation at all"
     assert compiles[0] == compiles[1] == compiles[2] == compiles[3], compiles
-
-
-def test_the_data_parallel_epoch_on_several_devices_is_the_one_device_epoch(tiny):
-    # test_parallel.py checks this in processes of their own; here it runs in this one, where mutation
-    # testing can see it, when JAX started with 4 CPU devices (`make mutation` sets JAX_NUM_CPU_DEVICES=4).
-    if jax.device_count() < 4:
-        pytest.skip("needs JAX started with 4 CPU devices (as make mutation does); test_parallel.py checks it")
-
-    def run(devices, parallel):  # SGD: its parameters follow the averaged gradient linearly
-        config = TrainConfig(epochs=2, batch_size=64, devices=devices, parallel=parallel, seed=5, optimizer="sgd",
-                             lr=0.05)
-        result = fit(config, tiny, log=lambda _: None)
-        metrics = {k: np.concatenate([m[k] for m in result.step_metrics]) for k in ("loss", "correct", "grad_norm")}
-        return metrics, [np.asarray(leaf) for leaf in jax.tree.leaves(result.state.params)]
-
-    one_metrics, one_params = run(1, "shard_map")
-    for devices, parallel in [(4, "shard_map"), (2, "shard_map"), (4, "sharding")]:
-        metrics, params = run(devices, parallel)
-        np.testing.assert_array_equal(metrics["correct"], one_metrics["correct"])  # every example, counted once
-        for key in ("loss", "grad_norm"):
-            np.testing.assert_allclose(metrics[key], one_metrics[key], rtol=1e-5, err_msg=f"{devices} {parallel}")
-        for got, want in zip(params, one_params):
-            assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want), (devices, parallel)

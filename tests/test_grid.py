@@ -1,0 +1,192 @@
+"""grid.py and record.py, the rules every command reads a run's members and epochs by: plain numbers, no JAX, so
+each rule is pinned here directly (and mutation-tested fast: `make mutation`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxintro import grid, record
+from jaxintro.config import TrainConfig
+from jaxintro.errors import ConfigError, TrainingDivergedError
+from jaxintro.grid import Member, Setting
+
+SWEEP = TrainConfig(lr_grid=(1e-3, 3e-3), seeds=2, seed=5)
+SWEEP_WD = TrainConfig(lr_grid=(1e-3,), weight_decay_grid=(0.0, 1e-4), seeds=2, optimizer="adamw")
+
+
+def test_the_grid_is_settings_by_learning_rate_then_weight_decay_with_consecutive_seeds():
+    assert grid.member_grid(SWEEP) == [Member(5, 1e-3, SWEEP.weight_decay), Member(6, 1e-3, SWEEP.weight_decay),
+                                       Member(5, 3e-3, SWEEP.weight_decay), Member(6, 3e-3, SWEEP.weight_decay)]
+    assert [(m.lr, m.weight_decay) for m in grid.member_grid(SWEEP_WD)] == [(1e-3, 0.0), (1e-3, 0.0),
+                                                                            (1e-3, 1e-4), (1e-3, 1e-4)]
+    one = TrainConfig(seed=3, lr=2e-3, weight_decay=0.5)
+    assert grid.member_grid(one) == [Member(3, 2e-3, 0.5)]  # one model: the grid of one member
+
+
+def test_mean_and_std_leave_out_what_did_not_train():
+    assert grid.mean_std([0.5, 0.7]) == pytest.approx((0.6, math.sqrt(0.02)))  # ddof=1
+    assert grid.mean_std([0.5, None, math.nan, math.inf, 0.7]) == pytest.approx((0.6, math.sqrt(0.02)))
+    assert grid.mean_std([0.9]) == (0.9, 0.0)
+    mean, std = grid.mean_std([None, math.nan])
+    assert math.isnan(mean) and math.isnan(std)
+    assert all(math.isnan(v) for v in grid.mean_std([]))
+
+
+def test_settings_group_members_in_grid_order_with_nan_for_a_diverged_one():
+    settings = grid.summarize_settings(grid.member_grid(SWEEP), [0.90, 0.92, None, 0.95])
+    first, second = settings
+    assert (first.lr, first.accuracies, first.diverged) == (1e-3, [0.90, 0.92], 0)
+    assert math.isnan(second.accuracies[0]) and second.accuracies[1] == 0.95 and second.diverged == 1
+    assert first.mean == pytest.approx(0.91) and first.std == pytest.approx(math.sqrt(2e-4))
+    assert (second.mean, second.std) == (0.95, 0.0)  # over its one survivor
+
+
+def setting(lr: float, accuracies: list[float]) -> Setting:
+    return Setting(lr, 0.0, accuracies, *grid.mean_std(accuracies))
+
+
+def test_the_best_setting_is_the_highest_mean_among_those_that_lost_no_seed():
+    whole, higher_but_lost_one = setting(1e-3, [0.90, 0.92]), setting(3e-3, [math.nan, 0.99])
+    for order in ([whole, higher_but_lost_one], [higher_but_lost_one, whole]):
+        assert grid.best_setting(order) is whole
+    better = setting(2e-3, [0.95, 0.93])
+    assert grid.best_setting([whole, better, higher_but_lost_one]) is better
+    tie = setting(5e-3, [0.92, 0.90])
+    assert grid.best_setting([whole, tie]) is whole and grid.best_setting([tie, whole]) is tie  # the first listed
+    all_lost = [setting(1e-3, [math.nan, 0.80]), setting(3e-3, [0.85, math.nan]), setting(5e-3, [math.nan, math.nan])]
+    assert grid.best_setting(all_lost) is all_lost[1]  # every setting lost a seed: the best mean of survivors
+    assert grid.best_setting(all_lost[::-1]) is all_lost[1]  # a NaN mean never wins
+
+
+def test_a_rows_headline_is_its_best_settings_mean_and_a_single_runs_own_number():
+    row = {"test_accuracy": 0.5, "members": {"test_accuracy": [0.90, 0.92, None, 0.99]}}
+    assert grid.headline_accuracy(SWEEP, row) == pytest.approx(0.91)  # not 0.99: that setting lost a seed
+    assert grid.headline_accuracy(TrainConfig(seeds=4), row) == 0.5  # several seeds: the row's own mean
+    assert grid.headline_accuracy(SWEEP, {"test_accuracy": 0.7}) == 0.7  # a row without members
+    assert grid.headline_accuracy(SWEEP, {"members": {"test_accuracy": [None] * 4}}) is None
+    assert grid.diverged_in(row) == [2] and grid.diverged_in({"test_accuracy": 0.5}) == []
+    assert [s.lr for s in grid.settings_of(SWEEP, row)] == [1e-3, 3e-3]
+
+
+def test_a_setting_is_named_and_found_as_the_flag_writes_it():
+    settings = grid.summarize_settings(grid.member_grid(SWEEP_WD), [0.9, 0.9, 0.8, 0.8])
+    assert [grid.setting_name(SWEEP_WD, s) for s in settings] == ["lr=0.001,wd=0", "lr=0.001,wd=0.0001"]
+    assert grid.setting_name(SWEEP, setting(3e-3, [0.9])) == "lr=0.003"  # adam: no weight decay to name
+    assert grid.parse_setting("lr=3e-4") == (3e-4, None)
+    assert grid.parse_setting(" lr=3e-4 , wd=1e-4 ") == (3e-4, 1e-4)
+    for bad in ("lr=abc", "lr=1e-3,lr=2e-3", "rate=1e-3", "lr=1e-3,wd=", "lr"):
+        with pytest.raises(ConfigError, match="--setting must read lr=VALUE"):
+            grid.parse_setting(bad)
+    with pytest.raises(ConfigError, match="names no learning rate"):
+        grid.parse_setting("wd=1e-4")
+    assert grid.find_setting(SWEEP_WD, settings, "lr=0.001,wd=1e-4") is settings[1]
+    assert grid.find_setting(SWEEP_WD, settings, "lr=0.0010000001,wd=0") is settings[0]  # the flag's rounding
+    with pytest.raises(ConfigError, match=r"lr=0.001 is not one of this sweep's settings: lr=0.001,wd=0, "
+                                          r"lr=0.001,wd=0.0001"):
+        grid.find_setting(SWEEP_WD, settings, "lr=0.001")  # two match: which one is not said
+    with pytest.raises(ConfigError, match="not one of this sweep's settings"):
+        grid.find_setting(SWEEP_WD, settings, "lr=0.002")
+    grid.refuse_setting_of_no_sweep(SWEEP, "lr=1e-3")
+    grid.refuse_setting_of_no_sweep(TrainConfig(), None)
+    with pytest.raises(ConfigError, match="this run is not a sweep"):
+        grid.refuse_setting_of_no_sweep(TrainConfig(), "lr=1e-3")
+
+
+def test_the_members_a_run_is_used_through():
+    seeds = TrainConfig(seeds=3)
+    assert grid.choose_members(seeds, [0.9, None, 0.8], [1]) == grid.Choice([0, 2], None, [1], 1)
+    chosen = grid.choose_members(SWEEP, [0.90, 0.92, None, 0.99], [2])
+    assert chosen.used == [0, 1] and chosen.setting.lr == 1e-3 and chosen.left_out == 0
+    named = grid.choose_members(SWEEP, [0.90, 0.92, None, 0.99], [2], setting="lr=3e-3")
+    assert named.used == [3] and named.setting.lr == 3e-3 and named.left_out == 1 and named.diverged == [2]
+    with pytest.raises(ConfigError, match="every model of the setting lr=0.003 diverged"):
+        grid.choose_members(SWEEP, [0.90, 0.92, None, None], [2, 3], setting="lr=3e-3")
+    with pytest.raises(ConfigError, match="every member of this run diverged"):
+        grid.choose_members(seeds, [None] * 3, [0, 1, 2])
+    with pytest.raises(ConfigError, match="not a sweep"):
+        grid.choose_members(seeds, [0.9] * 3, [], setting="lr=1e-3")
+
+
+# ---------------------------------------------------------------- record.py
+
+def steps(loss, correct, grad_norm) -> dict[str, np.ndarray]:
+    return {"loss": np.asarray(loss, np.float32), "correct": np.asarray(correct), "grad_norm": np.asarray(grad_norm)}
+
+
+def test_one_models_row_counts_what_its_epoch_trained_and_scored():
+    row = record.one_model_row(3, steps([1.0, 0.5], [6, 8], [2.0, 5.0]), np.int32(45), np.float32(9.0),
+                               learning_rate=1e-3, seconds=1.5, n_test=50, batch_size=10)
+    assert row == record.EpochMetrics(3, 0.75, 14 / 20, 0.9, 9.0 / 50, 1e-3, 1.5, 5.0)
+    assert row.as_row() == {"epoch": 3, "loss": 0.75, "train_accuracy": 0.7, "test_accuracy": 0.9,
+                            "test_loss": pytest.approx(0.18), "learning_rate": 1e-3, "seconds": 1.5,
+                            "max_grad_norm": 5.0}
+    assert row.line(9) == "Epoch  3 | Loss: 0.7500 | Train Acc: 0.7000 | Test Acc: 0.9000 | lr 1.00e-03 | 1.50s"
+    assert row.line(100).startswith("Epoch    3 |")  # one wider than the last epoch's number
+
+
+def members_epoch(diverged: set[int]) -> record.EpochMetrics:
+    metrics = steps([[1.0, 0.5], [2.0, 1.0], [np.nan, np.nan]], [[6, 8], [4, 4], [0, 0]], [[2.0, 5.0], [1.0, 1.0], [9, 9]])
+    return record.members_row(2, metrics, np.array([45, 40, 0, 48]), np.array([9.0, 10.0, np.nan, 8.0]),
+                              learning_rates=[1e-3, 3e-3, 3e-3], seconds=2.0, n_test=50, batch_size=10,
+                              diverged=diverged)
+
+
+def test_a_members_row_holds_each_member_and_their_means_without_the_diverged():
+    row = members_epoch({2})
+    assert row.members["test_accuracy"][:2] == [0.9, 0.8] and math.isnan(row.members["test_accuracy"][2])
+    assert row.members["train_accuracy"][:2] == [0.7, 0.4] and row.members["loss"][:2] == [0.75, 1.5]
+    assert row.members["max_grad_norm"][:2] == [5.0, 1.0] and row.members["test_loss"][:2] == [0.18, 0.2]
+    assert row.members["learning_rate"] == [1e-3, 3e-3, 3e-3]
+    assert (row.loss, row.train_accuracy, row.test_accuracy) == pytest.approx((1.125, 0.55, 0.85))
+    assert (row.test_loss, row.max_grad_norm, row.learning_rate) == pytest.approx((0.19, 3.0, 3e-3))
+    assert row.ensemble_test_accuracy == 48 / 50  # the counts' last row
+    assert row.as_row()["members"]["test_accuracy"][2] is None  # null in the JSON, not NaN
+    line = row.line(9, used=[0, 1], label="best: lr=0.001")
+    assert line == ("Epoch  2 | best: lr=0.001 | Loss: 1.1250 ± 0.5303 | Train Acc: 0.5500 ± 0.2121 | "
+                    "Test Acc: 0.8500 ± 0.0707 | Ensemble: 0.9600 | lr 1.00e-03..3.00e-03 | 2.00s")
+    assert "| lr 3.00e-03 |" in row.line(10, used=[1]) and "Loss: 1.5000 ± 0.0000" in row.line(10, used=[1])
+    everyone_lost = members_epoch({0, 1, 2})
+    assert math.isnan(everyone_lost.test_accuracy) and math.isnan(everyone_lost.loss)
+
+
+def test_a_sweeps_row_is_its_used_members_at_their_rate_with_no_ensemble():
+    row = record.headline_over(members_epoch({2}), [1])
+    assert (row.loss, row.test_accuracy, row.train_accuracy, row.test_loss, row.max_grad_norm) == pytest.approx(
+        (1.5, 0.8, 0.4, 0.2, 1.0))
+    assert row.learning_rate == 3e-3 and row.ensemble_test_accuracy is None
+    np.testing.assert_equal(row.members, members_epoch({2}).members)  # each member's numbers as they were
+
+
+def test_divergence_is_the_first_nan_infinite_or_exploded_loss():
+    assert record.first_divergence(np.array([1.0, 2.0, 1e6])) is None  # the bound itself is finite
+    assert record.first_divergence(np.array([1.0, 1e6 * 1.001, np.nan])) == 1
+    assert record.first_divergence(np.array([1.0, -np.inf])) == 1
+    assert record.first_divergence(np.array([np.nan, 1.0])) == 0
+    assert record.divergence_text(np.array([1.0, np.nan]), 1, 3, 11) == "loss became nan at epoch 3, step 2 of 11"
+    assert record.divergence_text(np.array([1.1e15]), 0, 1, 5) == (
+        "loss reached 1.1e+15 (finite, but exploded) at epoch 1, step 1 of 5")
+
+
+def test_one_model_stops_at_its_first_bad_loss_or_test_loss():
+    record.check_finite({"loss": np.array([1.0, 0.5])}, 0.3, 1, 2)
+    with pytest.raises(TrainingDivergedError, match=r"loss became inf at epoch 4, step 2 of 2; lower --lr"):
+        record.check_finite({"loss": np.array([1.0, np.inf])}, 0.3, 4, 2)
+    with pytest.raises(TrainingDivergedError, match="the test loss became nan after epoch 4"):
+        record.check_finite({"loss": np.array([1.0, 0.5])}, math.nan, 4, 2)
+
+
+def test_members_that_diverge_are_warned_about_once_and_all_of_them_is_an_error():
+    diverged: set[int] = set()
+    losses = {"loss": np.array([[1.0, 0.5], [1.0, np.nan], [1.0, 0.4]])}
+    with pytest.warns(RuntimeWarning, match=r"member 1 diverged: loss became nan at epoch 2, step 2 of 2") as caught:
+        record.check_members_finite(losses, np.array([0.1, 0.2, 0.3]), 2, 2, diverged)
+    assert diverged == {1} and len(caught) == 1
+    with pytest.warns(RuntimeWarning, match="member 2 diverged: the test loss became inf after epoch 3") as caught:
+        record.check_members_finite(losses, np.array([0.1, 0.2, np.inf]), 3, 2, diverged)
+    assert diverged == {1, 2} and len(caught) == 1  # member 1 is not warned about again
+    every = {"loss": np.array([[np.nan, 1.0], [1.0, np.nan], [1.0, 2e6]])}
+    with pytest.raises(TrainingDivergedError, match="loss reached 2e\\+06 .* at epoch 4, step 2 of 2"):
+        record.check_members_finite(every, np.array([0.1, 0.2, 0.3]), 4, 2, {0, 1})  # named by the one new now
