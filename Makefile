@@ -51,16 +51,11 @@ train: $(STAMP)
 # time limit), the other computes. `make test WORKERS=0` runs them all in one process.
 WORKERS ?= 2
 
-# The suite starts some 200 Python processes, and each compiled the modules it imported where PYTHONDONTWRITEBYTECODE
-# is set (this project's machines and CI set it): they keep their compiled modules in .venv/pycache instead, one
-# compile for all of them, nothing written into the checkout.
-PYCACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
-
 test: $(TESTING) browser
-	$(PYCACHE) $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
 
 test-fast: $(TESTING) browser
-	$(PYCACHE) $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
 
 bench: $(BENCHING)
 	$(BIN)/jaxintro bench $(ARGS)
