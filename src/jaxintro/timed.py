@@ -42,9 +42,10 @@ def time_train_process(args: list[str], env: dict[str, str]) -> dict[str, float]
             "test_accuracy": summary["test_accuracy"], "compile_cache": summary["compile_cache"]}
 
 
-def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10, rounds: int = 1) -> list[dict[str, Any]]:
-    """Whole 10-epoch training processes: the lesson's own script, PyTorch, and `jaxintro train` (scan and the
-    lesson's loop, cold and warm compile cache), one after the other, `rounds` times over (alternating runs)."""
+def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10, rounds: int = 1,
+               loops: tuple[str, ...] = ("scan", "python")) -> list[dict[str, Any]]:
+    """Whole 10-epoch training processes: the lesson's own script, PyTorch, and `jaxintro train` (each of `loops`,
+    cold and warm compile cache), one after the other, `rounds` times over (alternating runs)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(rounds):
@@ -59,7 +60,7 @@ def end_to_end(data_args: list[str], plan_path: Path, epochs: int = 10, rounds: 
                         job=job, code=proc.returncode, line=last_line(proc.stderr)))
                 rows.append({"loop": loop, "cache": "-", "round": round_, "wall_seconds": time.perf_counter() - start,
                              "compile_cache": "-", **json.loads(out.read_text())})
-            for loop in ("scan", "python"):
+            for loop in loops:
                 env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"cache-{loop}-{round_}")}  # cold each round
                 for cache in ("cold", "warm"):
                     run_dir = Path(tmp) / f"run-{loop}-{cache}-{round_}"
