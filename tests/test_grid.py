@@ -4,6 +4,7 @@ each rule is pinned here directly (and mutation-tested fast: `make mutation`).""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -121,6 +122,8 @@ def test_the_members_a_run_is_used_through():
                                   "it with a lower --lr")
     with pytest.raises(ConfigError, match="not a sweep"):
         grid.choose_members(seeds, [0.9] * 3, [], setting="lr=1e-3")
+    with pytest.raises(ConfigError, match="lr=9e-3 is not one of this sweep's settings: lr=0.001, lr=0.003"):
+        grid.choose_members(SWEEP, [0.9] * 4, [], setting="lr=9e-3")
 
 
 # ---------------------------------------------------------------- record.py
@@ -163,8 +166,11 @@ def test_a_members_row_holds_each_member_and_their_means_without_the_diverged():
     assert row.line(9, used=[1]) == ("Epoch  2 | Loss: 1.5000 ± 0.0000 | Train Acc: 0.4000 ± 0.0000 | "
                                       "Test Acc: 0.8000 ± 0.0000 | Ensemble: 0.9600 | lr 3.00e-03 | 2.00s")
     assert row.line(9) == row.line(9, used=[0, 1, 2])  # every member by default (mean_std leaves out the NaN)
-    everyone_lost = members_epoch({0, 1, 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mean taken over nothing
+        everyone_lost = members_epoch({0, 1, 2})
     assert math.isnan(everyone_lost.test_accuracy) and math.isnan(everyone_lost.loss)
+    assert "| Loss: nan ± nan | Train Acc: nan ± nan |" in everyone_lost.line(9)
 
 
 def test_a_sweeps_row_is_its_used_members_at_their_rate_with_no_ensemble():
@@ -172,7 +178,8 @@ def test_a_sweeps_row_is_its_used_members_at_their_rate_with_no_ensemble():
     assert (row.loss, row.test_accuracy, row.train_accuracy, row.test_loss, row.max_grad_norm) == pytest.approx(
         (0.75, 0.9, 0.7, 0.18, 5.0))
     assert row.learning_rate == 1e-3 and row.ensemble_test_accuracy is None  # its member's rate, not the highest
-    assert " | Ensemble" not in row.line(9, used=[0])
+    assert row.line(9, used=[0]) == ("Epoch  2 | Loss: 0.7500 ± 0.0000 | Train Acc: 0.7000 ± 0.0000 | "
+                                     "Test Acc: 0.9000 ± 0.0000 | lr 1.00e-03 | 2.00s")  # no ensemble
     np.testing.assert_equal(row.members, members_epoch({2}).members)  # each member's numbers as they were
 
 
@@ -192,8 +199,10 @@ def test_one_model_stops_at_its_first_bad_loss_or_test_loss():
         record.check_finite({"loss": np.array([1.0, np.inf])}, 0.3, 4, 2)
     assert str(diverged.value) == ("loss became inf at epoch 4, step 2 of 2; lower --lr, add --clip-norm 1.0, or use "
                                    "--optimizer adam")
-    with pytest.raises(TrainingDivergedError, match="the test loss became nan after epoch 4"):
+    with pytest.raises(TrainingDivergedError) as diverged:
         record.check_finite({"loss": np.array([1.0, 0.5])}, math.nan, 4, 2)
+    assert str(diverged.value) == ("the test loss became nan after epoch 4: the weights overflow on unseen images; "
+                                   "lower --lr, add --clip-norm 1.0, or use --optimizer adam")
 
 
 def test_members_that_diverge_are_warned_about_once_and_all_of_them_is_an_error():
@@ -212,3 +221,6 @@ def test_members_that_diverge_are_warned_about_once_and_all_of_them_is_an_error(
         record.check_members_finite(every, np.array([0.1, 0.2, 0.3]), 4, 2, {0, 1})  # named by the one new now
     with pytest.raises(TrainingDivergedError, match="loss became nan at epoch 5, step 1 of 2"):
         record.check_members_finite(every, np.array([0.1, 0.2, 0.3]), 5, 2, {0, 1, 2})  # none new: the first
+    finite = {"loss": np.array([[1.0, 0.5], [1.0, 0.4]])}
+    with pytest.raises(TrainingDivergedError, match="the test loss became inf after epoch 6"):
+        record.check_members_finite(finite, np.array([np.inf, np.inf]), 6, 2, set())  # the test loss alone

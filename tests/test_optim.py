@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -57,6 +58,8 @@ def test_a_warm_up_longer_than_the_run_still_reaches_the_peak():
     schedule = build_schedule(TrainConfig(schedule="warmup-cosine", warmup_steps=500, lr=1e-3), total_steps=20)
     assert float(schedule(19)) == pytest.approx(1e-3)  # the warm-up is cut to the run's last step
     assert float(schedule(0)) == 0.0 and 0 < float(schedule(10)) < 1e-3
+    one_step = build_schedule(TrainConfig(schedule="warmup-cosine", warmup_steps=5, lr=1e-3), total_steps=1)
+    assert float(one_step(0)) == pytest.approx(1e-3)  # a run of one step: no warm-up at all, the peak
 
 
 def test_a_sweeps_optimizer_carries_each_members_rate_and_decay_in_its_state():
@@ -71,3 +74,24 @@ def test_a_sweeps_optimizer_carries_each_members_rate_and_decay_in_its_state():
     decayed, _ = adamw.update({"w": jnp.array([0.0])}, state, params)
     plain, _ = adamw.update({"w": jnp.array([0.0])}, with_hyperparams(state, 0.1, 0.0), params)
     assert float(decayed["w"][0]) == pytest.approx(-0.1 * 0.5 * 2.0) and float(plain["w"][0]) == 0.0
+
+
+def test_the_lessons_optimizer_is_optax_adam_itself_state_and_all():
+    params = {"w": jnp.array([1.0, -2.0])}
+    ours, lesson = build_optimizer(TrainConfig(), 100), optax.adam(1e-3)
+    assert jax.tree.structure(ours.init(params)) == jax.tree.structure(lesson.init(params))  # no schedule count
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["one-model", "sweep"])
+def test_a_scheduled_optimizer_warms_up_to_its_own_peak(sweep):
+    params, grads = {"w": jnp.array([2.0])}, {"w": jnp.array([1.0])}
+    config = TrainConfig(optimizer="sgd", lr=0.1, schedule="warmup-cosine", warmup_steps=1,
+                         lr_grid=(0.1, 0.3) if sweep else ())
+    tx = build_optimizer(config, 1000)
+    state = tx.init(params)
+    if sweep:
+        state = with_hyperparams(state, 0.3, 0.0)
+    first, state = tx.update(grads, state, params)
+    second, _ = tx.update(grads, state, params)
+    assert float(first["w"][0]) == 0.0  # the warm-up starts from zero
+    np.testing.assert_allclose(second["w"], [-0.3 if sweep else -0.1], rtol=1e-4)  # the member's own peak
