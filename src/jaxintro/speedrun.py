@@ -29,7 +29,7 @@ from scipy import stats
 from jaxintro.bench import lesson_job, make_plan, torch_mlp
 from jaxintro.config import LESSON_SIZES
 from jaxintro.data import Dataset
-from jaxintro.lesson import correct_count, plan_epoch
+from jaxintro.lesson import correct_count, plan_epoch, scale_images
 from jaxintro.models.mlp import init_params, layer_names, mlp_forward
 
 PROGRAMS = ("run", "epoch", "step")  # the whole run / one program per epoch / the lesson's loop on host data
@@ -90,7 +90,7 @@ def make_program(recipe: Recipe, dataset: Dataset) -> dict[str, Callable]:
     classes = len(dataset.classes)
 
     def features(x_u8: jax.Array) -> jax.Array:
-        return (x_u8.astype(jnp.float32) / 255.0 - shift) / scale
+        return (scale_images(x_u8) - shift) / scale
 
     def loss(params: Any, x_u8: jax.Array, y: jax.Array) -> jax.Array:
         labels = optax.smooth_labels(jax.nn.one_hot(y, classes), recipe.label_smoothing)
