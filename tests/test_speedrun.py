@@ -36,6 +36,9 @@ def test_the_one_sided_test_is_students_t():
     accuracies = 0.98 + 2.998 * np.std(spread, ddof=1) / math.sqrt(8) + spread
     assert speedrun.one_sided_test(accuracies, 0.98)[1] == pytest.approx(0.01, abs=2e-4)
     assert speedrun.one_sided_test(np.array([0.97, 0.975, 0.972]), 0.98)[1] > 0.95  # below the target: no record
+    assert speedrun.one_sided_test(np.array([0.99]), 0.98)[1] == 1.0  # one seed is no evidence
+    assert speedrun.one_sided_test(np.full(3, 0.99, np.float32), 0.98) == (math.inf, 0.0)  # no spread, float32 too
+    assert speedrun.one_sided_test(np.full(5, 0.98, np.float32), np.float32(0.98))[1] == 1.0  # at the target: not above
 
 
 def test_the_target_epoch_is_the_first_whose_seeds_pass(digits):
@@ -118,3 +121,5 @@ def test_a_recipe_that_cannot_be_is_refused(capsys, tmp_path):
     assert "--seeds must be 2 or more" in capsys.readouterr().err
     assert main(["speedrun", "--dataset", "digits", "--average", "1.5", "--out", str(tmp_path)]) == 2
     assert "--average and --label-smoothing in [0, 1)" in capsys.readouterr().err
+    assert main(["speedrun", "--dataset", "digits", "--batch-size", "5000", "--out", str(tmp_path)]) == 2
+    assert "--batch-size 5000 is larger than the 1437 training images" in capsys.readouterr().err

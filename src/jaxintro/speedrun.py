@@ -182,16 +182,18 @@ def _step_by_step(program: dict, recipe: Recipe, dataset: Dataset, carry: tuple,
     """The lesson's loop: one jitted step per batch, each batch sliced from host memory; the first call compiles."""
     step = jax.jit(program["step"])
     evaluate = jax.jit(program["evaluate"])
+    shuffle = jax.jit(plan_epoch, static_argnums=(1, 2))
     state, key = carry
     x, y = dataset.x_train, dataset.y_train
     start = time.perf_counter()
     jax.block_until_ready(step(state, (x[: recipe.batch_size], y[: recipe.batch_size])))  # compile, result unused
     evaluate(state, dataset.x_test, dataset.y_test).block_until_ready()
+    jax.block_until_ready(shuffle(key, len(x), recipe.batch_size))
     compile_seconds = time.perf_counter() - start
     curve = []
     start = time.perf_counter()
     for _ in range(recipe.epochs):
-        key, perm, _ = plan_epoch(key, len(x), recipe.batch_size)
+        key, perm, _ = shuffle(key, len(x), recipe.batch_size)
         for idx in np.asarray(perm):
             state, _loss = step(state, (x[idx], y[idx]))
         curve.append(evaluate(state, dataset.x_test, dataset.y_test))
@@ -213,11 +215,14 @@ def one_sided_test(accuracies: np.ndarray, target: float) -> tuple[float, float]
 
     modded-nanogpt's rule for a record: with n seeds, t = (mean - target) / (std / sqrt(n)), std with n - 1,
     p the upper tail of Student's t with n - 1 degrees of freedom."""
+    accuracies = np.asarray(accuracies, np.float64)  # the evidence arrives float32: no rounding in the spread
     n = len(accuracies)
-    std = float(np.std(accuracies, ddof=1))
-    if n < 2 or std == 0.0:
-        return (math.inf if np.mean(accuracies) > target else -math.inf), (0.0 if np.mean(accuracies) > target else 1.0)
-    t = (float(np.mean(accuracies)) - target) / (std / math.sqrt(n))
+    if n < 2:  # one seed has no spread: it is no evidence either way
+        return math.nan, 1.0
+    mean, std = float(np.mean(accuracies)), float(np.std(accuracies, ddof=1))
+    if np.ptp(accuracies) == 0:  # seeds that agree exactly: certain, on whichever side of the target they are
+        return (math.inf, 0.0) if mean > target else (-math.inf, 1.0)
+    t = (mean - target) / (std / math.sqrt(n))
     return t, float(stats.t.sf(t, n - 1))
 
 
@@ -254,6 +259,9 @@ def torch_run(recipe: Recipe, dataset: Dataset, seed: int = 0) -> dict[str, Any]
     x, y = torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train.astype(np.int64))
     x_test, y_test = torch.from_numpy(dataset.x_test), torch.from_numpy(dataset.y_test.astype(np.int64))
     generator = torch.Generator().manual_seed(seed)
+    kept, trained = list(average.parameters()), list(model.parameters())
+    kept_model = average if recipe.average else model  # without an average, the last weights are the ones scored
+    standardize = (shift, scale) != (0.0, 1.0)
     curve, start = [], time.perf_counter()
     for epoch in range(recipe.epochs):
         perm = torch.randperm(len(x), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
@@ -261,15 +269,14 @@ def torch_run(recipe: Recipe, dataset: Dataset, seed: int = 0) -> dict[str, Any]
             for group in opt.param_groups:
                 group["lr"] = float(rates[epoch * steps + i])
             opt.zero_grad(set_to_none=True)
-            logits = model((x[idx].float() / 255.0 - shift) / scale)
+            inputs = x[idx].float() / 255.0
+            logits = model((inputs - shift) / scale if standardize else inputs)
             torch.nn.functional.cross_entropy(logits, y[idx], label_smoothing=recipe.label_smoothing).backward()
             opt.step()
-            with torch.no_grad():
-                if recipe.average:
-                    torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - recipe.average)
-                else:
-                    torch._foreach_copy_(list(average.parameters()), list(model.parameters()))
+            if recipe.average:
+                with torch.no_grad():
+                    torch._foreach_lerp_(kept, trained, 1.0 - recipe.average)
         with torch.no_grad():
-            predicted = average((x_test.float() / 255.0 - shift) / scale).argmax(1)
+            predicted = kept_model((x_test.float() / 255.0 - shift) / scale).argmax(1)
         curve.append(float((predicted == y_test).float().mean()))
     return {"curve": curve, "train_seconds": time.perf_counter() - start}
