@@ -70,8 +70,7 @@ bench: $(BENCHING)
 # functions changed since.
 mutation: $(MUTATING)
 	rm -rf mutants
-	$(BIN)/mutmut run --max-children 2 || true
-	$(BIN)/python tests/mutation_report.py mutants
+	$(MAKE) mutation-again
 
 mutation-again: $(MUTATING)
 	$(BIN)/mutmut run --max-children 2 || true
@@ -121,7 +120,7 @@ messages: $(TESTING)
 	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous --width=100
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache site
 
 # The documentation site (mkdocs.yml): docs/*.md in English, docs/*.es.md in Spanish, built with --strict into site/
 # (a broken link or anchor stops the build). NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.

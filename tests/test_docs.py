@@ -70,8 +70,9 @@ def agrees(shown: str, printed: str) -> bool:
 
 
 def code_of(path: Path) -> list[str]:
-    """A document's Python blocks as code, their comments left out (`ast.dump`)."""
-    return [ast.dump(ast.parse(block)) for block in python_blocks(path)]
+    """A document's Python blocks as code (`ast.dump`: comments left out) and the values its prints show."""
+    return [ast.dump(ast.parse(block)) + repr([m["shown"].split(":")[0].strip() for line in block.splitlines()
+                                               if (m := SHOWN.match(line))]) for block in python_blocks(path)]
 
 
 def blocks_of_their_own(doc: str) -> bool:

@@ -41,7 +41,7 @@ def test_the_one_sided_test_is_students_t():
     assert speedrun.one_sided_test(np.full(5, 0.98, np.float32), np.float32(0.98))[1] == 1.0  # at the target: not above
 
 
-def test_the_target_epoch_is_the_first_whose_seeds_pass(digits):
+def test_the_target_epoch_is_the_first_whose_seeds_pass():
     curves = np.array([[0.90, 0.981, 0.985, 0.990], [0.91, 0.979, 0.986, 0.991], [0.92, 0.983, 0.984, 0.989]])
     assert speedrun.target_epoch(curves, 0.98, 0.01) == 3  # epoch 2's mean is above 0.98, but not significantly
     assert speedrun.target_epoch(curves, 0.995, 0.01) is None
