@@ -98,6 +98,10 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         monkeypatch.setenv("MPLCONFIGDIR", str(fonts))
         if MUTATION:  # with a size limit JAX locks the folder (filelock) that two mutants' processes share
             jax.config.update("jax_compilation_cache_max_size", 2**33)
+            # and the processes a test starts too: an entry written without the limit has no access-time file,
+            # which a process with the limit fails to read (a warning at every later write, an error where a
+            # test turns warnings into errors)
+            monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**33))
         from jaxintro.runtime import enable_compile_cache
 
         enable_compile_cache(compiled)

@@ -9,6 +9,7 @@ import time
 import zlib
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -180,18 +181,30 @@ def test_bytes_and_a_file_give_identical_inputs(tmp_path):
     np.testing.assert_array_equal(load_image(raw, (28, 28)), load_image(tmp_path / "seven.png", (28, 28)))
 
 
-def test_the_jitted_stage_is_traced_once_per_side(monkeypatch):
+@pytest.mark.parametrize("by_mass", [True, False])
+def test_the_jitted_stage_computes_in_float32_with_x64_on_too(by_mass):
+    canvas = jnp.zeros((112, 112)).at[30:80, 50:58].set(1.0).at[30:36, 40:90].set(0.7)
+    expected = fit_like_mnist(canvas, side=28, box=20, by_mass=by_mass)
+    with jax.enable_x64(True):  # JAX_ENABLE_X64=1: every dtype the stage computes in is written out
+        out = fit_like_mnist(canvas, side=28, box=20, by_mass=by_mass)
+    assert out.dtype == expected.dtype == jnp.float32
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_the_jitted_stage_is_traced_once_per_side(monkeypatch, x64):
     traces = []
     real = images.fit_like_mnist
     monkeypatch.setattr(images, "fit_like_mnist",
                         lambda canvas, **kw: (traces.append(kw["side"]), real(canvas, **kw))[1])
     images._jitted_fit.cache_clear()
     try:
-        images.warm_up((28, 28))  # what a server does before its first request
-        assert traces == [28]  # compiled now, and reused by the images that follow
-        for strokes in (SEVEN, (((140, 50), (140, 230)),), (((60, 60), (220, 220)), ((220, 60), (60, 220)))):
-            load_image(png_bytes(drawing(strokes=strokes)), (28, 28))
-        load_image(png_bytes(drawing(strokes=SEVEN)), (8, 8))
+        with jax.enable_x64(x64):  # with x64 on, a float64 warm-up canvas would compile a program of its own
+            images.warm_up((28, 28))  # what a server does before its first request
+            assert traces == [28]  # compiled now, and reused by the images that follow
+            for strokes in (SEVEN, (((140, 50), (140, 230)),), (((60, 60), (220, 220)), ((220, 60), (60, 220)))):
+                load_image(png_bytes(drawing(strokes=strokes)), (28, 28))
+            load_image(png_bytes(drawing(strokes=SEVEN)), (8, 8))
     finally:
         images._jitted_fit.cache_clear()  # later tests get the real function, compiled afresh
     assert traces == [28, 8]

@@ -47,8 +47,10 @@ def test_accuracy_by_hand():
     assert float(accuracy(logits, jnp.array([1, 0, 0, 1]))) == 0.75
 
 
-def test_scale_images():
-    out = scale_images(jnp.array([[0, 255, 51]], jnp.uint8))
+@pytest.mark.parametrize("x64", [False, True])
+def test_scale_images(x64):
+    with jax.enable_x64(x64):  # JAX_ENABLE_X64=1 makes float64 the default: the lesson still computes in float32
+        out = scale_images(jnp.array([[0, 255, 51]], jnp.uint8))
     assert out.dtype == jnp.float32
     np.testing.assert_allclose(out, [[0.0, 1.0, 0.2]], rtol=1e-6)
 

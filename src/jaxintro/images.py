@@ -168,7 +168,7 @@ def fit_like_mnist(canvas: Float[Array, "c c"], *, side: int, box: int,
                                               method="lanczos3", antialias=True)
         return jnp.clip(frame, 0.0, None)  # Lanczos rings slightly below zero beside strokes
 
-    frame = resample(jnp.zeros(2))
+    frame = resample(jnp.zeros(2, jnp.float32))
     if not by_mass:
         return jnp.where(peak > 0, frame / jnp.maximum(jnp.max(frame), 1e-12), 0.0)
     # MNIST then moved each digit by whole pixels so its centre of mass sits at the frame's centre.

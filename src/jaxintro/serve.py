@@ -266,9 +266,10 @@ class App:
 
 
 # ---------------------------------------------------------------- HTTP (the edge)
+# `make mutation` mutates the answers above, not this protocol layer: tests/test_serve.py drives it over real sockets.
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(http.server.BaseHTTPRequestHandler):  # pragma: no mutate block
     """Routes requests to the `App`; every answer is JSON or one of the page's three files."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: the page's requests reuse one connection
@@ -448,7 +449,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-class Server(http.server.ThreadingHTTPServer):
+class Server(http.server.ThreadingHTTPServer):  # pragma: no mutate block
     """The threaded server; closing it also ends the connections a browser keeps open, then joins their threads."""
 
     daemon_threads = False  # `server_close` joins them: nothing of the server runs while Python shuts down
@@ -515,7 +516,7 @@ class Server(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class Server6(Server):
+class Server6(Server):  # pragma: no mutate block
     """The server on an IPv6 address (--host ::1)."""
 
     address_family = socket.AF_INET6
