@@ -169,8 +169,43 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tu
         return folder, json.loads(done.read_text())
 
 
+# Under `make mutation`, the tests that judge each mutated module: mutmut runs, of these, the ones that call the
+# mutated function. Without this a mutant of the lesson's step would run every training test of the suite (about
+# 200 s when it survives); each module is judged by its own tests, the unit tests of the rules it builds on and
+# (for the lesson's step, the trainer and its layouts) the N-device check.
+_RULES = ("tests/test_train.py", "tests/test_data.py", "tests/test_runs.py", "tests/test_images.py",
+          "tests/test_optim.py", "tests/test_grid.py", "tests/test_reliability.py",
+          "tests/test_parallel.py::test_n_device_steps_equal_the_one_device_step")
+MUTATION_TESTS = {
+    **dict.fromkeys(("lesson", "optim", "data", "runs", "images", "grid", "record"), _RULES),
+    "train": ("tests/test_train.py", "tests/test_parallel.py"),
+    "layout": ("tests/test_train.py", "tests/test_parallel.py"),
+    "parallel": ("tests/test_parallel.py",),
+    "members": ("tests/test_ensemble.py::test_member_k_is_the_run_with_seed_k",
+                "tests/test_ensemble.py::test_a_sweep_member_is_the_run_with_its_learning_rate",
+                "tests/test_ensemble.py::test_a_sweep_compiles_its_epoch_once",
+                "tests/test_members_use.py::test_the_ensemble_leaves_a_nan_member_out_of_values_and_gradients",
+                "tests/test_members_use.py::test_a_member_whose_loss_explodes_finite_is_diverged_as_a_nan_member_is"),
+    "checkpoint": ("tests/test_checkpoint.py",),
+    "faults": ("tests/test_faults.py",),
+    "evaluate": ("tests/test_evaluate.py",),
+    "serve": ("tests/test_serve.py",),
+}
+
+
+def mutated_module() -> str | None:
+    """The module of the mutant this process tests (`jaxintro.train.x_fit__mutmut_3` -> "train"), if any."""
+    name = os.environ.get("MUTANT_UNDER_TEST", "")
+    return name.split(".")[1] if name.startswith("jaxintro.") else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `make mutation`, a mutant's tests run fastest first: mutmut stops at the first one that fails."""
+    """Under `make mutation`, a mutant runs its module's tests only (`MUTATION_TESTS`), fastest first: mutmut
+    stops at the first one that fails. None left is mutmut's "no tests": a survivor, never a kill."""
+    module = mutated_module()
+    if module is not None:
+        judges = MUTATION_TESTS[module]
+        items[:] = [item for item in items if item.nodeid.startswith(judges)]
     stats = Path("mutmut-stats.json")  # each test's time, measured by mutmut before it mutates anything
     if MUTATION and stats.is_file():
         seconds = json.loads(stats.read_text())["duration_by_test"]

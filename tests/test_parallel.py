@@ -16,8 +16,10 @@ import pytest
 
 import jaxintro
 from conftest import once_per_run, synthetic_dataset
+from jaxintro import parallel
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
+from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.train import fit
 
 # Runs in a fresh interpreter: the CPU device count must be set before JAX starts. It imports the jaxintro the
@@ -111,3 +113,189 @@ def test_bad_parallel_flags_are_one_line_errors(flags, message, capsys, tmp_path
     assert main(["train", "--dataset", "digits", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- joining a cluster, in this process
+# test_cluster.py starts real multi-process runs; these pin each rule of joining one, with JAX's side faked.
+
+LAUNCHERS = {
+    "mpi": {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000", "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_RANK": "3"},
+    "slurm": {"SLURM_JOB_ID": "77", "SLURM_STEP_NODELIST": "node[1-3]", "SLURM_NTASKS": "3", "SLURM_PROCID": "2",
+              "SLURM_LOCALID": "0"},
+    "kubernetes": {"JOB_COMPLETION_INDEX": "1", "JAX_COORDINATOR_ADDRESS": "train-0.train:1234",
+                   "JAX_NUM_PROCESSES": "5"},
+}
+NO_LAUNCHER = ("--coordinator auto found no SLURM step (run it under srun), Open MPI job (mpirun) or Kubernetes "
+               "indexed Job (JOB_COMPLETION_INDEX, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES) in the environment; "
+               "or pass --coordinator HOST:PORT --num-processes N --process-id I (see docs/parallel.md)")
+
+
+@pytest.fixture
+def launcher_env(monkeypatch):
+    """Set the named launchers' variables, with none of any launcher inherited from the machine."""
+    for variables in LAUNCHERS.values():
+        for name in variables:
+            monkeypatch.delenv(name, raising=False)
+
+    def set_env(*names: str, drop: str | None = None) -> None:
+        for name in names:
+            for variable, value in LAUNCHERS[name].items():
+                if variable != drop:
+                    monkeypatch.setenv(variable, value)
+
+    return set_env
+
+
+@pytest.mark.parametrize("launchers, expected", [
+    (("mpi",), ("auto", 4, 3)),
+    (("slurm",), ("auto", 3, 2)),
+    (("kubernetes",), ("train-0.train:1234", 5, 1)),
+    (("mpi", "slurm", "kubernetes"), ("auto", 4, 3)),  # JAX's own order: Open MPI, then SLURM
+    (("slurm", "kubernetes"), ("auto", 3, 2)),
+])
+def test_a_launchers_variables_give_the_cluster(launcher_env, launchers, expected):
+    launcher_env(*launchers)
+    assert parallel.detect_cluster() == expected
+
+
+@pytest.mark.parametrize("launcher, dropped", [(name, variable) for name, variables in LAUNCHERS.items()
+                                               for variable in variables if variable not in ("OMPI_COMM_WORLD_SIZE",
+                                                                                             "OMPI_COMM_WORLD_RANK")])
+def test_a_launcher_missing_one_variable_is_no_launcher(launcher_env, launcher, dropped):
+    launcher_env(launcher, drop=dropped)
+    with pytest.raises(ConfigError) as err:
+        parallel.detect_cluster()
+    assert str(err.value) == NO_LAUNCHER
+
+
+class Exited(Exception):
+    """What the faked `os._exit` raises: the watchdog's exit, seen by the test."""
+
+
+@pytest.mark.parametrize("num_processes, process_id, missing", [
+    (2, 0, "process 1"),
+    (2, 1, "process 0, the coordinator at 10.0.0.1:1234,"),
+    (3, 0, "at least one of the other 2 processes"),
+    (3, 2, "at least one of the other 2 processes"),  # the coordinator cannot say who is missing
+])
+def test_the_watchdog_names_who_did_not_join_then_exits(monkeypatch, capsys, num_processes, process_id, missing):
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(parallel.os, "_exit", exit_)
+    given_up = []
+    with pytest.raises(Exited) as exited:
+        parallel._give_up_joining("10.0.0.1:1234", num_processes, process_id, 7, lambda: given_up.append(True))
+    assert exited.value.args == (parallel.EXIT_NOT_JOINED,) and given_up == [True]
+    assert capsys.readouterr().err == (
+        f"jaxintro train: error: {missing} did not join the {num_processes}-process run at 10.0.0.1:1234 within "
+        "7s (JAXINTRO_DISTRIBUTED_TIMEOUT); start it with the same --coordinator and --num-processes and its own "
+        "--process-id\n")
+
+
+def test_the_watchdog_exits_even_when_its_last_words_fail(monkeypatch, capsys):
+    def exit_(code):
+        raise Exited(code)
+
+    def on_give_up():
+        raise OSError("the run folder is gone")
+
+    monkeypatch.setattr(parallel.os, "_exit", exit_)
+    with pytest.raises(Exited):
+        parallel._give_up_joining("10.0.0.1:1234", 2, 0, 7, on_give_up)
+
+
+class Watchdog:
+    """A stand-in for `threading.Timer` that records what it was given and never fires."""
+
+    made: list[Watchdog] = []
+
+    def __init__(self, interval, function, args):
+        self.interval, self.function, self.args = interval, function, args
+        self.daemon, self.started, self.cancelled = False, False, False
+        Watchdog.made.append(self)
+
+    def start(self):
+        self.started = True
+
+    def cancel(self):
+        self.cancelled = True
+
+
+@pytest.fixture
+def faked_join(monkeypatch):
+    """`initialize_distributed` with JAX's joining, config and the watchdog's timer recorded instead of done."""
+    joined, updated = [], []
+    Watchdog.made = []
+    monkeypatch.setattr(parallel.threading, "Timer", Watchdog)
+    monkeypatch.setattr(jax.config, "update", lambda name, value: updated.append((name, value)))
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+    return joined, updated
+
+
+@pytest.mark.parametrize("timeout, heartbeat", [(7, 10), (40, 20)])
+def test_joining_bounds_every_wait_by_the_same_timeout(faked_join, monkeypatch, capsys, timeout, heartbeat):
+    joined, updated = faked_join
+    monkeypatch.setenv("JAXINTRO_DISTRIBUTED_TIMEOUT", str(timeout))
+    on_give_up = lambda: None  # noqa: E731
+    parallel.initialize_distributed("10.0.0.1:1234", 2, 1, on_give_up)
+    assert capsys.readouterr().err == f"Process 1 of 2: waiting up to {timeout}s for the others at 10.0.0.1:1234 ...\n"
+    assert os.environ["XLA_FLAGS"] == f"--xla_cpu_use_thunk_runtime=true --xla_cpu_collective_timeout_seconds={timeout}"
+    assert updated == [("jax_cpu_collectives_implementation", "gloo")]
+    assert joined == [dict(coordinator_address="10.0.0.1:1234", num_processes=2, process_id=1,
+                           cluster_detection_method="deactivate", initialization_timeout=timeout + 10,
+                           heartbeat_timeout_seconds=heartbeat, shutdown_timeout_seconds=timeout)]
+    [watchdog] = Watchdog.made
+    assert (watchdog.interval, watchdog.function, watchdog.args) == (
+        timeout, parallel._give_up_joining, ("10.0.0.1:1234", 2, 1, timeout, on_give_up))
+    assert watchdog.daemon and watchdog.started and watchdog.cancelled
+
+
+def test_joining_auto_leaves_the_address_to_jax(faked_join, monkeypatch):
+    joined, _updated = faked_join
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.delenv("JAXINTRO_DISTRIBUTED_TIMEOUT", raising=False)
+    parallel.initialize_distributed("auto", 3, 0)
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_collective_timeout_seconds=60"
+    assert joined == [dict(initialization_timeout=70, heartbeat_timeout_seconds=30, shutdown_timeout_seconds=60)]
+
+
+def test_a_failed_join_is_one_error_naming_the_run_and_the_cause(faked_join, monkeypatch):
+    def refuse(**_kwargs):
+        raise RuntimeError("DEADLINE_EXCEEDED: " + "x" * 300 + "\nthe stack, line by line")
+
+    monkeypatch.setattr(jax.distributed, "initialize", refuse)
+    monkeypatch.setenv("JAXINTRO_DISTRIBUTED_TIMEOUT", "7")
+    with pytest.raises(JaxintroError) as err:
+        parallel.initialize_distributed("10.0.0.1:1234", 2, 1)
+    cause = ("DEADLINE_EXCEEDED: " + "x" * 300)[:200]
+    assert str(err.value) == (
+        f"could not join the 2-process run at 10.0.0.1:1234 within 7s (RuntimeError: {cause}); check that every "
+        "process was started with the same --coordinator and --num-processes and a distinct --process-id")
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # one line, not JAX's chain
+    assert Watchdog.made[0].cancelled
+
+
+def test_one_process_that_sees_its_folder_passes_and_leaves_nothing(tmp_path):
+    parallel.check_cluster(tmp_path, "--run-dir", 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_processes_that_disagree_on_their_count_are_refused(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        parallel.check_cluster(tmp_path, "--run-dir", 2)
+    assert str(err.value) == ("the processes disagree on --num-processes (process 0: 2); the run has 1 processes: "
+                              "start every process with the same --num-processes")
+
+
+def test_a_folder_the_processes_do_not_share_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(jax, "process_index", lambda: 1)  # process 0's token is written on another host
+    monkeypatch.setattr(parallel, "SHARED_FOLDER_WAIT_S", 0.2)
+    with pytest.raises(ConfigError) as err:
+        parallel.check_cluster(tmp_path, "--checkpoint-dir", 1)
+    assert str(err.value) == (
+        f"--checkpoint-dir {tmp_path} is not one folder that every process sees: process(es) 0 do not see the file "
+        "process 0 wrote into it; give every process the same --checkpoint-dir on a filesystem they share (NFS or "
+        "a cluster filesystem), since checkpoints are written together into one folder")
