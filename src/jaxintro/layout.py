@@ -67,6 +67,19 @@ def laid_out(step: Callable, sharding: NamedSharding) -> Callable:
     return step_on_sharded_batch
 
 
+def split_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation, mesh: Any) -> Callable:
+    """The epoch with every batch split over `mesh`'s devices (`shard_map` with `pmean`, or sharded `jit`), compiled,
+    parameters and optimizer state donated."""
+    common = dict(batch_size=config.batch_size, use_dropout=config.use_dropout)
+    if config.parallel == "sharding":
+        step = laid_out(bound_step(model, tx), NamedSharding(mesh, P(AXIS)))
+        return jax.jit(functools.partial(train_epoch, step=step, **common), donate_argnums=(0, 1))
+    epoch = functools.partial(data_parallel_epoch, step=bound_step(model, tx, AXIS), **common)
+    replicated = P()
+    sharded = jax.shard_map(epoch, mesh=mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
+    return jax.jit(sharded, donate_argnums=(0, 1))
+
+
 class OneModel:
     """One model: every device of the `data` mesh holds the parameters and the data, and splits each batch."""
 
@@ -88,17 +101,9 @@ class OneModel:
         or sharded `jit`): inside `shard_map` the `pmean` over one device would still compile to an
         all-reduce that XLA keeps (replica_groups={{0}}), a collective with nothing to collect.
         """
-        config = self.config
         if self.mesh.size == 1:
-            return jax.jit(bound_epoch(config, self.model, self.tx), donate_argnums=(0, 1))
-        common = dict(batch_size=config.batch_size, use_dropout=config.use_dropout)
-        if config.parallel == "sharding":
-            step = laid_out(bound_step(self.model, self.tx), NamedSharding(self.mesh, P(AXIS)))
-            return jax.jit(functools.partial(train_epoch, step=step, **common), donate_argnums=(0, 1))
-        epoch = functools.partial(data_parallel_epoch, step=bound_step(self.model, self.tx, AXIS), **common)
-        replicated = P()
-        sharded = jax.shard_map(epoch, mesh=self.mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
-        return jax.jit(sharded, donate_argnums=(0, 1))
+            return jax.jit(bound_epoch(self.config, self.model, self.tx), donate_argnums=(0, 1))
+        return split_epoch(self.config, self.model, self.tx, self.mesh)
 
     def place(self, state: Any, dataset: Any) -> tuple[Any, tuple, tuple]:
         """Every device of the mesh holds the parameters and the data, as uint8 (the step scales each batch).
