@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import shlex
@@ -20,8 +21,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -352,3 +356,52 @@ def test_a_half_written_step_is_removed_once_a_later_save_succeeds(tiny, tmp_pat
     saver.save(state._replace(epoch=1), config, [{"epoch": 1}])
     saver.close()
     assert committed(tmp_path) == [1] and not partial.exists()
+
+
+# ---------------------------------------------------------------- what errors.log keeps, in this process
+
+
+@pytest.fixture
+def kept(monkeypatch) -> list[str]:
+    """The records errors.log would hold, empty at the start and put back after the test."""
+    records: list[str] = []
+    monkeypatch.setattr(faults, "_records", records)
+    return records
+
+
+def test_library_records_are_kept_formatted_up_to_the_limit(kept, monkeypatch):
+    monkeypatch.setattr(faults, "MAX_RECORDS", 2)
+    handler = faults._Keeper()  # noqa: SLF001 (what capture_library_logs installs on absl's and asyncio's loggers)
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+    for n in range(3):
+        handler.emit(logging.LogRecord("absl", logging.ERROR, __file__, 1, "write %d failed", (n,), None))
+    assert kept == ["ERROR:absl:write 0 failed", "ERROR:absl:write 1 failed"]
+
+
+def unraisable(message: str) -> SimpleNamespace:
+    """What Python hands `sys.unraisablehook`: an exception nothing could raise, with its traceback."""
+    try:
+        raise OSError(message)
+    except OSError as exc:
+        return SimpleNamespace(exc_type=OSError, exc_value=exc, exc_traceback=exc.__traceback__, object=None)
+
+
+def test_an_exception_from_a_library_thread_is_kept_with_its_traceback(kept, monkeypatch):
+    shown = []
+    monkeypatch.setattr(sys, "__unraisablehook__", shown.append)
+    error = unraisable("TensorStore: the folder is gone")
+    thread = threading.Thread(target=faults._keep_unraisable, args=(error,))  # noqa: SLF001
+    thread.start()
+    thread.join(timeout=10)
+    assert shown == [] and kept == ["".join(traceback.format_exception(OSError, error.exc_value,
+                                                                        error.exc_value.__traceback__))]
+    assert kept[0].startswith("Traceback (most recent call last):") and kept[0].endswith(
+        "OSError: TensorStore: the folder is gone\n")
+
+
+def test_an_exception_nothing_could_raise_in_the_main_thread_is_shown_as_python_shows_it(kept, monkeypatch):
+    shown = []
+    monkeypatch.setattr(sys, "__unraisablehook__", shown.append)
+    error = unraisable("not a library thread's")
+    faults._keep_unraisable(error)  # noqa: SLF001
+    assert shown == [error] and kept == []
