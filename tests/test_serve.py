@@ -28,6 +28,7 @@ import pytest
 from jaxintro import api, runs, serve
 from jaxintro.cli import main
 from jaxintro.data import load_dataset
+from jaxintro.errors import DataError
 from jaxintro.evaluate import load_run, predict_proba
 from jaxintro.grads import per_example_grad_norms_vmap
 from jaxintro.images import load_image
@@ -867,3 +868,20 @@ def test_an_exploded_runs_infinite_norms_are_null_not_a_500(digits_app):
     with running(app) as address:
         status, _, answer = call(address, "GET", "/api/mistakes?limit=3")
     assert status == 200 and {(item["grad_norm"], item["confidence"]) for item in answer["items"]} == {(None, None)}
+
+
+def test_a_run_whose_test_set_is_not_at_hand_serves_an_empty_mistakes_panel_that_says_why(digits_run, monkeypatch):
+    def missing(name, data_dir, download):
+        raise DataError(f"{name}: no copy in {data_dir}")
+
+    monkeypatch.setattr(serve, "load_dataset", missing)
+    app = serve.load_app(digits_run, data_dir="elsewhere")
+    reason = "the test set of digits is not at hand (digits: no copy in elsewhere); pass --data-dir"
+    for sort in serve.MISTAKE_ORDERS:
+        assert app.mistakes_page(0, 10, sort) == {
+            "total": 0, "test_images": 0, "offset": 0, "limit": 10, "sort": sort,
+            "checkpoint_epoch": app.run.epoch, "reason": reason, "items": []}
+    # The same arrays as find_mistakes gives for a run that makes none, so every order sorts them alike.
+    m = app.mistakes
+    assert [a.dtype for a in m[:6]] == [np.int64, np.int64, np.int64, np.float64, np.float64, np.uint8]
+    assert [a.shape for a in m[:6]] == [(0,)] * 5 + [(0, 0)]
