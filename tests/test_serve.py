@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from babel.messages.pofile import read_po
 
 from jaxintro import api, runs, serve
 from jaxintro.cli import main
@@ -31,6 +32,7 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import DataError
 from jaxintro.evaluate import load_run, predict_proba
 from jaxintro.grads import per_example_grad_norms_vmap
+from jaxintro.i18n import set_language
 from jaxintro.images import load_image
 from jaxintro.lesson import scale_images
 from test_images import EPS, SEVEN, bomb_png, drawing, image_bytes, png_bytes
@@ -885,3 +887,22 @@ def test_a_run_whose_test_set_is_not_at_hand_serves_an_empty_mistakes_panel_that
     m = app.mistakes
     assert [a.dtype for a in m[:6]] == [np.int64, np.int64, np.int64, np.float64, np.float64, np.uint8]
     assert [a.shape for a in m[:6]] == [(0,)] * 5 + [(0, 0)]
+
+
+def test_the_page_shows_every_string_it_is_given_each_translated(monkeypatch):
+    web = Path(serve.__file__).parent / "web"
+    shown = set(re.findall(r'data-i18n="(\w+)"', (web / "index.html").read_text())) | set(
+        re.findall(r"\btext\.(\w+)", (web / "app.js").read_text()))
+    english = serve.page_strings()
+    assert set(english) == shown  # no label the page lacks, none it never shows
+    catalog = Path(serve.__file__).parent / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
+    with catalog.open("rb") as po:
+        spanish = {message.id: message.string for message in read_po(po) if message.id}
+    set_language("es")
+    try:
+        translated = serve.page_strings()
+    finally:
+        set_language()
+    for key, text in english.items():
+        assert spanish.get(text), f"{key}: {text!r} is not in the Spanish catalog"
+        assert translated[key] == spanish[text], key

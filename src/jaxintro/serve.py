@@ -121,7 +121,6 @@ def page_strings() -> dict[str, str]:
         "of": _("of"),
         "no_mistakes": _("No mistakes to show."),
         "loading": _("loading…"),
-        "draw_first": _("Draw something first."),
         "error": _("Error"),
     }
 
