@@ -175,7 +175,7 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tu
 # (for the lesson's step, the trainer and its layouts) the N-device check.
 _RULES = ("tests/test_train.py", "tests/test_data.py", "tests/test_runs.py", "tests/test_images.py",
           "tests/test_optim.py", "tests/test_grid.py", "tests/test_reliability.py",
-          "tests/test_parallel.py::test_n_device_steps_equal_the_one_device_step")
+          "tests/test_parallel.py::test_split_steps_on_n_devices_equal_the_one_device_step")
 MUTATION_TESTS = {
     **dict.fromkeys(("lesson", "optim", "data", "runs", "images", "grid", "record"), _RULES),
     "train": ("tests/test_train.py", "tests/test_parallel.py"),

@@ -405,3 +405,23 @@ def test_an_exception_nothing_could_raise_in_the_main_thread_is_shown_as_python_
     error = unraisable("not a library thread's")
     faults._keep_unraisable(error)  # noqa: SLF001
     assert shown == [error] and kept == []
+
+
+def test_library_logs_and_thread_exceptions_go_to_the_kept_records(kept, monkeypatch):
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back after the test
+    loggers = {name: logging.getLogger(name) for name in ("absl", "asyncio")}
+    for logger in loggers.values():  # as they were, put back after the test
+        monkeypatch.setattr(logger, "handlers", [])
+        monkeypatch.setattr(logger, "propagate", True)
+        monkeypatch.setattr(logger, "level", logging.NOTSET)
+    faults.capture_library_logs()
+    faults.capture_library_logs()  # a second run in the same process adds no second handler
+    assert sys.unraisablehook is faults._keep_unraisable  # noqa: SLF001
+    assert loggers["absl"].level == logging.ERROR and loggers["asyncio"].level == logging.NOTSET
+    for logger in loggers.values():
+        assert len(logger.handlers) == 1 and isinstance(logger.handlers[0], faults._Keeper)  # noqa: SLF001
+        assert not logger.propagate  # nothing printed under the one line that says what failed
+    loggers["absl"].warning("saved step 3")  # Orbax's chatter: below ERROR, not kept
+    loggers["absl"].error("write of step 3 failed")
+    loggers["asyncio"].error("Task exception was never retrieved")
+    assert kept == ["ERROR:absl:write of step 3 failed", "ERROR:asyncio:Task exception was never retrieved"]

@@ -69,7 +69,7 @@ def n_device_runs(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("optimizer, first_rtol, rtol, compare_params", CASES, ids=[case[0] for case in CASES])
-def test_n_device_steps_equal_the_one_device_step(n_device_runs, optimizer, first_rtol, rtol, compare_params):
+def test_split_steps_on_n_devices_equal_the_one_device_step(n_device_runs, optimizer, first_rtol, rtol, compare_params):
     """The averaged gradient is the same to 1e-5 at the first step. Parameters are compared under SGD: Adam's first
     step is lr * g / |g|, which turns a 1e-9 difference in a near-zero gradient into a sign flip.
 
