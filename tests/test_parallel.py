@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -307,3 +310,117 @@ def test_a_folder_the_processes_do_not_share_is_refused(tmp_path, monkeypatch):
         f"--checkpoint-dir {tmp_path} is not one folder that every process sees: process(es) 0 do not see the file "
         "process 0 wrote into it; give every process the same --checkpoint-dir on a filesystem they share (NFS or "
         "a cluster filesystem), since checkpoints are written together into one folder")
+
+
+def test_a_cluster_of_three_is_told_who_disagrees_and_who_is_blind(tmp_path, monkeypatch):
+    from jax.experimental import multihost_utils
+
+    gathered = iter([np.asarray([3, 2, 3], np.int32), np.asarray([3, 3, 3], np.int32), np.asarray([1, 0, 0])])
+    monkeypatch.setattr(jax, "process_count", lambda: 3)
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda _value: next(gathered))
+    monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", lambda value: value)
+    monkeypatch.setattr(parallel, "SHARED_FOLDER_WAIT_S", 0.2)
+    with pytest.raises(ConfigError) as err:
+        parallel.check_cluster(tmp_path, "--run-dir", 3)
+    assert str(err.value) == ("the processes disagree on --num-processes (process 0: 3, process 1: 2, process 2: 3); "
+                              "the run has 3 processes: start every process with the same --num-processes")
+    with pytest.raises(ConfigError) as err:
+        parallel.check_cluster(tmp_path, "--run-dir", 3)
+    assert "process(es) 1, 2 do not see the file process 0 wrote into it" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # process 0 took its token back
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port of 127.0.0.2 taken by a listening socket (on Linux every 127.x address is this machine's)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.2", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+@pytest.mark.parametrize("coordinator, num_processes, process_id, error", [
+    ("127.0.0.1:1234", 2, 2, "--process-id must be in 0..1; got 2"),
+    ("127.0.0.1:1234", 2, -1, "--process-id must be in 0..1; got -1"),
+    ("127.0.0.1:1234", 0, 0, "--process-id must be in 0..-1; got 0"),
+    ("auto", 1, 0, None),
+    ("auto", 4, 3, None),
+    ("nohost", 2, 1, "--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got 'nohost'"),
+    (":1234", 2, 1, "--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got ':1234'"),
+    ("host:x1", 2, 1, "--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got 'host:x1'"),
+    ("host:0", 2, 1, "--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got 'host:0'"),
+    ("host:65536", 2, 1, "--coordinator must be HOST:PORT, e.g. 127.0.0.1:12355; got 'host:65536'"),
+    ("host:1", 2, 1, None),
+    ("host:65535", 2, 1, None),
+    ("fd00::a:1234", 2, 1, None),  # the port is what follows the last colon
+])
+def test_a_coordinator_address_and_process_id_are_checked(coordinator, num_processes, process_id, error):
+    if error is None:
+        parallel.check_coordinator(coordinator, num_processes, process_id)
+        return
+    with pytest.raises(ConfigError) as err:
+        parallel.check_coordinator(coordinator, num_processes, process_id)
+    assert str(err.value) == error
+
+
+def test_process_0_refuses_a_port_taken_where_it_listens(busy_port):
+    with pytest.raises(ConfigError) as err:
+        parallel.check_coordinator(f"127.0.0.2:{busy_port}", 2, 0)
+    assert str(err.value) == f"--coordinator port {busy_port} is already in use on 127.0.0.2; choose another port"
+    parallel.check_coordinator(f"127.0.0.2:{busy_port}", 2, 1)  # only process 0 listens there
+    parallel.check_coordinator(f"127.0.0.1:{busy_port}", 2, 0)  # another address of this machine: free
+    with pytest.raises(ConfigError):
+        parallel.check_coordinator(f"0.0.0.0:{busy_port}", 2, 0)  # every address: this one too
+
+
+def test_process_0_listening_on_every_address_takes_a_free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    parallel.check_coordinator(f"0.0.0.0:{free}", 2, 0)
+
+
+@pytest.mark.parametrize("host, local", [("localhost", True), ("0.0.0.0", True), ("", True), ("127.0.0.1", True),
+                                         ("127.1.2.3", True), ("10.0.0.1", False), ("train-0", False)])
+def test_which_coordinator_hosts_are_this_machine(host, local):
+    assert parallel._is_local(host) is local
+
+
+@pytest.mark.parametrize("value, seconds", [(None, 60), ("1", 1), ("600", 600), ("0", None), ("-5", None),
+                                            ("1.5", None), ("abc", None), ("", None)])
+def test_the_distributed_timeout_is_whole_seconds_of_at_least_one(monkeypatch, value, seconds):
+    if value is None:
+        monkeypatch.delenv("JAXINTRO_DISTRIBUTED_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("JAXINTRO_DISTRIBUTED_TIMEOUT", value)
+    if seconds is not None:
+        assert parallel.distributed_timeout() == seconds
+        return
+    with pytest.raises(ConfigError) as err:
+        parallel.distributed_timeout()
+    assert str(err.value) == f"JAXINTRO_DISTRIBUTED_TIMEOUT must be a whole number of seconds >= 1; got {value!r}"
+
+
+def test_the_lines_said_before_waiting_and_before_exiting_are_flushed(faked_join, monkeypatch):
+    # os._exit skips Python's buffers, and joining blocks in C++: both lines must be out before either.
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8"))  # buffered, as a pipe's is
+    monkeypatch.setattr(parallel.os, "_exit", lambda code: None)
+    parallel.initialize_distributed("10.0.0.1:1234", 2, 1)
+    assert raw.getvalue().decode().endswith("waiting up to 60s for the others at 10.0.0.1:1234 ...\n")
+    parallel._give_up_joining("10.0.0.1:1234", 2, 1, 60, lambda: None)
+    assert raw.getvalue().decode().endswith("and its own --process-id\n")
+
+
+def test_a_token_that_shows_late_on_a_network_filesystem_is_waited_for(tmp_path, monkeypatch):
+    from jax.experimental import multihost_utils
+
+    monkeypatch.setattr(jax, "process_index", lambda: 1)  # process 0 writes the token from another host
+    monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", lambda _nonce: np.int64(12345))
+    late = threading.Timer(0.3, (tmp_path / ".shared-check-12345").write_text, ("written by process 0\n",))
+    late.start()
+    try:
+        parallel.check_cluster(tmp_path, "--run-dir", 1)  # waits up to SHARED_FOLDER_WAIT_S for it
+    finally:
+        late.cancel()
+        late.join(timeout=10)
