@@ -10,6 +10,7 @@ removed; RLIMIT_AS), the fault seam `JAXINTRO_FAIL_WRITE=N:ERRNO` for the others
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import json
@@ -425,3 +426,413 @@ def test_library_logs_and_thread_exceptions_go_to_the_kept_records(kept, monkeyp
     loggers["absl"].error("write of step 3 failed")
     loggers["asyncio"].error("Task exception was never retrieved")
     assert kept == ["ERROR:absl:write of step 3 failed", "ERROR:asyncio:Task exception was never retrieved"]
+
+
+# ---------------------------------------------------------------- each function of faults.py, in this process
+# The fault matrix above runs its trainings in child processes, which import faults.py unmutated: under `make
+# mutation` only a test that calls the function in this process can catch a mutant of it. These pin each function
+# exactly (whole messages, return values, the bytes written), without training anything.
+
+GONE = "the run folder was removed while the run was writing to it"
+
+
+@pytest.fixture
+def fault_state(monkeypatch) -> SimpleNamespace:
+    """faults.py's globals, fresh for the test and put back after it: no seam, no write counted, no folder watched."""
+    state = SimpleNamespace(records=[], identity={}, written={})
+    monkeypatch.setattr(faults, "_records", state.records)
+    monkeypatch.setattr(faults, "_identity", state.identity)
+    monkeypatch.setattr(faults, "_written", state.written)
+    monkeypatch.setattr(faults, "_writes", 0)
+    monkeypatch.delenv("JAXINTRO_FAIL_WRITE", raising=False)
+    return state
+
+
+def test_a_write_fault_says_what_failed_and_why(tmp_path):
+    """Its message is `what: reason`; it keeps each part, and is not a vanished folder unless told."""
+    fault = faults.WriteFault("metrics.jsonl", tmp_path, "Input/output error [EIO]")
+    assert str(fault) == "metrics.jsonl: Input/output error [EIO]"
+    assert (fault.what, fault.run_dir, fault.reason, fault.vanished) == ("metrics.jsonl", tmp_path,
+                                                                          "Input/output error [EIO]", False)
+    assert isinstance(fault, faults.JaxintroError)  # so the CLI's one-line handling applies to it
+    gone = faults.WriteFault("checkpoint 2", tmp_path, GONE, vanished=True)
+    assert str(gone) == f"checkpoint 2: {GONE}" and gone.vanished is True
+
+
+@pytest.mark.parametrize("reason, between", [
+    ("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Connection reset by peer", True),
+    ("DEADLINE_EXCEEDED: Barrier timed out", True),
+    ("UNAVAILABLE: the Coordination Service is gone", True),
+    ("all-gather of step 3 failed", True),
+    ("ALLGATHER failed", True),
+    ("No space left on device [ENOSPC]", False),
+    ("PERMISSION_DENIED: Error opening file", False),
+])
+def test_only_a_failed_exchange_between_processes_is_told_as_one(reason: str, between: bool, tmp_path):
+    assert faults.WriteFault("checkpoint 3", tmp_path, reason).between_processes() is between
+
+
+@pytest.mark.parametrize("code, said", [
+    (errno.ENOSPC, "No space left on device [ENOSPC]"),
+    (errno.EROFS, "Read-only file system [EROFS]"),
+    (errno.EIO, "Input/output error [EIO]"),
+    (errno.EDQUOT, "Disk quota exceeded [EDQUOT]"),
+    (99999, "unknown error"),  # no such errno: not "Unknown error 99999 [...]", which has no name to give
+    (0, "unknown error"),
+    (None, "unknown error"),
+], ids=["ENOSPC", "EROFS", "EIO", "EDQUOT", "99999", "0", "None"])
+def test_an_errno_is_said_as_the_os_says_it_with_its_name(code: int | None, said: str):
+    assert faults.os_reason(code) == said
+
+
+def test_an_errno_the_os_has_no_name_for_is_said_by_the_fallback_when_there_is_one():
+    assert faults.os_reason(None, "INTERNAL: the library's words") == "INTERNAL: the library's words"
+    assert faults.os_reason(99999, "the library's words") == "the library's words"
+    assert faults.os_reason(errno.EIO, "the library's words") == "Input/output error [EIO]"  # a known errno wins
+    assert faults.os_reason(None, "") == "unknown error"
+
+
+@pytest.mark.parametrize("exc, code", [
+    (OSError(errno.EACCES, "Permission denied"), errno.EACCES),  # its own errno, which no text below would find
+    (OSError(errno.ENOSPC, "whatever the words"), errno.ENOSPC),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "x"), errno.ENOENT),
+    (OSError("INTERNAL: os_error_code=28"), errno.ENOSPC),  # an OSError without an errno: its message's
+    (ValueError("INTERNAL: Error writing local file: os_error_code='30' [source locations]"), errno.EROFS),
+    (ValueError("os_error_code=5, then os_error_code=28"), errno.EIO),  # the first one named
+    (ValueError("INTERNAL: No space left on device"), errno.ENOSPC),
+    (ValueError("Read-only file system"), errno.EROFS),
+    (ValueError("Input/output error"), errno.EIO),
+    (ValueError("No such file or directory"), errno.ENOENT),
+    (ValueError("Disk quota exceeded"), errno.EDQUOT),
+    (ValueError("PERMISSION_DENIED: Error opening file"), None),
+    (OSError("no errno at all"), None),
+    (ValueError(""), None),
+], ids=["errno-EACCES", "errno-ENOSPC", "FileNotFoundError", "oserror-code-28", "code-30", "first-code",
+        "text-ENOSPC", "text-EROFS", "text-EIO", "text-ENOENT", "text-EDQUOT", "none", "oserror-none", "empty"])
+def test_the_errno_behind_an_error_is_its_own_or_the_one_its_message_names(exc: BaseException, code: int | None):
+    assert faults.errno_in(exc) == code
+
+
+def test_a_library_error_naming_an_errno_is_the_fault_of_that_errno_and_kept_for_the_log(fault_state, tmp_path):
+    said = "INTERNAL: Error writing local file: os_error_code=28"
+    fault = faults.fault_from(ValueError(said), "checkpoint 3", tmp_path)
+    assert (fault.what, fault.run_dir, fault.reason, fault.vanished) == ("checkpoint 3", tmp_path,
+                                                                          "No space left on device [ENOSPC]", False)
+    assert str(fault) == "checkpoint 3: No space left on device [ENOSPC]"
+    # Never raised, so without a traceback: the record is what failed, then the exception as Python prints it.
+    assert fault_state.records == [f"checkpoint 3: ValueError: {said}\nValueError: {said}\n"]
+
+
+def test_a_raised_error_is_kept_with_its_traceback(fault_state, tmp_path):
+    try:
+        raise OSError(errno.EIO, "Input/output error")
+    except OSError as exc:
+        fault = faults.fault_from(exc, "metrics.jsonl", tmp_path)
+    assert fault.reason == "Input/output error [EIO]"
+    head = "metrics.jsonl: OSError: [Errno 5] Input/output error\nTraceback (most recent call last):\n"
+    assert len(fault_state.records) == 1 and fault_state.records[0].startswith(head)
+    assert fault_state.records[0].endswith("\nOSError: [Errno 5] Input/output error\n")
+
+
+@pytest.mark.parametrize("message, reason", [
+    ("\n  \nPERMISSION_DENIED: Error opening file\nsecond line", "PERMISSION_DENIED: Error opening file"),
+    ("x" * 300, "x" * 200),  # a library's message can be a page long: the line stays one line
+    ("", "ValueError"),
+    (" \n\t\n", "ValueError"),  # blank lines only: no words to give but the error's name
+], ids=["first-non-blank-line", "cut-at-200", "empty", "blank"])
+def test_an_error_naming_no_errno_is_said_by_its_first_line(message: str, reason: str, fault_state, tmp_path):
+    fault = faults.fault_from(ValueError(message), "config.json", tmp_path)
+    assert fault.reason == reason and not fault.vanished
+
+
+def test_a_fault_in_a_folder_gone_or_replaced_is_the_folder_s_removal(fault_state, tmp_path):
+    gone = faults.fault_from(OSError(errno.ENOENT, "No such file or directory"), "metrics.jsonl", tmp_path / "r")
+    assert (str(gone), gone.reason, gone.vanished) == (f"metrics.jsonl: {GONE}", GONE, True)
+    fault_state.identity[tmp_path] = (0, 0)  # watched as another folder: this one was made in its place
+    replaced = faults.fault_from(ValueError("INTERNAL: os_error_code=28"), "checkpoint 2", tmp_path)
+    assert (replaced.what, replaced.reason, replaced.vanished) == ("checkpoint 2", GONE, True)
+    assert len(fault_state.records) == 2  # what the library said is kept all the same
+
+
+def test_a_write_the_os_refuses_becomes_a_write_fault_in_the_os_s_words(fault_state, tmp_path):
+    with pytest.raises(faults.WriteFault) as raised:
+        with faults.run_write("result.json", tmp_path):
+            raise OSError(errno.EROFS, "Read-only file system")
+    assert str(raised.value) == "result.json: Read-only file system [EROFS]" and not raised.value.vanished
+    assert raised.value.__suppress_context__  # `from None`: the OSError's traceback is in errors.log, not on screen
+    assert faults._writes == 1  # noqa: SLF001
+
+
+def test_a_name_already_taken_is_the_caller_s_answer_not_a_write_fault(fault_state, tmp_path):
+    with pytest.raises(FileExistsError):
+        with faults.run_write("the claim of the run folder", tmp_path):
+            raise FileExistsError(errno.EEXIST, "File exists")
+    assert fault_state.records == []
+
+
+def test_a_write_into_a_vanished_folder_is_refused_before_it_starts(fault_state, tmp_path):
+    ran = []
+    with pytest.raises(faults.WriteFault) as raised:
+        with faults.run_write("curves.png", tmp_path / "gone"):
+            ran.append(True)
+    assert ran == [] and faults._writes == 0  # noqa: SLF001 (not counted: the seam never saw it)
+    assert (str(raised.value), raised.value.vanished) == (f"curves.png: {GONE}", True)
+
+
+def test_only_a_config_json_written_whole_becomes_what_the_folder_must_hold(fault_state, tmp_path):
+    with faults.run_write("metrics.jsonl", tmp_path):
+        pass
+    assert fault_state.written == {}
+    with pytest.raises(faults.WriteFault):
+        with faults.run_write("config.json", tmp_path):
+            raise OSError(errno.EIO, "Input/output error")
+    assert fault_state.written == {}  # a config.json that failed is nothing the folder must hold
+    with faults.run_write("config.json", tmp_path):
+        (tmp_path / "config.json").write_text("{}")
+    assert fault_state.written == {tmp_path: "config.json"} and faults._writes == 3  # noqa: SLF001
+
+
+def test_the_seam_fails_only_the_nth_write_with_its_errno(fault_state, monkeypatch):
+    monkeypatch.setenv("JAXINTRO_FAIL_WRITE", "3:EROFS")
+    faults.inject()
+    faults.inject()
+    with pytest.raises(OSError) as raised:
+        faults.inject()
+    assert (type(raised.value), raised.value.errno, raised.value.strerror) == (OSError, errno.EROFS,
+                                                                               "Read-only file system")
+    faults.inject()  # the 4th passes: the seam fails one write, not every one after it
+    assert faults._writes == 4  # noqa: SLF001
+
+
+def test_without_the_seam_writes_are_only_counted(fault_state, monkeypatch):
+    for _ in range(3):
+        faults.inject()
+    monkeypatch.setenv("JAXINTRO_FAIL_WRITE", "")  # set but empty: no seam either
+    faults.inject()
+    assert faults._writes == 4  # noqa: SLF001
+
+
+@pytest.mark.parametrize("value", ["x:ENOSPC", "3:NOSUCH", "3", "3:", ":ENOSPC", "-1:EIO", "3:errorcode"])
+def test_a_seam_not_of_the_form_n_errno_is_refused_with_its_value(value: str, fault_state, monkeypatch):
+    monkeypatch.setenv("JAXINTRO_FAIL_WRITE", value)
+    with pytest.raises(faults.ConfigError) as raised:
+        faults.inject()
+    assert str(raised.value) == f"JAXINTRO_FAIL_WRITE must be N:ERRNO, like 3:ENOSPC; got {value!r}"
+
+
+def test_a_watched_folder_is_unchanged_while_it_is_the_one_watched(fault_state, tmp_path):
+    faults.watch(tmp_path)
+    stat = os.stat(tmp_path)
+    assert fault_state.identity == {tmp_path: (stat.st_dev, stat.st_ino)}
+    assert faults.folder_changed(tmp_path) is False
+    faults.check_folder("metrics.jsonl", tmp_path)  # raises nothing
+
+
+def test_an_unwatched_folder_is_changed_only_once_gone(fault_state, tmp_path):
+    assert faults.folder_changed(tmp_path) is False  # nothing to compare it with
+    assert faults.folder_changed(tmp_path / "gone") is True
+    with pytest.raises(faults.WriteFault) as raised:
+        faults.check_folder("config.json", tmp_path / "gone")
+    assert (str(raised.value), raised.value.run_dir, raised.value.vanished) == (f"config.json: {GONE}",
+                                                                                 tmp_path / "gone", True)
+
+
+@pytest.mark.parametrize("device, inode", [(0, 1), (1, 0)], ids=["other-inode", "other-device"])
+def test_a_folder_of_another_identity_than_the_watched_one_is_changed(device: int, inode: int, fault_state,
+                                                                      tmp_path):
+    faults.watch(tmp_path)
+    dev, ino = fault_state.identity[tmp_path]
+    fault_state.identity[tmp_path] = (dev + device, ino + inode)  # as if deleted and made anew elsewhere on disk
+    assert faults.folder_changed(tmp_path) is True
+    with pytest.raises(faults.WriteFault) as raised:
+        faults.check_folder("checkpoint 2", tmp_path)
+    assert (str(raised.value), raised.value.vanished) == (f"checkpoint 2: {GONE}", True)
+
+
+def test_a_watched_folder_that_lost_its_config_json_is_changed_though_its_inode_is_the_same(fault_state, tmp_path):
+    """A folder deleted and made anew can get the old inode number back: the config.json the run wrote tells."""
+    faults.watch(tmp_path)
+    with faults.run_write("config.json", tmp_path):
+        (tmp_path / "config.json").write_text("{}")
+    assert faults.folder_changed(tmp_path) is False
+    (tmp_path / "config.json").unlink()  # the same inode, without what the run wrote there
+    assert faults.folder_changed(tmp_path) is True
+    with pytest.raises(faults.WriteFault) as raised:
+        faults.check_folder("checkpoint 2", tmp_path)
+    assert (str(raised.value), raised.value.vanished) == (f"checkpoint 2: {GONE}", True)
+
+
+def test_watching_a_folder_takes_it_anew_and_forgets_an_earlier_run_s_records(fault_state, tmp_path):
+    fault_state.identity[tmp_path] = (0, 0)  # an earlier run's, in this process
+    fault_state.written[tmp_path] = "config.json"
+    fault_state.records.append("an earlier run's failure")
+    faults.watch(tmp_path)
+    stat = os.stat(tmp_path)
+    assert fault_state.identity == {tmp_path: (stat.st_dev, stat.st_ino)}
+    assert fault_state.written == {} and fault_state.records == []
+    assert faults.folder_changed(tmp_path) is False
+
+
+def test_a_relative_run_folder_is_watched_by_its_absolute_path(fault_state, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = Path("r")
+    run.mkdir()
+    faults.watch(run)
+    assert list(fault_state.identity) == [tmp_path / "r"]
+    with faults.run_write("config.json", run):
+        (run / "config.json").write_text("{}")
+    assert fault_state.written == {tmp_path / "r": "config.json"} and faults.folder_changed(run) is False
+    (run / "config.json").unlink()
+    assert faults.folder_changed(run) is True
+
+
+def test_a_missing_folder_cannot_be_watched(fault_state, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        faults.watch(tmp_path / "gone")
+    assert fault_state.identity == {}
+
+
+def test_committed_epochs_are_the_numbered_steps_in_numeric_order(tmp_path):
+    for name in ("10", "2", "1", "3.orbax-checkpoint-tmp-7", "latest", "x1"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+    assert faults.committed_epochs(tmp_path) == [1, 2, 10]
+
+
+def test_a_run_without_a_checkpoints_folder_has_no_committed_epoch(tmp_path):
+    assert faults.committed_epochs(tmp_path) == []
+    assert faults.committed_epochs(tmp_path / "gone") == []
+    (tmp_path / "checkpoints").write_text("")  # not a folder
+    assert faults.committed_epochs(tmp_path) == []
+
+
+def test_no_records_write_no_log(fault_state, tmp_path):
+    assert faults.write_log(tmp_path) is None and os.listdir(tmp_path) == []
+
+
+def test_the_records_are_written_as_utf8_lines_and_then_forgotten(fault_state, tmp_path):
+    fault_state.records.extend(["checkpoint 2: écrit à moitié — 写入失败", "Traceback (most recent call last):\n"
+                                "OSError: [Errno 28] No space left on device\n"])
+    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert (tmp_path / "errors.log").read_bytes() == (
+        "checkpoint 2: écrit à moitié — 写入失败\nTraceback (most recent call last):\n"
+        "OSError: [Errno 28] No space left on device\n\n").encode("utf-8")
+    assert fault_state.records == [] and os.listdir(tmp_path) == ["errors.log"]
+    assert faults.write_log(tmp_path) is None  # written once: a second call has nothing more to add
+
+
+def test_a_later_failure_is_appended_to_the_log(fault_state, tmp_path):
+    (tmp_path / "errors.log").write_bytes(b"the first failure\n")
+    fault_state.records.append("the second failure")
+    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert (tmp_path / "errors.log").read_bytes() == b"the first failure\nthe second failure\n"
+
+
+def test_errors_log_is_opened_to_append_in_utf8_whatever_the_locale(fault_state, tmp_path, monkeypatch):
+    """The tests run in a UTF-8 locale, where the default encoding would pass too: the call itself is checked."""
+    opened = []
+
+    def spy(path, mode="r", **kwargs):
+        opened.append((path, mode, kwargs))
+        return open(path, mode, **kwargs)
+
+    monkeypatch.setattr(faults, "open", spy, raising=False)  # found before the builtin by faults.py's own lookups
+    fault_state.records.append("a failure")
+    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    [(path, mode, kwargs)] = opened
+    assert (path, mode, set(kwargs)) == (tmp_path / "errors.log", "a", {"encoding"})
+    assert codecs.lookup(kwargs["encoding"]).name == "utf-8"  # given, whatever its spelling
+
+
+def test_a_log_the_disk_refuses_to_start_is_not_written_and_its_records_are_kept(fault_state, tmp_path,
+                                                                                 monkeypatch):
+    def refuses(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(faults, "open", refuses, raising=False)
+    fault_state.records.append("a failure")
+    # Removing a log that was never made fails too (FileNotFoundError): quietly, the line still gets said.
+    assert faults.write_log(tmp_path) is None
+    assert fault_state.records == ["a failure"] and os.listdir(tmp_path) == []
+
+
+def test_a_log_the_disk_fills_up_during_is_put_back_as_it_was(fault_state, tmp_path, monkeypatch):
+    real_open = open
+
+    def fills_up(path, mode, **kwargs):
+        """A file whose first bytes reach the disk before the disk is full."""
+        out = real_open(path, mode, **kwargs)
+        out.write("half a rec")
+        out.flush()
+        out.write = lambda text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+        return out
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "errors.log").write_bytes(b"the first failure\n")
+    (tmp_path / "new").mkdir()
+    monkeypatch.setattr(faults, "open", fills_up, raising=False)
+    fault_state.records.append("the second failure")
+    assert faults.write_log(tmp_path / "old") is None and faults.write_log(tmp_path / "new") is None
+    assert (tmp_path / "old" / "errors.log").read_bytes() == b"the first failure\n"  # truncated back
+    assert os.listdir(tmp_path / "new") == []  # a new log is removed
+    assert fault_state.records == ["the second failure"]
+
+
+def test_a_fault_after_a_committed_epoch_says_which_and_how_to_resume_and_names_its_log(fault_state, tmp_path):
+    run = tmp_path / "r"
+    for step in ("9", "10", "11.orbax-checkpoint-tmp-7"):
+        (run / "checkpoints" / step).mkdir(parents=True)
+    fault_state.records.append("metrics.jsonl: OSError: [Errno 28] No space left on device")
+    fault = faults.WriteFault("metrics.jsonl", run, "No space left on device [ENOSPC]")
+    assert faults.stopped_line(fault) == (
+        f"could not write metrics.jsonl in {run}: No space left on device [ENOSPC]; epoch 10 is safely on disk (its "
+        f"checkpoint); once the cause is fixed (free space, a writable folder), continue with: jaxintro train "
+        f"--resume {run} (details in {run / 'errors.log'})")
+    assert (run / "errors.log").read_bytes() == b"metrics.jsonl: OSError: [Errno 28] No space left on device\n"
+    assert fault_state.records == []
+
+
+def test_a_fault_with_no_records_names_no_log(fault_state, tmp_path):
+    (tmp_path / "checkpoints" / "1").mkdir(parents=True)
+    fault = faults.WriteFault("curves.png", tmp_path, "Input/output error [EIO]")
+    assert faults.stopped_line(fault) == (
+        f"could not write curves.png in {tmp_path}: Input/output error [EIO]; epoch 1 is safely on disk (its "
+        f"checkpoint); once the cause is fixed (free space, a writable folder), continue with: jaxintro train "
+        f"--resume {tmp_path}")
+    assert not (tmp_path / "errors.log").exists()
+
+
+def test_a_fault_before_any_committed_epoch_says_to_run_the_same_command_again(fault_state, tmp_path):
+    (tmp_path / "checkpoints" / "1.orbax-checkpoint-tmp-3").mkdir(parents=True)  # begun, never committed
+    fault_state.records.append("checkpoint 1: ValueError: INTERNAL: os_error_code=30")
+    fault = faults.WriteFault("checkpoint 1", tmp_path, "Read-only file system [EROFS]")
+    assert faults.stopped_line(fault) == (
+        f"could not write checkpoint 1 in {tmp_path}: Read-only file system [EROFS]; no epoch was on disk yet, so "
+        f"there is nothing to continue from: once the cause is fixed, run the same command again (details in "
+        f"{tmp_path / 'errors.log'})")
+    assert (tmp_path / "errors.log").read_bytes() == b"checkpoint 1: ValueError: INTERNAL: os_error_code=30\n"
+
+
+def test_a_fault_whose_folder_was_never_made_says_to_run_again_and_writes_no_log(fault_state, tmp_path):
+    run = tmp_path / "missing" / "r"
+    fault_state.records.append("the claim of the run folder: OSError: [Errno 28] No space left on device")
+    fault = faults.WriteFault("the claim of the run folder", run, "No space left on device [ENOSPC]")
+    assert faults.stopped_line(fault) == (
+        f"could not write the claim of the run folder in {run}: No space left on device [ENOSPC]; no epoch was on "
+        f"disk yet, so there is nothing to continue from: once the cause is fixed, run the same command again")
+    assert os.listdir(tmp_path) == []  # nothing made to hold a log
+    assert fault_state.records == ["the claim of the run folder: OSError: [Errno 28] No space left on device"]
+
+
+@pytest.mark.parametrize("remade", [True, False], ids=["made-again-by-orbax", "gone"])
+def test_a_vanished_folder_says_to_start_again_and_writes_no_log_into_what_is_left(remade: bool, fault_state,
+                                                                                    tmp_path):
+    """What Orbax made again in the folder's place is not the run: no epoch of it is offered, no log left in it."""
+    run = tmp_path / "r"
+    if remade:
+        (run / "checkpoints" / "2").mkdir(parents=True)
+    fault_state.records.append("checkpoint 2: ValueError: INTERNAL: os_error_code=2")
+    fault = faults.WriteFault("checkpoint 2", run, GONE, vanished=True)
+    assert faults.stopped_line(fault) == (f"could not write checkpoint 2 in {run}: {GONE}; its checkpoints went with "
+                                          f"it, so the run stopped: start it again")
+    assert not (run / "errors.log").exists()
+    assert fault_state.records == ["checkpoint 2: ValueError: INTERNAL: os_error_code=2"]
