@@ -184,7 +184,7 @@ MUTATION_TESTS = {
     "members": ("tests/test_members.py",),
     "checkpoint": ("tests/test_checkpoint.py",),
     "faults": ("tests/test_faults.py",),
-    "evaluate": ("tests/test_evaluate.py",),
+    "evaluate": ("tests/test_evaluate.py", "tests/test_evaluate_units.py"),
     "serve": ("tests/test_serve.py",),
 }
 
