@@ -836,3 +836,32 @@ def test_a_vanished_folder_says_to_start_again_and_writes_no_log_into_what_is_le
                                           f"it, so the run stopped: start it again")
     assert not (run / "errors.log").exists()
     assert fault_state.records == ["checkpoint 2: ValueError: INTERNAL: os_error_code=2"]
+
+
+class _RaisesWhenCollected:
+    """An object whose finalizer raises: Python can only hand the error to `sys.unraisablehook`."""
+
+    def __del__(self):
+        raise OSError("TensorStore: the folder is gone")
+
+
+def test_what_a_failed_library_call_left_behind_is_collected_into_the_records(kept):
+    before = sys.unraisablehook
+
+    async def save():
+        return None
+
+    left = [save()]  # a coroutine never awaited, as Orbax leaves one when a save fails, in a cycle: only the
+    left.append(left)  # garbage collector frees it (and Python warns then)
+    del left
+    cycle = _RaisesWhenCollected()
+    cycle.self = cycle  # only the garbage collector can free it
+    del cycle
+    faults.collect_abandoned()
+    assert sys.unraisablehook is before  # put back: later exceptions are Python's to show again
+    assert len(kept) == 2
+    [warning] = [record for record in kept if "was never awaited" in record]
+    assert "RuntimeWarning: coroutine " in warning and "save" in warning
+    [error] = [record for record in kept if record is not warning]
+    assert error.startswith("Traceback (most recent call last):") and error.endswith(
+        "OSError: TensorStore: the folder is gone\n")

@@ -424,3 +424,15 @@ def test_a_token_that_shows_late_on_a_network_filesystem_is_waited_for(tmp_path,
     finally:
         late.cancel()
         late.join(timeout=10)
+
+
+@pytest.mark.parametrize("quota, cores", [(None, 6), ("max 100000\n", 6), ("200000 100000\n", 2),
+                                          ("1000000 100000\n", 6), ("50000 100000\n", 1), ("150000 100000\n", 1),
+                                          ("garbled\n", 6), ("", 6)])
+def test_the_usable_cores_are_the_affinity_capped_by_a_containers_quota(tmp_path, monkeypatch, quota, cores):
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    cpu_max = tmp_path / "cpu.max"  # cgroup v2's "QUOTA PERIOD", or "max PERIOD" when unlimited
+    if quota is not None:
+        cpu_max.write_text(quota)
+    monkeypatch.setattr(parallel, "CPU_QUOTA", cpu_max)
+    assert parallel.usable_cores() == cores
