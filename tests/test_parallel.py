@@ -23,7 +23,7 @@ from jaxintro import layout, parallel
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, JaxintroError
-from jaxintro.train import fit
+from jaxintro.train import Trainer, fit
 
 # Runs in a fresh interpreter: the CPU device count must be set before JAX starts. It imports the jaxintro the
 # tests import (PYTHONPATH below): under `make mutation` that is the mutated copy, and the mutant the test's own
@@ -44,11 +44,11 @@ N_DEVICE_CHECK = textwrap.dedent("""
 CASES = [("sgd", 1e-5, 1e-5, True), ("adam", 1e-5, 1e-4, False)]
 
 
-def run_summary(optimizer: str, devices: int, parallel: str) -> dict:
+def run_summary(optimizer: str, devices: int, parallel: str, dropout: float = 0.0) -> dict:
     """Two epochs of 8 global batches (sixteen steps, one reshuffle) on `devices` devices: every step's metrics and
     the final parameters, as JSON."""
     config = TrainConfig(epochs=2, batch_size=64, devices=devices, parallel=parallel, seed=5, optimizer=optimizer,
-                         lr=0.05 if optimizer == "sgd" else 1e-3)
+                         lr=0.05 if optimizer == "sgd" else 1e-3, dropout=dropout)
     result = fit(config, synthetic_dataset(n_train=512, side=8), log=lambda _: None)
     return {"params": [np.asarray(leaf.addressable_data(0)).tolist() for leaf in jax.tree.leaves(result.state.params)],
             **{key: np.concatenate([m[name] for m in result.step_metrics]).tolist()
@@ -436,3 +436,35 @@ def test_the_usable_cores_are_the_affinity_capped_by_a_containers_quota(tmp_path
         cpu_max.write_text(quota)
     monkeypatch.setattr(parallel, "CPU_QUOTA", cpu_max)
     assert parallel.usable_cores() == cores
+
+
+def test_on_one_device_the_split_programs_draw_the_lesson_epochs_dropout_masks(monkeypatch):
+    """On one device each split program is the lesson's epoch, dropout masks included (on several, each device folds
+    its index into the key: other examples, other masks, so no N-device run equals a one-device run with dropout)."""
+    one = run_summary("sgd", 1, "shard_map", dropout=0.3)
+    monkeypatch.setattr(layout.OneModel, "jit_epoch",
+                        lambda self: layout.split_epoch(self.config, self.model, self.tx, self.mesh))
+    without = run_summary("sgd", 1, "shard_map")
+    assert without["losses"] != one["losses"]  # the masks change the run
+    for parallel in ("shard_map", "sharding"):
+        split = run_summary("sgd", 1, parallel, dropout=0.3)
+        assert split["correct"] == one["correct"], parallel
+        np.testing.assert_allclose(split["losses"], one["losses"], rtol=1e-5, err_msg=parallel)
+
+
+@pytest.mark.parametrize("parallel, module, batch_split", [("shard_map", "jit_data_parallel_epoch", False),
+                                                          ("sharding", "jit_train_epoch", True)])
+def test_each_parallel_flag_compiles_its_own_program_and_donates_the_state(parallel, module, batch_split):
+    """`shard_map` compiles the per-device epoch; `sharding` the lesson's epoch with each batch laid out along the
+    mesh's axis (`<@mesh, [{"data"}, ...]>`), where XLA splits the work."""
+    config = TrainConfig(epochs=1, batch_size=64, parallel=parallel, seed=5)
+    dataset = synthetic_dataset(n_train=256, side=8)
+    trainer = Trainer.create(config, dataset)
+    state, (x, y), _test = trainer.place(trainer.init_state(), dataset)
+    epoch = layout.split_epoch(config, trainer.model, trainer.tx, trainer.mesh)
+    program = epoch.lower(state.params, state.opt_state, state.key, x, y).as_text()
+    assert program.startswith(f"module @{module} ")
+    assert ('<@mesh, [{"data"}' in program) is batch_split
+    epoch(state.params, state.opt_state, state.key, x, y)
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))  # donated
+    assert not state.key.is_deleted() and not x.is_deleted() and not y.is_deleted()
