@@ -185,3 +185,19 @@ def test_no_recompilation_after_the_first_epoch(tiny, loop):
     # epoch 2 included (the likeliest recompile: the first call on the outputs of a donated call).
     assert compiles[0] > 0, "the counter saw no compilation at all"
     assert compiles[0] == compiles[1] == compiles[2] == compiles[3], compiles
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_the_lessons_loop_reports_each_step_and_donates_the_state(tiny, batches):
+    """`--loop python`: one progress tick per step (the bar counts steps), every step's metrics in order, and the
+    jitted step consumes the parameters and optimizer state it is given (updated in place of them, as in scan)."""
+    config = TrainConfig(epochs=1, batch_size=len(tiny.x_train) // batches, loop="python")
+    trainer = Trainer.create(config, tiny)
+    state, (x, y), _test = trainer.place(trainer.init_state(), tiny)
+    epoch = trainer.compile_epoch(state, (x, y))
+    ticks = []
+    after, metrics = epoch.run(state, on_step=ticks.append)
+    assert ticks == [1] * batches and after.epoch == 1
+    assert {name: values.shape for name, values in metrics.items()} == {name: (batches,) for name in metrics}
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))
+    assert not state.key.is_deleted()  # the next epoch's shuffle comes from it
