@@ -218,11 +218,13 @@ def test_members_start_stacked_each_as_its_single_run_bit_for_bit():
         np.testing.assert_array_equal(key_data(keys[k]), key_data(one_key))
 
 
-def test_a_sweeps_members_carry_their_own_learning_rate_and_weight_decay():
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_sweeps_members_carry_their_own_learning_rate_and_weight_decay(x64):
     config = TrainConfig(lr_grid=(1e-3, 3e-3), weight_decay_grid=(0.0, 0.1), optimizer="adamw", seed=2)
     calls: list[int] = []
     init_one = tiny_init(config, calls)
-    params, opt_state, keys = init_members(config, init_one)
+    with jax.enable_x64(x64):  # JAX_ENABLE_X64=1 makes float64 the default: the rates stay float32, as the steps
+        params, opt_state, keys = init_members(config, init_one)
     assert calls == [2, 2, 2, 2]  # one seed per setting
     hyper = opt_state.hyperparams
     assert (hyper["learning_rate"].dtype, hyper["weight_decay"].dtype) == (jnp.float32, jnp.float32)
