@@ -547,7 +547,8 @@ def test_an_error_naming_no_errno_is_said_by_its_first_line(message: str, reason
 
 def test_a_fault_in_a_folder_gone_or_replaced_is_the_folder_s_removal(fault_state, tmp_path):
     gone = faults.fault_from(OSError(errno.ENOENT, "No such file or directory"), "metrics.jsonl", tmp_path / "r")
-    assert (str(gone), gone.reason, gone.vanished) == (f"metrics.jsonl: {GONE}", GONE, True)
+    assert (str(gone), gone.run_dir, gone.reason, gone.vanished) == (f"metrics.jsonl: {GONE}", tmp_path / "r", GONE,
+                                                                      True)
     fault_state.identity[tmp_path] = (0, 0)  # watched as another folder: this one was made in its place
     replaced = faults.fault_from(ValueError("INTERNAL: os_error_code=28"), "checkpoint 2", tmp_path)
     assert (replaced.what, replaced.reason, replaced.vanished) == ("checkpoint 2", GONE, True)

@@ -246,7 +246,7 @@ def faked_join(monkeypatch):
     return joined, updated
 
 
-@pytest.mark.parametrize("timeout, heartbeat", [(7, 10), (40, 20)])
+@pytest.mark.parametrize("timeout, heartbeat", [(7, 10), (41, 20)])
 def test_joining_bounds_every_wait_by_the_same_timeout(faked_join, monkeypatch, capsys, timeout, heartbeat):
     joined, updated = faked_join
     monkeypatch.setenv("JAXINTRO_DISTRIBUTED_TIMEOUT", str(timeout))
