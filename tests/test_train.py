@@ -201,3 +201,12 @@ def test_the_lessons_loop_reports_each_step_and_donates_the_state(tiny, batches)
     assert {name: values.shape for name, values in metrics.items()} == {name: (batches,) for name in metrics}
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))
     assert not state.key.is_deleted()  # the next epoch's shuffle comes from it
+
+
+def test_the_compiled_epoch_donates_the_state_but_not_the_key_or_the_data(tiny):
+    config = TrainConfig(epochs=1, batch_size=64)
+    trainer = Trainer.create(config, tiny)
+    state, train, _test = trainer.place(trainer.init_state(), tiny)
+    trainer.compile_epoch(state, train).run(state)
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))
+    assert not state.key.is_deleted() and not any(array.is_deleted() for array in train)
