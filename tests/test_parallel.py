@@ -81,12 +81,12 @@ def test_split_steps_on_n_devices_equal_the_one_device_step(n_device_runs, optim
     one = run_summary(optimizer, 1, "shard_map")
     assert one["devices"] == 1 and len(one["losses"]) == 16
     # The split programs on a mesh of one device (a run of one device compiles the lesson's epoch as it is): here,
-    # the test's own process runs the code the child runs on 2 and 4.
+    # the test's own process runs the code the child runs on 2 and 4 (once: the optimizer is not theirs to change).
     split = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(layout.OneModel, "jit_epoch",
                       lambda self: layout.split_epoch(self.config, self.model, self.tx, self.mesh))
-        for parallel in ("shard_map", "sharding"):
+        for parallel in ("shard_map", "sharding") if optimizer == "sgd" else ():
             split[f"1-{parallel}"] = run_summary(optimizer, 1, parallel)
     for name, run in {**split, **n_device_runs[optimizer]}.items():
         assert run["devices"] == int(name.split("-")[0])
