@@ -363,11 +363,9 @@ def test_a_half_written_step_is_removed_once_a_later_save_succeeds(tiny, tmp_pat
 
 
 @pytest.fixture
-def kept(monkeypatch) -> list[str]:
-    """The records errors.log would hold, empty at the start and put back after the test."""
-    records: list[str] = []
-    monkeypatch.setattr(faults, "_records", records)
-    return records
+def kept(fault_state) -> list[str]:
+    """The records errors.log would hold, empty at the start and put back after the test (`fault_state`'s)."""
+    return fault_state.records
 
 
 def test_library_records_are_kept_formatted_up_to_the_limit(kept, monkeypatch):
