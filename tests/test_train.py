@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import tqdm
 
 from jaxintro.config import TrainConfig
 from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
@@ -210,3 +213,57 @@ def test_the_compiled_epoch_donates_the_state_but_not_the_key_or_the_data(tiny):
     trainer.compile_epoch(state, train).run(state)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))
     assert not state.key.is_deleted() and not any(array.is_deleted() for array in train)
+
+
+class FakeBar:
+    """Stands in for tqdm in `fit`: records what the bar was asked to show."""
+
+    made: list[FakeBar] = []
+
+    def __init__(self, *, total: int, disable: bool, leave: bool, unit: str) -> None:
+        self.total, self.disable, self.leave, self.unit = total, disable, leave, unit
+        self.ticks: list[int] = []
+        self.closed = False
+        FakeBar.made.append(self)
+
+    def update(self, n: int = 1) -> None:
+        self.ticks.append(n)
+
+    def close(self) -> None:
+        self.closed = True
+
+    external_write_mode = staticmethod(contextlib.nullcontext)
+
+
+@pytest.mark.parametrize("loop", ["scan", "python"])
+@pytest.mark.parametrize("progress", [False, True])
+def test_fit_draws_its_bar_per_step_or_per_epoch(tiny, monkeypatch, loop, progress):
+    """The bar counts the lesson loop's steps, or the compiled loop's epochs, and is shown only when asked."""
+    monkeypatch.setattr(tqdm, "tqdm", FakeBar)
+    FakeBar.made.clear()
+    config = TrainConfig(epochs=2, batch_size=50, loop=loop)
+    kwargs = {"progress": True} if progress else {}  # fit's default: no bar
+    fit(config, tiny, log=lambda _: None, **kwargs)
+    steps = len(tiny.x_train) // 50
+    [bar] = FakeBar.made
+    assert (bar.disable, bar.leave, bar.closed) == (not progress, False, True)
+    if loop == "python":
+        assert (bar.total, bar.unit, bar.ticks) == (2 * steps, "step", ([1] * steps + [0]) * 2)
+    else:
+        assert (bar.total, bar.unit, bar.ticks) == (2, "epoch", [1, 1])
+
+
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after):
+    """Each phase's seconds lie within the call's own time; a run asked to stop before its last epoch says so."""
+    config = TrainConfig(epochs=3, batch_size=50)
+    start = time.perf_counter()
+    result = fit(config, tiny, log=lambda _: None, should_stop=lambda epoch: epoch == stop_after)
+    elapsed = time.perf_counter() - start
+    assert len(result.history) == stop_after and result.stopped_early == (stop_after < 3)
+    assert result.stopped_early is (stop_after < 3)
+    assert result.train_seconds == sum(row.seconds for row in result.history)
+    phases = (result.init_seconds, result.compile_seconds, result.train_seconds, result.eval_seconds)
+    assert all(seconds > 0 for seconds in phases) and sum(phases) < elapsed
+    samples = stop_after * (len(tiny.x_train) // 50) * 50
+    assert result.samples_per_second == samples / result.train_seconds
