@@ -60,9 +60,10 @@ test-fast: $(TESTING) browser
 bench: $(BENCHING)
 	$(BIN)/jaxintro bench $(ARGS)
 
-# Mutation testing (not in CI: slow): mutmut mutates the lesson's step and epoch (lesson.py), optim.py, data.py,
-# runs.py, images.py, grid.py and record.py one change at a time and runs their fast unit tests against each
-# ([tool.mutmut] in pyproject.toml); docs/testing.md has the score and every surviving mutant. The results stay in
+# Mutation testing (not in CI: slow): mutmut mutates 15 modules (the lesson's step and epoch, the trainer and its
+# layouts, members, checkpoint, faults, parallel, evaluate, optim, data, runs, images, grid, record and the page's
+# answers) one change at a time and runs each module's own tests against each ([tool.mutmut] in pyproject.toml,
+# MUTATION_TESTS in tests/conftest.py); docs/testing.md has the score and every surviving mutant. The results stay in
 # mutants/ (git-ignored). JAX starts with the device count `make test` gives it (one CPU device): the N-device check
 # trains its N-device runs in a child process that imports the mutated copy. The mutants' processes share one compile
 # cache (mutants/xla-cache) and run each mutant's tests fastest first (tests/conftest.py); docs/testing.md says how
