@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import io
@@ -17,6 +18,7 @@ import pytest
 
 from jaxintro import runs
 from jaxintro.cli import main
+from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
 
 DIGITS = ["--dataset", "digits"]
@@ -395,3 +397,155 @@ def test_a_claim_by_another_users_process_is_live(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "kill", not_yours)
     assert runs.claim_is_live(tmp_path)
+
+
+# ---------------------------------------------------------------- what `jaxintro runs` prints, one function each
+
+
+@pytest.mark.parametrize("info, text", [
+    ({}, "1 model"),
+    ({"member_count": 3}, "1 model"),  # a count without a kind is one model
+    ({"kind": "sweep", "member_count": 6}, "sweep: 6 models"),
+    ({"kind": "sweep", "member_count": 1}, "sweep: 1 model"),
+    ({"kind": "sweep"}, "sweep: 1 model"),
+    ({"kind": "seeds", "member_count": 8}, "8 seeds"),
+    ({"kind": "seeds", "member_count": 1}, "1 seed"),
+    ({"kind": "seeds"}, "1 seed"),
+    ({"kind": "seeds", "member_count": 8, "diverged": 2}, "8 seeds, 2 diverged"),
+    ({"kind": "sweep", "member_count": 6, "diverged": 1}, "sweep: 6 models, 1 diverged"),
+    ({"kind": "seeds", "member_count": 8, "diverged": 0}, "8 seeds"),
+    ({"diverged": 1}, "1 model, 1 diverged"),
+])
+def test_kind_text_counts_models_seeds_and_the_diverged(info, text):
+    assert runs.kind_text(info) == text
+
+
+def test_kind_text_in_spanish_counts_one_and_many_apart():
+    """English says "1 diverged" and "2 diverged" alike; Spanish does not."""
+    from jaxintro.i18n import set_language
+
+    set_language("es")  # the autouse fixture sets the locale's language back for the next test
+    assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
+        "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
+    assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
+
+
+@pytest.mark.parametrize("info, text", [
+    ({"status": "finished"}, "finished"),
+    ({"status": "running"}, "running"),
+    ({"status": "empty (no checkpoint)"}, "empty (no checkpoint)"),
+    ({"status": "unreadable"}, "unreadable"),
+    ({"status": "unreadable", "reason": "config.json: not a JSON object"}, "unreadable: config.json: not a JSON object"),
+    ({"status": "stopped", "epochs": 3, "run_dir": "runs/a"}, "stopped after epoch 3: jaxintro train --resume runs/a"),
+])
+def test_status_text_is_each_status_as_a_learner_reads_it(info, text):
+    assert runs.status_text(info) == text
+
+
+def test_keep_reason_says_why_each_kind_of_folder_stays(tmp_path):
+    """Finished and running runs, links, unreadable folders, checkpoints and live claims stay; nothing else."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    info = {"run_dir": str(folder)}
+    assert runs.keep_reason({**info, "status": "finished"}) == "finished"
+    assert runs.keep_reason({**info, "status": "running"}) == "running"
+    assert runs.keep_reason({**info, "status": "unreadable"}) == "its files cannot be read: look at it first"
+    assert runs.keep_reason({**info, "status": "empty (no checkpoint)"}) is None
+    (folder / runs.CLAIM_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    assert runs.keep_reason({**info, "status": "empty (no checkpoint)"}) == "a live process claims it"
+    (folder / "checkpoints" / "2").mkdir(parents=True)
+    assert runs.keep_reason({**info, "status": "stopped"}) == (
+        f"it holds a checkpoint: continue it with jaxintro train --resume {folder}")
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    assert runs.keep_reason({"run_dir": str(link), "status": "unreadable"}) == (
+        "a symbolic link: remove the link itself if you mean to")
+
+
+def test_a_folder_that_cannot_be_removed_is_kept_with_one_line_saying_why(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "run"
+    folder.mkdir()
+
+    @contextlib.contextmanager
+    def refused(path: Path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        yield
+
+    monkeypatch.setattr(runs, "_locked", refused)
+    assert runs.remove_run_dir(folder) is False
+    assert capsys.readouterr() == ("", f"Kept {folder}: Permission denied\n")
+    assert folder.is_dir()
+
+
+@pytest.mark.parametrize("config, message", [
+    ([1, 2], "config.json: not a JSON object"),
+    ({"epochs": -1}, "config.json: epochs is not a whole number"),
+    ({"epochs": "3"}, "config.json: epochs is not a whole number"),
+    ({"epochs": 2.0}, "config.json: epochs is not a whole number"),
+    ({"dataset": 3}, "config.json: dataset and model are not names"),
+    ({"model": ["mlp"]}, "config.json: dataset and model are not names"),
+    ({runs.RESOLVED_DATASET: None}, "config.json: dataset and model are not names"),
+])
+def test_read_config_names_what_is_wrong_with_the_file(tmp_path, config, message):
+    (tmp_path / runs.CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(ValueError) as error:
+        runs.read_config(tmp_path)
+    assert str(error.value) == message
+
+
+def test_read_config_takes_a_missing_file_or_fields_as_nothing_yet(tmp_path):
+    assert runs.read_config(tmp_path) == {}
+    config = {"epochs": 0, "dataset": "digits", "model": "mlp"}
+    (tmp_path / runs.CONFIG_FILE).write_text(json.dumps(config))
+    assert runs.read_config(tmp_path) == config
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "result.json: not a result jaxintro writes"),
+    ('{"finished": "yes"}', "result.json: not a result jaxintro writes"),
+    ('{"epochs": "3"}', "result.json: not a result jaxintro writes"),
+    ('{"epochs": 3.0}', "result.json: not a result jaxintro writes"),
+    ("{", "result.json: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+])
+def test_read_result_names_what_is_wrong_with_the_file(tmp_path, text, message):
+    (tmp_path / runs.RESULT_FILE).write_text(text)
+    with pytest.raises(ValueError) as error:
+        runs.read_result(tmp_path)
+    assert str(error.value) == message
+
+
+def test_read_result_reads_any_result_jaxintro_writes_even_a_long_one(tmp_path):
+    """None before it is written; fields left out are fine; a sweep's result may pass config.json's 1 MiB bound."""
+    assert runs.read_result(tmp_path) is None
+    for result in ({}, {"finished": True, "epochs": 3}, {"epochs": 3, "members": ["x" * 100] * 20_000}):
+        (tmp_path / runs.RESULT_FILE).write_text(json.dumps(result))
+        assert runs.read_result(tmp_path) == result
+    assert (tmp_path / runs.RESULT_FILE).stat().st_size > runs.MAX_RUN_FILE_BYTES
+
+
+@pytest.mark.parametrize("config, kind", [
+    ({}, {"kind": "single", "member_count": 1}),
+    ({"seeds": 2}, {"kind": "seeds", "member_count": 2}),
+    ({"lr_grid": [0.1], "seeds": 2}, {"kind": "sweep", "member_count": 2}),
+    ({"lr_grid": [0.1, 0.01], "seeds": 3}, {"kind": "sweep", "member_count": 6}),
+    ({"seeds": 2, "model": "a model no version has"}, {"kind": "seeds", "member_count": 2}),  # read from its members
+])
+def test_run_kind_is_one_model_seeds_or_a_sweep(config, kind):
+    assert runs.run_kind(config, None) == {**kind, "diverged": 0, "test_accuracy": None}
+
+
+def test_a_config_no_version_wrote_is_unreadable_with_the_reason():
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig.from_json({"seeds": 0})
+    with pytest.raises(ValueError) as error:
+        runs.run_kind({"seeds": 0, "model": "a model no version has"}, None)
+    assert str(error.value) == f"config.json: {refused.value}"
+
+
+def test_the_epochs_done_without_a_checkpoint_are_the_last_rows(tmp_path):
+    """No checkpoint committed (killed in a later epoch's save, say): the epochs metrics.jsonl holds, not 0."""
+    (tmp_path / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "digits", "epochs": 5}))
+    rows = [{"epoch": epoch, "loss": 0.5, "train_accuracy": 0.9, "test_accuracy": 0.9} for epoch in (1, 2, 3)]
+    (tmp_path / runs.METRICS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    info = runs.describe_run(tmp_path)
+    assert (info["epochs"], info["status"]) == (3, "empty (no checkpoint)")

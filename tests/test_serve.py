@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
+import errno
 import http.client
+import io
 import json
 import os
 import re
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import webbrowser
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
@@ -906,3 +910,307 @@ def test_the_page_shows_every_string_it_is_given_each_translated(monkeypatch):
     for key, text in english.items():
         assert spanish.get(text), f"{key}: {text!r} is not in the Spanish catalog"
         assert translated[key] == spanish[text], key
+
+
+# ---------------------------------------------------------------- whole answers (mutation survivors of serve.py)
+
+
+def test_the_run_and_its_metrics_are_answered_whole(digits_run, digits_server):
+    """GET /api/run and /api/metrics for the digits run, every field of each."""
+    result = runs.read_json(digits_run / runs.RESULT_FILE)
+    rows = runs.read_metrics(digits_run)
+    status, _, info = call(digits_server, "GET", "/api/run")
+    assert (status, info) == (200, {
+        "run_dir": str(digits_run), "model": "jax MLP 64-256-128-10", "members": 1, "dataset": "digits",
+        "classes": list("0123456789"), "image_shape": [8, 8], "features": 64, "epochs_planned": 3,
+        "checkpoint_epoch": 3, "epochs_done": 3, "test_accuracy": rows[-1]["test_accuracy"], "finished": True,
+        "result": result})
+    status, _, metrics = call(digits_server, "GET", "/api/metrics")
+    assert (status, metrics) == (200, {"rows": rows, "finished": True, "test_accuracy": rows[-1]["test_accuracy"]})
+
+
+def test_a_run_folder_gone_while_served_reads_as_nothing_trained(digits_app, tmp_path):
+    """Its folder deleted while the page is open: the loaded model's facts stay, its progress reads as none."""
+    app = copy.copy(digits_app)
+    app.run_dir = tmp_path / "gone"
+    assert app.run_info() == {
+        "run_dir": str(tmp_path / "gone"), "model": "jax MLP 64-256-128-10", "members": 1, "dataset": "digits",
+        "classes": list("0123456789"), "image_shape": [8, 8], "features": 64, "epochs_planned": 3,
+        "checkpoint_epoch": 3, "epochs_done": 0, "test_accuracy": None, "finished": False, "result": None}
+    assert app.metrics() == {"rows": [], "finished": False, "test_accuracy": None}
+
+
+@pytest.mark.parametrize("epochs,finished", [(3, True), (2, False)])
+def test_an_older_result_without_finished_counts_its_epochs(digits_app, digits_run, tmp_path, epochs, finished):
+    """A result.json of an older version has no "finished": the run finished when it trained all planned epochs."""
+    folder = tmp_path / "older"
+    shutil.copytree(digits_run, folder)
+    result = runs.read_json(folder / runs.RESULT_FILE)
+    del result["finished"]
+    runs.write_json(folder / runs.RESULT_FILE, {**result, "epochs": epochs})
+    app = copy.copy(digits_app)
+    app.run_dir = folder
+    rows = runs.read_metrics(folder)
+    assert app.metrics() == {"rows": rows, "finished": finished, "test_accuracy": rows[-1]["test_accuracy"]}
+
+
+def test_a_metrics_file_linked_elsewhere_is_a_409_naming_it(digits_app, digits_run, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(digits_run, folder, symlinks=True)
+    (folder / runs.METRICS_FILE).unlink()
+    (folder / runs.METRICS_FILE).symlink_to("/dev/zero")
+    app = copy.copy(digits_app)
+    app.run_dir = folder
+    with running(app) as address:
+        status, _, answer = call(address, "GET", "/api/metrics")
+    assert (status, answer) == (409, {"error": "the run folder cannot be read: metrics.jsonl: a symbolic link"})
+
+
+def test_run_info_says_which_members_a_run_of_several_predicts_with(digits_app, monkeypatch):
+    """A run of several members names, after its model, the members the page predicts with (`usage_note`, whose
+    words test_evaluate_units.py checks for seeds and sweeps)."""
+    monkeypatch.setattr(type(digits_app.run), "usage_note", lambda run: "the ensemble of its 2 members")
+    assert digits_app.run_info()["model"] == "jax MLP 64-256-128-10: the ensemble of its 2 members"
+
+
+def test_a_mistakes_page_rounds_to_6_decimals_and_the_page_files_are_served(digits_run):
+    """An app built on given mistakes: its page of them, whole, and the three files of the page, byte for byte."""
+    mistakes = serve.Mistakes(index=np.array([4, 9]), label=np.array([1, 7]), prediction=np.array([7, 1]),
+                              confidence=np.array([0.123456789, 0.987654321]),
+                              grad_norm=np.array([2.0000004, 3.1234567]),
+                              pixels=np.array([[0] * 64, [255] * 64], np.uint8), total=360)
+    app = serve.App(digits_run, load_run(digits_run), mistakes)
+    web = Path(serve.__file__).parent / "web"
+    with running(app) as address:
+        status, _, page = call(address, "GET", "/api/mistakes?limit=1")
+        files = {path: call(address, "GET", path) for path in ("/", "/index.html", "/app.css", "/app.js")}
+    assert (status, page) == (200, {
+        "total": 2, "test_images": 360, "offset": 0, "limit": 1, "sort": "norm", "checkpoint_epoch": 3,
+        "reason": None, "items": [{"index": 9, "label": "7", "prediction": "1", "confidence": 0.987654,
+                                   "grad_norm": 3.123457, "pixels": [255] * 64}]})
+    assert {path: (got[0], got[1]["Content-Type"], got[2]) for path, got in files.items()} == {
+        "/": (200, "text/html; charset=utf-8", (web / "index.html").read_bytes()),
+        "/index.html": (200, "text/html; charset=utf-8", (web / "index.html").read_bytes()),
+        "/app.css": (200, "text/css; charset=utf-8", (web / "app.css").read_bytes()),
+        "/app.js": (200, "text/javascript; charset=utf-8", (web / "app.js").read_bytes()),
+    }
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_the_saliency_is_traced_while_the_run_loads_and_reused_by_every_request(digits_run, monkeypatch, x64):
+    """Once, in float32 (with JAX_ENABLE_X64 too), before the first request: no request waits for a compile."""
+    traces = []
+    real = serve.input_saliency
+    monkeypatch.setattr(serve, "input_saliency", lambda params, x, *, apply: (
+        traces.append((x.shape, str(x.dtype))), real(params, x, apply=apply))[1])
+    run = load_run(digits_run)
+    with jax.enable_x64(x64):
+        app = serve.App(digits_run, run, serve.no_mistakes("not looked for"))
+        assert traces == [((64,), "float32")]
+        app.predict("pixels", np.full(64, 0.5, np.float32))
+        app.predict("image", png_bytes(drawing(strokes=SEVEN)))
+    assert traces == [((64,), "float32")]
+
+
+def test_predict_gives_its_input_back_rounded_to_6_decimals(digits_server):
+    pixels = [1 / 3, 0.1, 2 / 3, 1.0] + [0.0] * 60
+    status, _, answer = call(digits_server, "POST", "/api/predict", {"pixels": pixels})
+    assert (status, answer["input"]) == (200, [0.333333, 0.1, 0.666667, 1.0] + [0.0] * 60)
+
+
+def test_load_app_passes_the_setting_to_load_run(digits_run):
+    """--setting reaches the run: a run that is not a sweep refuses it."""
+    with pytest.raises(serve.ConfigError) as error:
+        serve.load_app(digits_run, setting="lr=0.001")
+    assert str(error.value) == "--setting chooses one setting of a sweep; this run is not a sweep: drop --setting"
+
+
+def test_load_app_never_downloads_the_test_set(digits_run, monkeypatch):
+    """The mistakes panel reads the test set where it already is: serving never starts a download."""
+    asked = []
+
+    def missing(name, data_dir, download):
+        asked.append((name, data_dir, download))
+        raise DataError(f"{name}: no copy in {data_dir}")
+
+    monkeypatch.setattr(serve, "load_dataset", missing)
+    serve.load_app(digits_run, data_dir="elsewhere")
+    assert asked == [("digits", "elsewhere", False)]
+
+
+def test_bind_refusals_are_whole_one_line_messages():
+    for blank in ("", "  "):
+        with pytest.raises(serve.ConfigError) as error:
+            serve.bind(blank, 0)
+        assert str(error.value) == ("--host is empty; give an address such as 127.0.0.1 (this machine only) "
+                                    "or 0.0.0.0")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(serve.ConfigError) as error:
+            serve.bind("127.0.0.1", port)
+    assert str(error.value) == (f"port {port} is already in use on 127.0.0.1; choose another with --port "
+                                "(or --port 0 for any free one)")
+    with pytest.raises(serve.ConfigError) as error:
+        serve.bind("192.0.2.1", 0)  # TEST-NET-1, for documentation only: no interface here has it (nothing is sent)
+    assert str(error.value) == (f"cannot serve on 192.0.2.1:0 ({os.strerror(errno.EADDRNOTAVAIL)}); "
+                                "check --host and --port")
+
+
+def test_bind_gives_each_address_family_its_own_server():
+    """An IPv6 address gets the IPv6 server (as test_serves_on_ipv6_loopback, it needs the IPv6 loopback)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    for address, kind, family in (("::1", serve.Server6, socket.AF_INET6),
+                                  ("127.0.0.1", serve.Server, socket.AF_INET)):
+        server = serve.bind(address, 0)
+        try:
+            assert (type(server), server.socket.family, server.server_address[0]) == (kind, family, address)
+        finally:
+            server.server_close()
+
+
+def test_the_page_strings_in_english():
+    assert serve.page_strings() == {
+        "title": "Play with the model",
+        "draw": "Draw a digit",
+        "draw_hint": "Draw with the mouse or a finger; the prediction follows as you draw.",
+        "clear": "Clear",
+        "undo": "Undo",
+        "prediction": "Prediction",
+        "probabilities": "Class probabilities",
+        "sees": "What the model sees",
+        "sees_hint": "Your drawing after the MNIST-style preprocessing that jaxintro predict uses: "
+                     "cropped to the ink, fitted into the box, centred by mass.",
+        "saliency": "Saliency",
+        "saliency_hint": "jax.grad of the predicted class's log-probability with respect to the input pixels: "
+                         "red pixels raise it, blue ones lower it.",
+        "run": "The run",
+        "model": "Model",
+        "dataset": "Dataset",
+        "epochs": "Epochs",
+        "test_accuracy": "Test accuracy",
+        "training": "still training: the curves update live",
+        "finished": "finished",
+        "curves": "Training curves",
+        "loss": "Loss",
+        "accuracy": "Accuracy",
+        "train": "train",
+        "test": "test",
+        "epoch": "epoch",
+        "mistakes": "Mistakes",
+        "mistakes_hint": "Test images this run gets wrong, with the norm of each one's loss gradient "
+                         "(exercise 2): confident mistakes have the largest.",
+        "sort": "Sort by",
+        "sort_norm": "gradient norm, largest first",
+        "sort_norm_asc": "gradient norm, smallest first",
+        "sort_index": "test-set index",
+        "true_label": "true",
+        "predicted": "predicted",
+        "confidence": "confidence",
+        "grad_norm": "gradient norm",
+        "previous": "Previous",
+        "next": "Next",
+        "of": "of",
+        "no_mistakes": "No mistakes to show.",
+        "loading": "loading…",
+        "error": "Error",
+    }
+
+
+# ---------------------------------------------------------------- the command in this process
+
+
+class FlushedStdout(io.StringIO):
+    """A stdout that remembers what had been flushed: a line printed without flushing waits in a pipe's buffer."""
+
+    flushed = ""
+
+    def flush(self) -> None:
+        self.flushed = self.getvalue()
+
+
+def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> dict[str, Any]:
+    """`serve.serve` in this (the main) thread; a helper thread waits for the page to answer, then sends SIGINT.
+
+    Returns what serve returned (or raised), the bound port, the page's status code, what stdout had flushed by
+    then, and the arguments `load_app` and `webbrowser.open` got. Every wait is bounded: a server that never
+    answers, or does not stop at the signal, is shut down here.
+    """
+    seen: dict[str, Any] = {"status": -1, "flushed": "", "opened": []}
+    bound: list[Any] = []
+    real_bind, real_load_app = serve.bind, serve.load_app
+    monkeypatch.setattr(serve, "bind", lambda host, port: bound.append(real_bind(host, port)) or bound[-1])
+    monkeypatch.setattr(serve, "load_app", lambda *args: seen.update(load_app=args) or real_load_app(args[0]))
+    monkeypatch.setattr(webbrowser, "open", seen["opened"].append)
+    monkeypatch.setattr(sys, "stdout", stdout := FlushedStdout())
+    forced: list[bool] = []
+
+    def stop_when_answered() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and seen["status"] == -1:
+            if bound:
+                with contextlib.suppress(OSError):
+                    seen["status"] = call(bound[0].server_address[:2], "GET", "/")[0]
+                    seen["flushed"] = stdout.flushed
+            time.sleep(0.05)
+        if seen["status"] != -1:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: serve's own handler turns it into a clean stop
+        time.sleep(15)  # a server still serving after that is stopped here, and the test fails on `forced`
+        if bound and not bound[0]._BaseServer__is_shut_down.is_set():
+            forced.append(True)
+            bound[0].shutdown()
+
+    helper = threading.Thread(target=stop_when_answered, daemon=True)
+    helper.start()
+    try:
+        seen["returned"] = serve.serve(run_dir, port=0, **kwargs)
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 (a broken stop fails this test, not the run)
+        seen["returned"] = error
+    assert not forced, "the server went on serving after SIGINT"
+    seen["port"], seen["out"] = bound[0].server_address[1] if bound else -1, stdout.getvalue()
+    seen["flushed_at_end"] = stdout.flushed
+    return seen
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["RUN_DIR", "newest-finished"])
+def test_serve_names_the_run_and_its_address_then_stops_at_ctrl_c(named, digits_run, tmp_path, monkeypatch, capsys):
+    """One line, flushed before the page answers, with the run, its model, dataset and epoch and the address; a
+    host warning on stderr; "Stopped." and 0 after Ctrl-C. Without RUN_DIR: the newest finished run under
+    runs_root. The data folder and setting go to `load_app`; a browser opens only when asked."""
+    root = tmp_path / "runs"
+    shutil.copytree(digits_run, root / "finished")
+    unfinished = root / "later-but-unfinished"
+    shutil.copytree(digits_run, unfinished)
+    (unfinished / runs.RESULT_FILE).unlink()
+    monkeypatch.setattr(serve, "host_warning", lambda host: f"(a warning for {host})")
+    run_dir = root / "finished"
+    kwargs = {"data_dir": "a data folder", "setting": "a setting", "open_browser": True} if named else {}
+    seen = serve_until_answered(run_dir if named else None, monkeypatch, runs_root=root, **kwargs)
+    serving = (f"Serving {run_dir} (jax MLP 64-256-128-10 on digits, epoch 3) at http://127.0.0.1:{seen['port']}/"
+               "  (Ctrl-C to stop)\n")
+    assert (seen["returned"], seen["status"]) == (0, 200)
+    assert (seen["flushed"], seen["out"], seen["flushed_at_end"]) == (serving, *[serving + "Stopped.\n"] * 2)
+    assert seen["load_app"] == (run_dir, kwargs.get("data_dir"), kwargs.get("setting"))
+    assert seen["opened"] == ([f"http://127.0.0.1:{seen['port']}/"] if named else [])
+    assert capsys.readouterr().err == ("(a warning for 127.0.0.1)\n"
+                                       "\nCtrl-C: stopping the server (press Ctrl-C again to quit now)\n")
+    with pytest.raises(OSError):  # the port is closed
+        socket.create_connection(("127.0.0.1", seen["port"]), timeout=2).close()
+
+
+def test_serve_refuses_a_missing_run_before_binding_a_port(tmp_path, monkeypatch):
+    """No finished run, or a RUN_DIR that is not a folder: a whole, specific message, and no port taken."""
+    monkeypatch.setattr(serve, "bind", lambda *args: pytest.fail("bound a port for a run it cannot serve"))
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(serve.ConfigError) as error:
+        serve.serve(None, runs_root=tmp_path / "runs")
+    assert str(error.value) == (f"no finished run under {tmp_path / 'runs'}/; train one first with `make train`, "
+                                "or pass RUN_DIR")
+    with pytest.raises(serve.ConfigError) as error:
+        serve.serve(tmp_path / "nowhere")
+    assert str(error.value) == f"{tmp_path / 'nowhere'} is not a run folder; pass one written by `jaxintro train`"
