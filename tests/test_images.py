@@ -377,3 +377,31 @@ def test_shrinking_averages_the_strokes_instead_of_sampling_them():
     # Antialiased, each pixel averages the four rows it covers (peak scaled to 1); sampled, it would be a
     # stripe or a gap.
     assert inside.min() > 0.9, inside.min()
+
+
+def test_a_folder_is_refused_by_name_as_not_a_regular_file(tmp_path):
+    """A path that exists but is not a regular file (a folder here, like a FIFO) is refused by name, whole."""
+    with pytest.raises(DataError) as err:
+        load_image(tmp_path, (28, 28))
+    assert str(err.value) == f"{tmp_path}: not a regular file; give a PNG or JPEG file"
+
+
+def test_a_sixteen_bit_grey_png_with_a_transparent_value_reads_like_the_same_drawing_on_white():
+    """16-bit grey is floored to 8 bits (v // 257) and its tRNS value, the paper, put on white like an 8-bit image."""
+    values = np.zeros((48, 48), np.uint16)  # black paper, marked transparent: a canvas export saved in 16 bits
+    values[10:30, 14:17] = 100 * 257  # dark grey ink at the bottom of 8-bit step 100 (25700 // 258 would be 99)
+    values[27:30, 14:26] = 100 * 257 + 256  # its foot at the top of the same step: floored, not rounded, to 100
+    out = io.BytesIO()
+    Image.fromarray(values).save(out, format="PNG", transparency=0)
+    on_white = gray_png(np.where(values > 0, 100, 255))
+    np.testing.assert_array_equal(images.read_ink(out.getvalue(), 28), images.read_ink(on_white, 28))
+
+
+def test_load_image_checks_the_header_against_the_limit_it_is_given():
+    """`max_pixels` reaches the header check: a 280x280 drawing is refused one pixel under its size, read at it."""
+    raw = png_bytes(drawing(strokes=SEVEN))
+    with pytest.raises(DataError) as err:
+        load_image(raw, (28, 28), name="pad.png", max_pixels=280 * 280 - 1)
+    assert str(err.value) == ("pad.png: the image is larger than the limit of 78,399 pixels; shrink it (a digit "
+                              "needs a few hundred pixels a side) and try again (it is 280x280, 78,400 pixels)")
+    assert load_image(raw, (28, 28), max_pixels=280 * 280).max() == 255

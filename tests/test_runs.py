@@ -549,3 +549,57 @@ def test_the_epochs_done_without_a_checkpoint_are_the_last_rows(tmp_path):
     (tmp_path / runs.METRICS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
     info = runs.describe_run(tmp_path)
     assert (info["epochs"], info["status"]) == (3, "empty (no checkpoint)")
+
+
+@pytest.mark.parametrize("line, why", [
+    ("[1]", "not a JSON object"),
+    ("{}", "no epoch number"),
+    ('{"epoch": -1}', "no epoch number"),
+    ('{"epoch": "2"}', "no epoch number"),
+    ('{"epoch": 2, "loss": "low"}', "a value that is not a number"),
+    ('{"epoch": 2, "train_accuracy": [0.9]}', "a value that is not a number"),
+    ('{"epoch": 2, "test_accuracy": true}', "a value that is not a number"),
+    ('{"epoch": 2, "members": [0.9]}', "members that are not lists of numbers"),
+    ('{"epoch": 2, "members": {"test_accuracy": 0.9}}', "members that are not lists of numbers"),
+    ('{"epoch": 2, "members": {"test_accuracy": [0.9, "x"]}}', "members that are not lists of numbers"),
+])
+def test_a_row_jaxintro_never_writes_is_refused_naming_its_line(tmp_path, line, why):
+    good = json.dumps({"epoch": 1, "loss": 0.5, "train_accuracy": None, "test_accuracy": 0.9})
+    (tmp_path / runs.METRICS_FILE).write_text(f"{good}\n\n{line}\n")
+    with pytest.raises(ValueError) as error:
+        runs.read_metrics(tmp_path)
+    assert str(error.value) == f"metrics.jsonl line 3: {why}"
+
+
+def test_every_row_jaxintro_writes_is_read_even_from_a_long_file(tmp_path):
+    """Epoch 0 (before training), missing and null values, members with diverged (null) values; past 1 MiB."""
+    rows = [{"epoch": 0}, {"epoch": 1, "loss": None, "test_accuracy": 0.5},
+            {"epoch": 2, "loss": 1, "members": {"test_accuracy": [0.9, None], "loss": []}}]
+    rows += [{"epoch": epoch, "loss": 0.25, "note": "x" * 100} for epoch in range(3, 10_003)]
+    (tmp_path / runs.METRICS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert (tmp_path / runs.METRICS_FILE).stat().st_size > runs.MAX_RUN_FILE_BYTES
+    assert runs.read_metrics(tmp_path) == rows
+
+
+def test_a_line_that_is_not_json_is_named_with_the_reason(tmp_path):
+    (tmp_path / runs.METRICS_FILE).write_text('{"epoch": 1}\n{"epoch": 2\n')
+    with pytest.raises(ValueError) as error:
+        runs.read_metrics(tmp_path)
+    assert str(error.value) == "metrics.jsonl line 2: not JSON (Expecting ',' delimiter: line 1 column 12 (char 11))"
+    with pytest.raises(ValueError) as error:  # too deep for Python's parser: the same one line
+        runs.parse_json("[" * 100_000 + "]" * 100_000, "a.json")
+    assert str(error.value) == ("a.json: not JSON (maximum recursion depth exceeded while decoding a JSON array "
+                                "from a unicode string)")
+
+
+def test_read_json_names_a_missing_file_and_a_broken_one(tmp_path):
+    with pytest.raises(FileNotFoundError) as missing:
+        runs.read_json(tmp_path / "result.json")
+    assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, str(tmp_path / "result.json"))
+    (tmp_path / "result.json").write_text("{")
+    with pytest.raises(ValueError) as error:
+        runs.read_json(tmp_path / "result.json")
+    assert str(error.value) == ("result.json: not JSON (Expecting property name enclosed in double quotes: "
+                                "line 1 column 2 (char 1))")
+    (tmp_path / "result.json").write_text('{"epochs": 3}')
+    assert runs.read_json(tmp_path / "result.json") == {"epochs": 3}

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import copy
 import errno
+import functools
 import http.client
 import io
 import json
@@ -1120,6 +1121,88 @@ def test_the_page_strings_in_english():
         "loading": "loading…",
         "error": "Error",
     }
+
+
+# ---------------------------------------------------------------- find_mistakes and App.predict, called directly
+
+
+def test_find_mistakes_keeps_every_field_of_each_wrong_test_image(digits_run):
+    """The digits run's wrong test images: index, label, prediction, confidence and pixels each whole, and the count."""
+    run, data = load_run(digits_run), load_dataset("digits")
+    probs = predict_proba(run, data.x_test)  # 360 images: the one chunk find_mistakes predicts them in
+    wrong = np.flatnonzero(probs.argmax(1) != data.y_test)
+    assert wrong.size > 0, "a 3-epoch digits run makes mistakes"
+    m = serve.find_mistakes(run, data.x_test, data.y_test)
+    assert (m.index.tolist(), m.label.tolist(), m.prediction.tolist(), m.confidence.tolist(), m.pixels.tolist(),
+            m.total, m.reason) == (wrong.tolist(), data.y_test[wrong].tolist(), probs.argmax(1)[wrong].tolist(),
+                                   probs.max(1)[wrong].tolist(), data.x_test[wrong].tolist(), len(data.x_test), None)
+    expected = per_example_grad_norms_vmap(run.params, run.model.apply, scale_images(jnp.asarray(data.x_test[wrong])),
+                                           jnp.asarray(data.y_test[wrong]))
+    np.testing.assert_allclose(m.grad_norm, expected, rtol=2e-3, atol=1e-6)
+
+
+def test_find_mistakes_without_a_wrong_image_gives_empty_arrays_typed_as_with_some(digits_run):
+    """Labels that are the run's own predictions: no mistake, and each array empty with the dtype it has otherwise."""
+    run, data = load_run(digits_run), load_dataset("digits")
+    x = data.x_test[:50]
+    y = predict_proba(run, x).argmax(1).astype(data.y_test.dtype)
+    m = serve.find_mistakes(run, x, y)
+    assert [(a.dtype, a.shape) for a in m[:6]] == [
+        (np.int64, (0,)), (data.y_test.dtype, (0,)), (np.int64, (0,)), (np.float32, (0,)), (np.float32, (0,)),
+        (np.uint8, (0, 64))]
+    assert m[6:] == (50, None)
+
+
+def test_predict_answers_whole_probabilities_and_saliency_to_7_decimals(digits_app):
+    """Pixels and an image: the whole answer, the probabilities and the saliency rounded to 7 decimals, the input to 6."""
+    run = digits_app.run
+    saliency = jax.jit(functools.partial(serve.input_saliency, apply=run.model.apply))  # the program the app runs
+    raw = png_bytes(drawing(strokes=SEVEN, width=40))
+    u8 = load_image(raw, (8, 8))
+    # 182/255 is 0.713726 in float32 but 0.713725 in float64 (80 and 131 too): the image's input is float32's.
+    assert {80, 131, 182} & set(u8.tolist()), u8
+    pixels = (load_dataset("digits").x_test[7] / 255.0).astype(np.float32)  # as parse_predict_request gives them
+    for kind, value, x in (("pixels", pixels, pixels), ("image", raw, u8.astype(np.float32) / np.float32(255))):
+        probs, grad = saliency(run.params, jnp.asarray(x))
+        digit = int(np.argmax(probs))
+        assert digits_app.predict(kind, value) == {
+            "digit": digit, "class": str(digit), "probabilities": np.round(np.asarray(probs, np.float64), 7).tolist(),
+            "input": np.round(x.astype(np.float64), 6).tolist(),
+            "saliency": np.round(np.asarray(grad, np.float64), 7).tolist()}, kind
+
+
+def test_an_image_kept_waiting_for_a_decoding_turn_is_a_503_to_try_again(digits_app, monkeypatch):
+    """Both decoding places held past DECODE_WAIT: the next image is refused, and the two held are answered."""
+    raw = png_bytes(drawing(strokes=SEVEN))
+    unhindered = digits_app.predict("image", raw)
+    entered, go, real = threading.Semaphore(0), threading.Event(), serve.load_image
+
+    def held(*args, **kwargs):
+        entered.release()
+        go.wait(timeout=30)  # released at the end of the test (or after 30 s, should it fail)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serve, "load_image", held)
+    monkeypatch.setattr(serve, "DECODE_WAIT", 0.2)
+    with ThreadPoolExecutor(serve.DECODES) as pool:
+        holding = [pool.submit(digits_app.predict, "image", raw) for _ in range(serve.DECODES)]
+        try:
+            assert all(entered.acquire(timeout=30) for _ in holding)  # both places taken
+            with pytest.raises(serve.ApiError) as error:
+                digits_app.predict("image", raw)
+        finally:
+            go.set()
+        answers = [future.result(timeout=30) for future in holding]
+    assert (error.value.status, str(error.value)) == (503, "the server is busy reading other images; try again")
+    assert answers == [unhindered] * serve.DECODES
+
+
+def test_an_unreadable_image_is_a_400_that_names_it_the_image(digits_app):
+    """Bytes that are no image: a 400 whose message, whole, calls them "the image"."""
+    with pytest.raises(serve.ApiError) as error:
+        digits_app.predict("image", b"hello")
+    assert (error.value.status, str(error.value)) == (
+        400, "the image: not a readable image (not a PNG or JPEG image); give a PNG or JPEG file")
 
 
 # ---------------------------------------------------------------- the command in this process
