@@ -595,7 +595,7 @@ def test_a_line_that_is_not_json_is_named_with_the_reason(tmp_path):
 def test_read_json_names_a_missing_file_and_a_broken_one(tmp_path):
     with pytest.raises(FileNotFoundError) as missing:
         runs.read_json(tmp_path / "result.json")
-    assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, str(tmp_path / "result.json"))
+    assert str(missing.value) == f"[Errno {errno.ENOENT}] {os.strerror(errno.ENOENT)}: '{tmp_path / 'result.json'}'"
     (tmp_path / "result.json").write_text("{")
     with pytest.raises(ValueError) as error:
         runs.read_json(tmp_path / "result.json")
