@@ -182,7 +182,7 @@ MUTATION_TESTS = {
     "layout": ("tests/test_train.py", "tests/test_parallel.py"),
     "parallel": ("tests/test_parallel.py",),
     "members": ("tests/test_members.py",),
-    "checkpoint": ("tests/test_checkpoint.py",),
+    "checkpoint": ("tests/test_checkpoint.py", "tests/test_faults.py"),  # and a save's write faults
     "faults": ("tests/test_faults.py",),
     "evaluate": ("tests/test_evaluate.py", "tests/test_evaluate_units.py"),
     "serve": ("tests/test_serve.py",),

@@ -589,3 +589,33 @@ def test_auto_with_a_named_folder_loads_from_that_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "MNIST", spec)  # `auto` looks for MNIST: here, the tiny set in that folder
     loaded = load_dataset("auto", tmp_path)
     assert loaded.name == "tiny" and Path(loaded.source) == tmp_path
+
+
+def dataset_record(side: int = 8, features: int | None = None, classes: int = 10) -> dict:
+    """A checkpoint's dataset record, as `DatasetInfo.to_json` writes it."""
+    return {"name": "digits", "image_shape": [side, side], "features": side * side if features is None else features,
+            "classes": [str(c) for c in range(classes)]}
+
+
+@pytest.mark.parametrize("record", [dataset_record(1), dataset_record(256), dataset_record(classes=1),
+                                    dataset_record(classes=1000)], ids=["1x1", "256x256", "1-class", "1000-classes"])
+def test_a_dataset_record_at_its_bounds_is_read_back(record):
+    info = data.DatasetInfo.from_json(record)
+    assert (info.name, list(info.image_shape), info.features, len(info.classes)) == (
+        "digits", record["image_shape"], record["features"], len(record["classes"]))
+
+
+@pytest.mark.parametrize("record, message", [
+    (dataset_record(257), "image_shape [257, 257] with 66049 features is not a small square image"),
+    (dataset_record(0), "image_shape [0, 0] with 0 features is not a small square image"),
+    ({**dataset_record(), "image_shape": [8, 9], "features": 72}, "image_shape [8, 9] with 72 features is not a small square image"),
+    (dataset_record(features=63), "image_shape [8, 8] with 63 features is not a small square image"),
+    ({**dataset_record(), "image_shape": [8] * 30}, f"image_shape {str([8] * 30)[:40]} with 64 features is not a small square image"),
+    (dataset_record(features=10**30), f"image_shape [8, 8] with {str(10**30)[:20]} features is not a small square image"),
+    (dataset_record(classes=0), "the dataset's name or classes are not what jaxintro writes"),
+    (dataset_record(classes=1001), "the dataset's name or classes are not what jaxintro writes"),
+], ids=["257x257", "0x0", "not-square", "features-not-pixels", "long-shape", "long-features", "no-class", "1001-classes"])
+def test_a_dataset_record_jaxintro_never_writes_is_refused_whole(record, message):
+    with pytest.raises(ValueError) as error:
+        data.DatasetInfo.from_json(record)
+    assert str(error.value) == message

@@ -603,3 +603,18 @@ def test_read_json_names_a_missing_file_and_a_broken_one(tmp_path):
                                 "line 1 column 2 (char 1))")
     (tmp_path / "result.json").write_text('{"epochs": 3}')
     assert runs.read_json(tmp_path / "result.json") == {"epochs": 3}
+
+
+def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path):
+    """The probe is signal 0: it asks, and sends nothing (a process that takes SIGHUP's default dies of it)."""
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, "
+                              "signal.SIG_DFL); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # its handler is in place
+        (tmp_path / runs.CLAIM_FILE).write_text(f"{child.pid} {socket.gethostname()}\n")
+        assert runs.claim_is_live(tmp_path) is True
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
