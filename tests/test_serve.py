@@ -852,8 +852,6 @@ def test_serves_on_ipv6_loopback(digits_app):
 
 
 def test_a_run_folder_whose_metrics_link_elsewhere_is_a_409_not_a_500(digits_app, digits_run, tmp_path):
-    import copy
-
     folder = tmp_path / "run"
     shutil.copytree(digits_run, folder, symlinks=True)
     (folder / runs.METRICS_FILE).unlink()
@@ -862,7 +860,7 @@ def test_a_run_folder_whose_metrics_link_elsewhere_is_a_409_not_a_500(digits_app
     app.run_dir = folder
     with running(app) as address:
         status, _, answer = call(address, "GET", "/api/metrics")
-    assert status == 409 and "symbolic link" in answer["error"]
+    assert (status, answer) == (409, {"error": "the run folder cannot be read: metrics.jsonl: a symbolic link"})
 
 
 def test_an_exploded_runs_infinite_norms_are_null_not_a_500(digits_app):
@@ -953,18 +951,6 @@ def test_an_older_result_without_finished_counts_its_epochs(digits_app, digits_r
     app.run_dir = folder
     rows = runs.read_metrics(folder)
     assert app.metrics() == {"rows": rows, "finished": finished, "test_accuracy": rows[-1]["test_accuracy"]}
-
-
-def test_a_metrics_file_linked_elsewhere_is_a_409_naming_it(digits_app, digits_run, tmp_path):
-    folder = tmp_path / "run"
-    shutil.copytree(digits_run, folder, symlinks=True)
-    (folder / runs.METRICS_FILE).unlink()
-    (folder / runs.METRICS_FILE).symlink_to("/dev/zero")
-    app = copy.copy(digits_app)
-    app.run_dir = folder
-    with running(app) as address:
-        status, _, answer = call(address, "GET", "/api/metrics")
-    assert (status, answer) == (409, {"error": "the run folder cannot be read: metrics.jsonl: a symbolic link"})
 
 
 def test_run_info_says_which_members_a_run_of_several_predicts_with(digits_app, monkeypatch):
