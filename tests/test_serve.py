@@ -1218,6 +1218,7 @@ def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> di
     monkeypatch.setattr(webbrowser, "open", seen["opened"].append)
     monkeypatch.setattr(sys, "stdout", stdout := FlushedStdout())
     forced: list[bool] = []
+    returned = threading.Event()
 
     def stop_when_answered() -> None:
         deadline = time.monotonic() + 120
@@ -1229,8 +1230,7 @@ def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> di
             time.sleep(0.05)
         if seen["status"] != -1:
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: serve's own handler turns it into a clean stop
-        time.sleep(15)  # a server still serving after that is stopped here, and the test fails on `forced`
-        if bound and not bound[0]._BaseServer__is_shut_down.is_set():
+        if not returned.wait(15) and bound:  # still serving: stopped here, and the test fails on `forced`
             forced.append(True)
             bound[0].shutdown()
 
@@ -1240,6 +1240,8 @@ def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> di
         seen["returned"] = serve.serve(run_dir, port=0, **kwargs)
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 (a broken stop fails this test, not the run)
         seen["returned"] = error
+    returned.set()
+    helper.join(timeout=30)
     assert not forced, "the server went on serving after SIGINT"
     seen["port"], seen["out"] = bound[0].server_address[1] if bound else -1, stdout.getvalue()
     seen["flushed_at_end"] = stdout.flushed
