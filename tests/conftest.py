@@ -178,11 +178,12 @@ _RULES = ("tests/test_train.py", "tests/test_data.py", "tests/test_runs.py", "te
           "tests/test_parallel.py::test_split_steps_on_n_devices_equal_the_one_device_step")
 MUTATION_TESTS = {
     **dict.fromkeys(("lesson", "optim", "data", "runs", "images", "grid", "record"), _RULES),
-    "train": ("tests/test_train.py", "tests/test_parallel.py"),
+    "train": ("tests/test_train.py", "tests/test_parallel.py",
+              "tests/test_cli.py::test_persistent_cache_is_reported_for_the_training_program_itself"),
     "layout": ("tests/test_train.py", "tests/test_parallel.py"),
     "parallel": ("tests/test_parallel.py",),
     "members": ("tests/test_members.py",),
-    "checkpoint": ("tests/test_checkpoint.py", "tests/test_faults.py"),  # and a save's write faults
+    "checkpoint": ("tests/test_checkpoint_units.py", "tests/test_checkpoint.py", "tests/test_faults.py"),
     "faults": ("tests/test_faults.py",),
     "evaluate": ("tests/test_evaluate.py", "tests/test_evaluate_units.py"),
     "serve": ("tests/test_serve.py",),
