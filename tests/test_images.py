@@ -17,7 +17,11 @@ from PIL import Image, ImageDraw
 
 from jaxintro import images
 from jaxintro.errors import DataError
-from jaxintro.images import MAX_PIXELS, fit_like_mnist, load_image
+from jaxintro.images import MAX_PIXELS, load_image
+
+# The stage compiled, as the page runs it (`images._jitted_fit`), with the framing each test chooses: one program
+# per canvas shape and framing, where op by op every operation is compiled on its own (seconds per test).
+fit_like_mnist = jax.jit(images.fit_like_mnist, static_argnames=("side", "box", "by_mass"))
 
 
 def drawing(size: int = 280, *, strokes=(((140, 50), (140, 230)),), background=(255, 255, 255, 255),
@@ -68,6 +72,7 @@ def test_a_sixteen_bit_grey_image_is_read_at_its_own_contrast():
     assert digit.max() == 255 and (digit > 0).sum() > 20
 
 
+@pytest.mark.timeout(60)  # a FIFO opened for reading blocks for ever: a broken guard fails here, never hangs
 def test_a_fifo_is_refused_without_waiting(tmp_path):
     os.mkfifo(tmp_path / "digit.png")
     with pytest.raises(DataError, match="not a regular file"):

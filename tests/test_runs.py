@@ -143,6 +143,7 @@ CRAFTED = {  # a folder's file -> what a classmate's (or a broken) run folder mi
 }
 
 
+@pytest.mark.timeout(60)  # a FIFO opened for reading blocks for ever: a broken guard fails here, never hangs
 def test_a_crafted_folder_is_one_unreadable_line_and_the_others_list(tmp_path, capsys):
     root = tmp_path / "runs"
     empty_run(root / "good") if root.mkdir() is None else None
@@ -618,3 +619,29 @@ def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path):
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+def refusal(path: Path, **limit) -> str:
+    with pytest.raises(ValueError) as raised:
+        runs.read_run_file(path, **limit)
+    return str(raised.value)
+
+
+@pytest.mark.timeout(60)  # a FIFO opened for reading blocks for ever: a broken guard fails here, never hangs
+def test_a_run_file_is_read_whole_or_refused_with_its_name_and_why(tmp_path):
+    path = tmp_path / "config.json"
+    assert runs.read_run_file(path) is None  # absent
+    path.write_bytes(("é" * 617 + "x").encode())  # 1,235 bytes of UTF-8
+    assert runs.read_run_file(path, limit=1235) == "é" * 617 + "x"  # exactly the limit: read whole
+    assert refusal(path, limit=1234) == "config.json: larger than 1,234 bytes"
+    path.write_bytes(b"\xff\xfe{}")
+    assert refusal(path) == "config.json: not UTF-8 text"
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    assert refusal(path) == "config.json: a symbolic link"  # not followed, though its target is a fine file
+    path.unlink()
+    os.mkfifo(path)
+    assert refusal(path) == "config.json: not a regular file"
+    (tmp_path / "plain").write_text("")
+    assert refusal(tmp_path / "plain" / "config.json") == f"config.json: {os.strerror(errno.ENOTDIR)}"
