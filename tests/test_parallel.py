@@ -468,3 +468,39 @@ def test_each_parallel_flag_compiles_its_own_program_and_donates_the_state(paral
     epoch(state.params, state.opt_state, state.key, x, y)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))  # donated
     assert not state.key.is_deleted() and not x.is_deleted() and not y.is_deleted()
+
+
+# ---------------------------------------------------------------- where the state and the data are placed
+
+
+def assert_replicated(tree, mesh, expected) -> None:
+    """Every leaf of `tree` is an array copied on all of `mesh`'s devices, holding `expected`'s values."""
+    for leaf, want in zip(jax.tree.leaves(tree), jax.tree.leaves(expected), strict=True):
+        assert leaf.sharding == parallel.replicated_sharding(mesh)
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            assert str(jax.random.key_impl(leaf)) == str(jax.random.key_impl(want))
+            leaf, want = jax.random.key_data(leaf), jax.random.key_data(want)
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
+
+
+def test_replicate_copies_every_array_and_key_onto_the_whole_mesh():
+    mesh = parallel.make_mesh(1)
+    tree = {"host": np.arange(6, dtype=np.uint8).reshape(2, 3), "device": jax.numpy.ones(3),
+            "key": jax.random.key(3, impl="rbg"), "keys": jax.random.split(jax.random.key(4), 2)}
+    assert_replicated(parallel.replicate(tree, mesh), mesh, tree)
+
+
+@pytest.mark.parametrize("loop", ["scan", "python"])
+def test_a_model_s_state_and_data_are_placed_as_its_loop_reads_them(loop, tiny):
+    trainer = Trainer.create(TrainConfig(dataset="digits", loop=loop), tiny)
+    state = trainer.init_state()
+    placed, train, test = trainer.layout.place(state, tiny)
+    if loop == "scan":  # one compiled epoch: the state and both sets on every device
+        assert_replicated((placed.params, placed.opt_state, placed.key), trainer.mesh,
+                          (state.params, state.opt_state, state.key))
+        assert_replicated((train, test), trainer.mesh, ((tiny.x_train, tiny.y_train), (tiny.x_test, tiny.y_test)))
+    else:  # the lesson's loop slices batches on the host: the training set stays there
+        assert placed is state and train[0] is tiny.x_train and train[1] is tiny.y_train
+        assert all(isinstance(leaf, jax.Array) for leaf in test)
+        np.testing.assert_array_equal(np.asarray(test[0]), tiny.x_test)
+    assert placed.epoch == state.epoch

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,7 @@ import pytest
 import tqdm
 
 from jaxintro.config import TrainConfig
+from jaxintro.errors import TrainingDivergedError
 from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
 from jaxintro.train import Trainer, fit
 
@@ -254,12 +257,26 @@ def test_fit_draws_its_bar_per_step_or_per_epoch(tiny, monkeypatch, loop, progre
 
 
 @pytest.mark.parametrize("stop_after", [1, 3])
-def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after):
+def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after, monkeypatch):
     """Each phase's seconds lie within the call's own time; a run asked to stop before its last epoch says so."""
     config = TrainConfig(epochs=3, batch_size=50)
+    evaluations = []  # the seconds of each evaluation, every epoch's: the eval seconds hold them all
+
+    def timed_eval(self):
+        score = self.layout.jit_eval()
+
+        def timed(*args):
+            start = time.perf_counter()
+            out = jax.block_until_ready(score(*args))
+            evaluations.append(time.perf_counter() - start)
+            return out
+        return timed
+
+    monkeypatch.setattr(Trainer, "jit_eval", timed_eval)
     start = time.perf_counter()
     result = fit(config, tiny, log=lambda _: None, should_stop=lambda epoch: epoch == stop_after)
     elapsed = time.perf_counter() - start
+    assert len(evaluations) == stop_after and result.eval_seconds >= sum(evaluations)
     assert len(result.history) == stop_after and result.stopped_early == (stop_after < 3)
     assert result.stopped_early is (stop_after < 3)
     assert result.train_seconds == sum(row.seconds for row in result.history)
@@ -267,3 +284,69 @@ def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after):
     assert all(seconds > 0 for seconds in phases) and sum(phases) < elapsed
     samples = stop_after * (len(tiny.x_train) // 50) * 50
     assert result.samples_per_second == samples / result.train_seconds
+
+
+def ensemble_accuracy(model, params, dataset, members) -> float:
+    """The test accuracy of `members`' averaged probabilities, computed here member by member (NumPy's mean)."""
+    x = scale_images(jnp.asarray(dataset.x_test))
+    probs = [jax.nn.softmax(model.apply(jax.tree.map(lambda leaf: leaf[k], params), x)) for k in members]
+    return float(np.mean(np.argmax(np.mean(probs, axis=0), axis=-1) == dataset.y_test))
+
+
+def test_a_member_that_diverges_leaves_the_ensemble_in_the_epoch_it_diverges_and_after(tiny):
+    # SGD at lr 3: on the tiny set, member 2 explodes in epoch 3 and the others train on (seen when written).
+    config = TrainConfig(dataset="digits", optimizer="sgd", lr=3.0, seeds=4, epochs=4)
+    trainer = Trainer.create(config, tiny)
+    seen = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        result = fit(config, tiny, log=lambda line: None, trainer=trainer,
+                     on_epoch=lambda state, row: seen.append((row, jax.device_get(state.params))))
+    [warning] = [str(w.message) for w in said if "diverged" in str(w.message)]
+    assert warning.startswith("member 2 diverged: loss reached ") and " at epoch 3, step " in warning
+    step = int(warning.split(" at epoch 3, step ")[1].split()[0])
+    assert 1 <= step <= trainer.steps_per_epoch
+    for row, params in seen:
+        trained = [k for k, accuracy in enumerate(row.members["test_accuracy"]) if not np.isnan(accuracy)]
+        assert trained == ([0, 1, 2, 3] if row.epoch < 3 else [0, 1, 3])
+        assert row.ensemble_test_accuracy == ensemble_accuracy(trainer.model, params, tiny, trained)
+    assert [row for row, _ in seen] == result.history
+
+
+def test_one_model_that_diverges_ends_the_run_naming_its_epoch_and_step(tiny):
+    config = TrainConfig(dataset="digits", optimizer="sgd", lr=30.0, epochs=2)  # explodes in epoch 1 (seen)
+    trainer = Trainer.create(config, tiny)
+    with pytest.raises(TrainingDivergedError) as raised:
+        fit(config, tiny, log=lambda line: None, trainer=trainer)
+    text = str(raised.value)
+    assert text.startswith("loss reached ") and " (finite, but exploded) at epoch 1, step " in text
+    step, of = text.split(" at epoch 1, step ")[1].split(";")[0].split(" of ")
+    assert 1 <= int(step) <= trainer.steps_per_epoch == int(of)
+    assert text.endswith("; lower --lr, add --clip-norm 1.0, or use --optimizer adam")
+
+
+def test_each_epoch_s_line_is_logged_with_the_rate_at_its_last_step(tiny):
+    """A row's learning rate is the schedule's at the epoch's last step (warm-up, then cosine decay, from optax)."""
+    config = TrainConfig(schedule="warmup-cosine", warmup_steps=3, epochs=3, batch_size=128)
+    steps = len(tiny.x_train) // 128
+    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, warmup_steps=3, decay_steps=3 * steps)
+    logged = []
+    result = fit(config, tiny, log=logged.append)
+    assert [row.learning_rate for row in result.history] == [float(schedule(e * steps - 1)) for e in (1, 2, 3)]
+    assert logged == [row.line(3) for row in result.history]
+
+
+def test_a_members_run_counts_one_model_s_parameters_and_every_member_s_samples(tiny):
+    config = TrainConfig(dataset="digits", seeds=2, epochs=1, batch_size=128)
+    result = fit(config, tiny, log=lambda _: None)
+    one = fit(dataclasses.replace(config, seeds=1), tiny, log=lambda _: None)
+    assert type(result.param_count) is int
+    assert result.param_count == one.param_count == sum(leaf.size for leaf in jax.tree.leaves(one.state.params))
+    assert result.samples_per_second == (len(tiny.x_train) // 128) * 128 * 2 / result.train_seconds
+
+
+def test_a_run_already_at_its_last_epoch_trains_nothing_and_has_no_rate(tiny):
+    config = TrainConfig(dataset="digits", epochs=2)
+    trainer = Trainer.create(config, tiny)
+    result = fit(config, tiny, state=trainer.init_state()._replace(epoch=2), log=lambda _: None, trainer=trainer)
+    assert result.history == [] and result.train_seconds == 0.0 and math.isnan(result.samples_per_second)
