@@ -16,7 +16,7 @@ import pytest
 import tqdm
 
 from jaxintro.config import TrainConfig
-from jaxintro.errors import TrainingDivergedError
+from jaxintro.errors import ConfigError, TrainingDivergedError
 from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
 from jaxintro.train import Trainer, fit
 
@@ -350,3 +350,25 @@ def test_a_run_already_at_its_last_epoch_trains_nothing_and_has_no_rate(tiny):
     trainer = Trainer.create(config, tiny)
     result = fit(config, tiny, state=trainer.init_state()._replace(epoch=2), log=lambda _: None, trainer=trainer)
     assert result.history == [] and result.train_seconds == 0.0 and math.isnan(result.samples_per_second)
+
+
+@pytest.mark.parametrize("loop", ["scan", "python"])
+def test_a_compiled_epoch_counts_the_epoch_and_names_the_programs_it_runs(loop, tiny):
+    config = TrainConfig(dataset="digits", epochs=2, loop=loop)
+    trainer = Trainer.create(config, tiny)
+    state, train, _test = trainer.place(trainer.init_state(), tiny)
+    epoch = trainer.compile_epoch(state, train)
+    assert len(epoch.programs) == (1 if loop == "scan" else 2)  # the epoch; or the lesson's step and shuffle
+    assert all(isinstance(program, jax.stages.Compiled) for program in epoch.programs)
+    after = epoch.run(state)[0]  # (the scan epoch donates the state it is given)
+    assert after.epoch == 1 and epoch.run(after._replace(epoch=4))[0].epoch == 5
+    saved = []
+    fit(config, tiny, log=lambda _: None, on_epoch=lambda state, row: saved.append((state.epoch, row.epoch)))
+    assert saved == [(1, 1), (2, 2)]  # the state a checkpoint saves is numbered as its row
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):
+    with pytest.raises(ConfigError) as raised:
+        Trainer.create(TrainConfig(dataset="digits", batch_size=len(tiny.x_train) + 1), tiny)
+    assert str(raised.value) == (f"--batch-size 513 is larger than the 512 training images of {tiny.name}; "
+                                 "use at most 512")
