@@ -17,7 +17,8 @@ import tqdm
 
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, TrainingDivergedError
-from jaxintro.lesson import accuracy, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images, step_key
+from jaxintro.lesson import (accuracy, correct_count, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images,
+                             step_key)
 from jaxintro.train import Trainer, fit
 
 
@@ -372,3 +373,11 @@ def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):
         Trainer.create(TrainConfig(dataset="digits", batch_size=len(tiny.x_train) + 1), tiny)
     assert str(raised.value) == (f"--batch-size 513 is larger than the 512 training images of {tiny.name}; "
                                  "use at most 512")
+
+
+def test_correct_counts_are_per_leading_row_of_logits():
+    # Two members' logits for three images: each row is counted on its own (the members' layout scores so).
+    logits = jnp.array([[[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], [[0.1, 0.9], [0.3, 0.7], [0.8, 0.2]]])
+    labels = jnp.array([0, 1, 1])
+    np.testing.assert_array_equal(correct_count(logits, labels), [2, 1])
+    assert correct_count(logits[0], labels) == 2
