@@ -504,3 +504,12 @@ def test_a_model_s_state_and_data_are_placed_as_its_loop_reads_them(loop, tiny):
         assert all(isinstance(leaf, jax.Array) for leaf in test)
         np.testing.assert_array_equal(np.asarray(test[0]), tiny.x_test)
     assert placed.epoch == state.epoch
+
+
+def test_more_devices_than_jax_sees_is_refused_with_what_it_sees():
+    seen = jax.device_count()
+    with pytest.raises(ConfigError) as raised:
+        parallel.make_mesh(seen + 1)
+    assert str(raised.value) == (f"--devices {seen + 1} but JAX sees {seen} {jax.devices()[0].platform} device(s); on a "
+                                 f"CPU, jaxintro creates them when --devices is given before JAX starts; elsewhere use "
+                                 f"at most {seen}")
