@@ -49,10 +49,11 @@ def read_reasons(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def score_rows(by_file: dict[str, dict[str, int | None]], reasons: dict[str, tuple[str, str]]) -> list[str]:
-    """The table's Markdown rows, one per module."""
+    """The table's Markdown rows, one per module and a last one for all of them."""
     rows = ["| module | mutants | killed | survived | of them equivalent | not checked | killed of non-equivalent |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for source, codes in by_file.items():
+    everything = {name: code for codes in by_file.values() for name, code in codes.items()}
+    for source, codes in (*by_file.items(), ("all", everything)):  # the last row: every module together
         counts = Counter(STATUS.get(code, "suspicious") for code in codes.values())
         survivors = [name for name, code in codes.items() if STATUS.get(code) == "survived"]
         equivalent = sum(reasons.get(name, ("",))[0] == "equivalent" for name in survivors)

@@ -183,7 +183,8 @@ def test_a_model_of_other_shapes_is_refused_by_its_first_differing_leaf(saved, t
 
 @pytest.mark.parametrize("saved_leaves, problem", [
     ({("a",): (2,), ("c",): (1,)}, "b/0 is missing from the checkpoint"),
-    ({("a",): (2,), ("b", "0"): (3,), ("b", "1"): (4,), ("z",): (1,)}, "the checkpoint holds z, which this model lacks"),
+    ({("a",): (2,), ("b", "0"): (3,), ("b", "1"): (4,), ("z",): (1,)},
+     "the checkpoint holds z, which this model lacks"),
     ({("a",): (2,), ("b", "0"): (3,), ("b", "1"): (5,)}, "b/1 has shape (5,) in the checkpoint, (4,) in this model"),
 ])
 def test_the_shape_check_names_the_first_leaf_in_name_order(saved_leaves, problem, tmp_path):

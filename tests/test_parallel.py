@@ -510,6 +510,6 @@ def test_more_devices_than_jax_sees_is_refused_with_what_it_sees():
     seen = jax.device_count()
     with pytest.raises(ConfigError) as raised:
         parallel.make_mesh(seen + 1)
-    assert str(raised.value) == (f"--devices {seen + 1} but JAX sees {seen} {jax.devices()[0].platform} device(s); on a "
-                                 f"CPU, jaxintro creates them when --devices is given before JAX starts; elsewhere use "
-                                 f"at most {seen}")
+    platform = jax.devices()[0].platform
+    assert str(raised.value) == (f"--devices {seen + 1} but JAX sees {seen} {platform} device(s); on a CPU, jaxintro "
+                                 f"creates them when --devices is given before JAX starts; elsewhere use at most {seen}")
