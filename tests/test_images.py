@@ -17,11 +17,7 @@ from PIL import Image, ImageDraw
 
 from jaxintro import images
 from jaxintro.errors import DataError
-from jaxintro.images import MAX_PIXELS, load_image
-
-# The stage compiled, as the page runs it (`images._jitted_fit`), with the framing each test chooses: one program
-# per canvas shape and framing, where op by op every operation is compiled on its own (seconds per test).
-fit_like_mnist = jax.jit(images.fit_like_mnist, static_argnames=("side", "box", "by_mass"))
+from jaxintro.images import MAX_PIXELS, fit_like_mnist, load_image
 
 
 def drawing(size: int = 280, *, strokes=(((140, 50), (140, 230)),), background=(255, 255, 255, 255),
