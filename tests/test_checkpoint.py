@@ -49,11 +49,6 @@ def test_resume_is_bit_identical(capsys, tmp_path, style, extra):
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
 
 
-def test_only_the_last_three_checkpoints_are_kept(capsys, tmp_path):
-    train(capsys, *DIGITS, "--epochs", "5", "--run-dir", str(tmp_path / "r"))
-    assert sorted(int(p.name) for p in (tmp_path / "r" / "checkpoints").iterdir() if p.name.isdigit()) == [3, 4, 5]
-
-
 def test_plain_orbax_reads_a_checkpoint_without_jaxintro(capsys, tmp_path):
     train(capsys, *DIGITS, "--epochs", "2", "--run-dir", str(tmp_path / "r"))
     code = (

