@@ -138,6 +138,32 @@ def test_a_damaged_newest_step_is_passed_over_with_a_warning_that_names_it(saved
                          f"rm -r {run / 'checkpoints' / '3'}")
 
 
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_two_damaged_steps_are_named_together_in_the_plural(saved, language, tmp_path):
+    from jaxintro.i18n import set_language
+
+    run = copy_of(saved, tmp_path)
+    damage(run, 3)
+    damage(run, 2)
+    set_language(language)
+    with pytest.warns(RuntimeWarning) as caught:
+        assert checkpoint.restore(run, template(saved))[1] == expected_meta(saved, 1)
+    text = str(caught[0].message)
+    paths = f"rm -r {run / 'checkpoints' / '3'} {run / 'checkpoints' / '2'}"
+    if language == "en":
+        assert text.startswith(f"{run}: checkpoint(s) 3, 2 could not be read (")
+        assert text.endswith(f"); using checkpoint 1, the newest intact one. To get rid of the damaged one(s): {paths}")
+    else:
+        assert text.startswith(f"{run}: no se pudieron leer los checkpoints 3, 2 (")
+        assert f"; se usa el checkpoint 1, " in text and text.endswith(paths)
+    one = copy_of(saved, tmp_path / "one")
+    damage(one, 3)
+    with pytest.warns(RuntimeWarning) as caught:
+        checkpoint.restore(one, template(saved))
+    said = "checkpoint(s) 3 could not be read (" if language == "en" else "no se pudo leer el checkpoint 3 ("
+    assert str(caught[0].message).startswith(f"{one}: {said}")  # one step: the singular
+
+
 def test_every_step_damaged_is_one_error_naming_the_steps_tried(saved, tmp_path):
     run = copy_of(saved, tmp_path)
     for step in (1, 2, 3):
