@@ -378,3 +378,16 @@ def test_correct_counts_are_per_leading_row_of_logits():
     labels = jnp.array([0, 1, 1])
     np.testing.assert_array_equal(correct_count(logits, labels), [2, 1])
     assert correct_count(logits[0], labels) == 2
+
+
+def test_the_optimizer_s_schedule_spans_every_step_of_the_run(tiny):
+    # Warm-up then cosine decay over epochs x steps: the rate Trainer.create's optimizer applies, step by step.
+    config = TrainConfig(dataset="digits", optimizer="sgd", schedule="warmup-cosine", warmup_steps=2, epochs=3)
+    trainer = Trainer.create(config, tiny)
+    total = trainer.steps_per_epoch * 3
+    params = {"w": jnp.zeros(2)}
+    state = trainer.tx.init(params)
+    for count in range(total):
+        updates, state = trainer.tx.update({"w": jnp.ones(2)}, state, params)
+        rate = optax.warmup_cosine_decay_schedule(0.0, config.lr, warmup_steps=2, decay_steps=total)(count)
+        np.testing.assert_allclose(updates["w"], -rate * jnp.ones(2), rtol=1e-6, atol=1e-9)
