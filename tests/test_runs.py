@@ -425,10 +425,13 @@ def test_kind_text_in_spanish_counts_one_and_many_apart():
     """English says "1 diverged" and "2 diverged" alike; Spanish does not."""
     from jaxintro.i18n import set_language
 
-    set_language("es")  # the autouse fixture sets the locale's language back for the next test
-    assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
-        "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
-    assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
+    set_language("es")
+    try:
+        assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
+            "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
+        assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
+    finally:  # before the next test's fixtures are made (a module's run would be trained in Spanish)
+        set_language()
 
 
 @pytest.mark.parametrize("info, text", [
@@ -606,14 +609,18 @@ def test_read_json_names_a_missing_file_and_a_broken_one(tmp_path):
     assert runs.read_json(tmp_path / "result.json") == {"epochs": 3}
 
 
-def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path):
+def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path, monkeypatch):
     """The probe is signal 0: it asks, and sends nothing (a process that takes SIGHUP's default dies of it)."""
     child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, "
                               "signal.SIG_DFL); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    sent = []
+    real_kill = os.kill
+    monkeypatch.setattr(os, "kill", lambda pid, signum: (sent.append((pid, signum)), real_kill(pid, signum))[1])
     try:
         child.stdout.readline()  # its handler is in place
         (tmp_path / runs.CLAIM_FILE).write_text(f"{child.pid} {socket.gethostname()}\n")
         assert runs.claim_is_live(tmp_path) is True
+        assert sent == [(child.pid, 0)]  # asked, whatever the machine's speed
         with pytest.raises(subprocess.TimeoutExpired):
             child.wait(timeout=0.5)
     finally:
