@@ -348,14 +348,3 @@ def test_foreign_and_damaged_checkpoints_end_in_one_line_and_nothing_else_on_std
     assert "layer1" in lines[0] and "another architecture" in lines[0]
     assert "records the PRNG implementation 'no_such'" in lines[1]
     assert "no checkpoint could be restored" in lines[2]
-
-
-@pytest.mark.parametrize("message, line", [
-    ("\n  \nthe first line said\nand more", "the first line said"),
-    ("", "no message"),
-    ("  \n\t", "no message"),
-    ("x" * 300, "x" * 200),
-], ids=["blank-lines-first", "empty", "blank", "long"])
-def test_a_passed_over_checkpoint_is_named_by_its_errors_first_line_at_most_200_characters(message, line):
-    """What the warning quotes of a library's error (Orbax's and TensorStore's run to many lines)."""
-    assert checkpoint._first_line(ValueError(message)) == line

@@ -293,6 +293,17 @@ def test_a_saved_config_or_dataset_record_that_is_unusable_is_refused_with_the_f
                                  "72 features is not a small square image); retrain it")
 
 
+@pytest.mark.parametrize("message, line", [
+    ("\n  \nthe first line said\nand more", "the first line said"),
+    ("", "no message"),
+    ("  \n\t", "no message"),
+    ("x" * 300, "x" * 200),
+], ids=["blank-lines-first", "empty", "blank", "long"])
+def test_a_passed_over_checkpoint_is_named_by_its_errors_first_line_at_most_200_characters(message, line):
+    """What the warning quotes of a library's error (Orbax's and TensorStore's run to many lines)."""
+    assert checkpoint._first_line(ValueError(message)) == line
+
+
 # ---------------------------------------------------------------- the Checkpointer: saving, in the background
 
 
