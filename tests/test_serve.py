@@ -886,7 +886,8 @@ def test_a_run_whose_test_set_is_not_at_hand_serves_an_empty_mistakes_panel_that
         assert app.mistakes_page(0, 10, sort) == {
             "total": 0, "test_images": 0, "offset": 0, "limit": 10, "sort": sort,
             "checkpoint_epoch": app.run.epoch, "reason": reason, "items": []}
-    # The same arrays as find_mistakes gives for a run that makes none, so every order sorts them alike.
+    # Empty arrays that every order sorts alike (find_mistakes on a run without mistakes gives float32 and (0, 64)
+    # images instead: no answer reads their dtype or width when there is nothing to show).
     m = app.mistakes
     assert [a.dtype for a in m[:6]] == [np.int64, np.int64, np.int64, np.float64, np.float64, np.uint8]
     assert [a.shape for a in m[:6]] == [(0,)] * 5 + [(0, 0)]
