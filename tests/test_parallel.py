@@ -484,7 +484,7 @@ def assert_replicated(tree, mesh, expected) -> None:
 
 
 def test_replicate_copies_every_array_and_key_onto_the_whole_mesh():
-    mesh = parallel.make_mesh(1)
+    mesh = parallel.make_mesh(jax.device_count())  # one device in make test: the sharding still names the mesh
     tree = {"host": np.arange(6, dtype=np.uint8).reshape(2, 3), "device": jax.numpy.ones(3),
             "key": jax.random.key(3, impl="rbg"), "keys": jax.random.split(jax.random.key(4), 2)}
     assert_replicated(parallel.replicate(tree, mesh), mesh, tree)
@@ -503,6 +503,7 @@ def test_a_model_s_state_and_data_are_placed_as_its_loop_reads_them(loop, tiny):
         assert placed is state and train[0] is tiny.x_train and train[1] is tiny.y_train
         assert all(isinstance(leaf, jax.Array) for leaf in test)
         np.testing.assert_array_equal(np.asarray(test[0]), tiny.x_test)
+        np.testing.assert_array_equal(np.asarray(test[1]), tiny.y_test)
     assert placed.epoch == state.epoch
 
 

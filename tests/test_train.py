@@ -19,6 +19,7 @@ from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, TrainingDivergedError
 from jaxintro.lesson import (accuracy, correct_count, cross_entropy, loss_and_logits, loss_fn, plan_epoch, scale_images,
                              step_key)
+from jaxintro.members import ensemble_accuracy
 from jaxintro.train import Trainer, fit
 
 
@@ -263,8 +264,10 @@ def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after, 
     config = TrainConfig(epochs=3, batch_size=50)
     evaluations = []  # the seconds of each evaluation, every epoch's: the eval seconds hold them all
 
+    jit_eval = Trainer.jit_eval
+
     def timed_eval(self):
-        score = self.layout.jit_eval()
+        score = jit_eval(self)
 
         def timed(*args):
             start = time.perf_counter()
@@ -287,13 +290,6 @@ def test_fit_reports_its_seconds_and_whether_it_stopped_early(tiny, stop_after, 
     assert result.samples_per_second == samples / result.train_seconds
 
 
-def ensemble_accuracy(model, params, dataset, members) -> float:
-    """The test accuracy of `members`' averaged probabilities, computed here member by member (NumPy's mean)."""
-    x = scale_images(jnp.asarray(dataset.x_test))
-    probs = [jax.nn.softmax(model.apply(jax.tree.map(lambda leaf: leaf[k], params), x)) for k in members]
-    return float(np.mean(np.argmax(np.mean(probs, axis=0), axis=-1) == dataset.y_test))
-
-
 def test_a_member_that_diverges_leaves_the_ensemble_in_the_epoch_it_diverges_and_after(tiny):
     # SGD at lr 3: on the tiny set some members explode within 4 epochs and others train on (here: member 2, in
     # epoch 3). Which ones, and when, is read from the run: the rows say who trained, the warnings when each stopped.
@@ -308,15 +304,15 @@ def test_a_member_that_diverges_leaves_the_ensemble_in_the_epoch_it_diverges_and
     trained = [[k for k, acc in enumerate(row.members["test_accuracy"]) if not np.isnan(acc)] for row, _ in seen]
     first = {k: next(i + 1 for i, members in enumerate(trained) if k not in members)
              for k in range(4) if k not in trained[-1]}
-    assert first and len(trained[-1]) > 0 and first[min(first)] > 1, "the case: a member diverges after epoch 1"
+    assert first and trained[-1] and max(first.values()) > 1, "the case: a member diverges after epoch 1"
     assert all(set(later) <= set(earlier) for earlier, later in zip(trained, trained[1:]))  # diverged stays out
     told = sorted(str(w.message) for w in said if "diverged" in str(w.message))
     assert len(told) == len(first)  # each member warned about once, in the epoch it diverged
     for (k, epoch), text in zip(sorted(first.items()), told):
         assert text.startswith(f"member {k} diverged: loss reached ") and f" at epoch {epoch}, step " in text
         assert 1 <= int(text.split(f" at epoch {epoch}, step ")[1].split()[0]) <= trainer.steps_per_epoch
-    for (row, params), members in zip(seen, trained):  # the ensemble of those that trained, recomputed here
-        assert row.ensemble_test_accuracy == ensemble_accuracy(trainer.model, params, tiny, members)
+    for (row, params), members in zip(seen, trained):  # the ensemble of those that trained, scored on its own
+        assert row.ensemble_test_accuracy == ensemble_accuracy(trainer.model, params, members, tiny.x_test, tiny.y_test)
 
 
 def test_one_model_that_diverges_ends_the_run_naming_its_epoch_and_step(tiny):
@@ -346,9 +342,9 @@ def test_each_epoch_s_line_is_logged_with_the_rate_at_its_last_step(tiny):
 def test_a_members_run_counts_one_model_s_parameters_and_every_member_s_samples(tiny):
     config = TrainConfig(dataset="digits", seeds=2, epochs=1, batch_size=128)
     result = fit(config, tiny, log=lambda _: None)
-    inputs = tiny.x_train.shape[1]  # the lesson's MLP on the tiny set: inputs-256-128-10, weights and biases
+    sizes = (tiny.x_train.shape[1], *config.hidden, 10)  # one model's layers: weights and biases
     assert type(result.param_count) is int
-    assert result.param_count == (inputs * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10)
+    assert result.param_count == sum(n * m + m for n, m in zip(sizes, sizes[1:]))
     assert result.samples_per_second == (len(tiny.x_train) // 128) * 128 * 2 / result.train_seconds
 
 
@@ -372,10 +368,11 @@ def test_a_compiled_epoch_counts_the_epoch_and_names_the_programs_it_runs(loop, 
 
 
 def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):
+    count = len(tiny.x_train)
     with pytest.raises(ConfigError) as raised:
-        Trainer.create(TrainConfig(dataset="digits", batch_size=len(tiny.x_train) + 1), tiny)
-    assert str(raised.value) == (f"--batch-size 513 is larger than the 512 training images of {tiny.name}; "
-                                 "use at most 512")
+        Trainer.create(TrainConfig(dataset="digits", batch_size=count + 1), tiny)
+    assert str(raised.value) == (f"--batch-size {count + 1} is larger than the {count} training images of "
+                                 f"{tiny.name}; use at most {count}")
 
 
 def test_correct_counts_are_per_leading_row_of_logits():
