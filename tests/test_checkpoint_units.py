@@ -206,7 +206,7 @@ def test_a_meta_that_is_not_an_object_is_damage_and_an_older_step_is_used(saved,
         assert checkpoint.read_meta(run) == expected_meta(saved, 2)
 
 
-def test_a_model_of_other_shapes_is_refused_by_its_first_differing_leaf(saved, tmp_path, tiny):
+def test_a_model_of_other_shapes_is_refused_by_its_first_differing_leaf(saved, tiny):
     wider = Trainer.create(TrainConfig(dataset="digits", hidden=(32, 16)), tiny)
     with pytest.raises(CheckpointError) as raised:
         checkpoint.restore(saved.run, checkpoint.abstract_state(wider.model, wider.tx))
@@ -269,7 +269,7 @@ def test_a_key_s_raw_data_has_its_generator_s_width():
 def test_a_folder_without_checkpoints_or_with_none_finished_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError) as raised:
         checkpoint.read_meta(tmp_path)
-    assert str(raised.value) == (f"{tmp_path}: no checkpoints/ folder; pass the folder of a `jaxintro train` run")
+    assert str(raised.value) == f"{tmp_path}: no checkpoints/ folder; pass the folder of a `jaxintro train` run"
     (tmp_path / "checkpoints" / "1.orbax-checkpoint-tmp-7").mkdir(parents=True)
     for read in (checkpoint.read_meta, lambda run: checkpoint.restore(run, None)):
         with pytest.raises(CheckpointError) as raised:
@@ -379,8 +379,14 @@ def test_close_reports_the_first_failure_even_when_releasing_the_manager_fails_t
     saver = checkpoint.Checkpointer(tmp_path)
     saver.save(saved.states[1], saved.trainer.config, saved.rows[:1])
     saver.manager.wait_until_finished()
+    release = saver.manager.close
+
+    def close_failing():
+        release()  # the manager is released all the same: no Orbax thread outlives the test
+        raise RuntimeError("close failed")
+
     monkeypatch.setattr(saver.manager, "wait_until_finished", refusing)
-    monkeypatch.setattr(saver.manager, "close", lambda: (_ for _ in ()).throw(RuntimeError("close failed")))
+    monkeypatch.setattr(saver.manager, "close", close_failing)
     with pytest.raises(WriteFault) as raised:
         saver.close()
     assert str(raised.value) == f"checkpoint 1: {ENOSPC}"
