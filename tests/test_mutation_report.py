@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 
 import pytest
 
+from conftest import MUTATION_TESTS, REPO
 import mutation_report
 from mutation_report import REASONS, VERDICTS, main, read_reasons
 
@@ -68,3 +70,12 @@ def test_a_reason_needs_one_of_the_three_verdicts(tmp_path):
 def test_the_projects_reasons_read():
     reasons = read_reasons(REASONS)
     assert reasons and {verdict for verdict, _ in reasons.values()} <= set(VERDICTS)
+
+
+def test_every_test_a_module_is_judged_by_is_in_mutmuts_selection():
+    """`MUTATION_TESTS` narrows what mutmut selected (pyproject.toml); a file named only in the first is never run."""
+    selection = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"][
+        "pytest_add_cli_args_test_selection"]
+    for module, tests in MUTATION_TESTS.items():
+        for test in tests:
+            assert any(chosen.startswith(test) or test.startswith(chosen) for chosen in selection), (module, test)
