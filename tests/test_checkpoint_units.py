@@ -164,19 +164,22 @@ def test_two_damaged_steps_are_named_together_in_the_plural(saved, language, tmp
     assert str(caught[0].message).startswith(f"{one}: {said}")  # one step: the singular
 
 
-def test_every_step_damaged_is_one_error_naming_the_steps_tried(saved, tmp_path):
+def test_every_step_damaged_is_one_error_naming_the_steps_tried_and_the_newest_ones_reason(saved, tmp_path):
     run = copy_of(saved, tmp_path)
-    for step in (1, 2, 3):
-        damage(run, step)
+    damage(run, 3)
+    with pytest.warns(RuntimeWarning) as caught:  # the newest step's reason, as the warning names it
+        checkpoint.restore(run, template(saved))
+    newest = str(caught[0].message).split(" could not be read (", 1)[1].split("); using checkpoint", 1)[0]
+    for step in (1, 2):  # the older steps damaged otherwise: their reason is another one
+        shutil.rmtree(run / "checkpoints" / str(step) / "state")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(CheckpointError) as raised:
             checkpoint.restore(run, template(saved))
     text = str(raised.value)
-    assert text.startswith(f"{run}: no checkpoint could be restored (tried 3, 2, 1; newest: ")
-    assert text.endswith("); it belongs to another architecture, or its files are damaged")
-    reason = text.split("newest: ", 1)[1]
-    assert reason.split(":")[0].isidentifier() and reason.split(":")[0] != "None"  # `ErrorType: first line`
+    assert text == (f"{run}: no checkpoint could be restored (tried 3, 2, 1; newest: {newest}); it belongs to another "
+                    "architecture, or its files are damaged")
+    assert newest.split(":")[0].isidentifier() and newest.split(":")[0] != "None"  # `ErrorType: first line`
 
 
 @pytest.mark.parametrize("field, value, said", [
@@ -355,6 +358,17 @@ def test_a_save_the_disk_refuses_is_a_write_fault_naming_the_checkpoint(saved, t
     assert (raised.value.what, raised.value.run_dir, str(raised.value)) == (
         "checkpoint 2", tmp_path, f"checkpoint 2: {ENOSPC}")
     monkeypatch.undo()
+    saver.close()
+
+
+def test_a_save_into_a_run_folder_removed_meanwhile_is_a_write_fault_naming_the_checkpoint(saved, tmp_path):
+    run = tmp_path / "run"
+    saver = checkpoint.Checkpointer(run)
+    shutil.rmtree(run)
+    with pytest.raises(WriteFault) as raised:
+        saver.save(saved.states[2], saved.trainer.config, saved.rows[:2])
+    assert (raised.value.what, raised.value.run_dir, raised.value.vanished) == ("checkpoint 2", run, True)
+    assert not run.exists()  # refused before Orbax could make the folder again
     saver.close()
 
 
