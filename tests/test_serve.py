@@ -1218,7 +1218,7 @@ def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> di
 
     def stop_when_answered() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and seen["status"] == -1:
+        while time.monotonic() < deadline and seen["status"] == -1 and not returned.is_set():  # serve may end first
             if bound:
                 with contextlib.suppress(OSError):
                     seen["status"] = call(bound[0].server_address[:2], "GET", "/")[0]
