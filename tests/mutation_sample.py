@@ -21,6 +21,8 @@ import time
 import tomllib
 from pathlib import Path
 
+from mutation_report import STATUS, results
+
 MUTANTS = Path(__file__).resolve().parents[1] / "mutants"
 
 
@@ -32,12 +34,6 @@ class Phases:
 
     def pytest_runtest_logreport(self, report) -> None:
         self.rows.append((report.nodeid, report.when, report.outcome, report.duration))
-
-
-def all_mutants() -> list[str]:
-    """Every mutant's name, from the results mutmut keeps beside each mutated file."""
-    return sorted(name for meta in (MUTANTS / "src").rglob("*.py.meta")
-                  for name in json.loads(meta.read_text())["exit_code_by_key"])
 
 
 def run_one(name: str, tests: list[str], args: list[str]) -> dict:
@@ -77,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(MUTANTS / "src"))
     settings = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["mutmut"]
     callers = json.loads(Path("mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
-    names = options.names or random.Random(options.seed).sample(all_mutants(), options.count)
+    everyone = sorted(name for codes in results(MUTANTS).values() for name in codes)
+    names = options.names or random.Random(options.seed).sample(everyone, options.count)
     import pytest
 
     # As mutmut's fork server: the tests imported once, before any mutant's process is forked.
@@ -88,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         tests = sorted(callers.get(name.rsplit("__mutmut_", 1)[0], []))
         seen = run_one(name, tests, settings["pytest_add_cli_args"])
         total += seen["seconds"]
-        verdict = {0: "survived", 33: "no tests"}.get(seen["code"], "killed" if seen["code"] in (1, 3) else "other")
+        verdict = STATUS.get(seen["code"], "suspicious")
         slow = ", ".join(f"{nodeid.split('::', 1)[1]} {when} {seconds:.1f} s"
                          for nodeid, when, _outcome, seconds in seen["rows"] if seconds > 0.3)
-        print(f"{seen['seconds']:6.2f} s  {verdict:8s} {name}  ({len(seen['rows']) // 3} tests{'; ' + slow if slow else ''})")
+        print(f"{seen['seconds']:6.2f} s  {verdict:11s} {name}  ({len(seen['rows']) // 3} tests{'; ' + slow if slow else ''})")
     print(f"{len(names)} mutants, {total:.0f} s one at a time ({total / max(len(names), 1):.2f} s each)")
     return 0
 
