@@ -227,12 +227,9 @@ DEFAULT_JAX_CACHE_FLAGS = dict(zip(JAX_CACHE_FLAGS, (True, None, 1.0, 0)))  # JA
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     """Every test gets its own empty user cache and no inherited data folder or mirrors, and leaves JAX's
-    compile-cache settings as it found them."""
+    compile-cache settings and the language as it found them."""
     cache = tmp_path_factory.mktemp("xdg-cache")
     isolate_environment(monkeypatch, cache, compiled_cache(tmp_path_factory))
-    from jaxintro.i18n import set_language
-
-    set_language()  # the locale's language, English here: a test that asked for Spanish does not leak it
     jax = sys.modules.get("jax")  # never import JAX for a test that does not use it
     before = {name: getattr(jax.config, name) for name in JAX_CACHE_FLAGS} if jax else None
     yield cache
@@ -243,6 +240,11 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
         for name, value in (before or DEFAULT_JAX_CACHE_FLAGS).items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()  # JAX decides once whether to use its cache: forget that decision
+    from jaxintro.i18n import set_language
+
+    # The locale's language (English here) again as the test ends, before the next one's fixtures are made: a test
+    # that asked for Spanish leaks it into no later module's trained run.
+    set_language()
 
 
 @pytest.fixture

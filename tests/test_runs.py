@@ -425,13 +425,10 @@ def test_kind_text_in_spanish_counts_one_and_many_apart():
     """English says "1 diverged" and "2 diverged" alike; Spanish does not."""
     from jaxintro.i18n import set_language
 
-    set_language("es")
-    try:
-        assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
-            "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
-        assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
-    finally:  # before the next test's fixtures are made (a module's run would be trained in Spanish)
-        set_language()
+    set_language("es")  # the autouse fixture sets the locale's language back as the test ends
+    assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
+        "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
+    assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
 
 
 @pytest.mark.parametrize("info, text", [

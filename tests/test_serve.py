@@ -902,11 +902,8 @@ def test_the_page_shows_every_string_it_is_given_each_translated(monkeypatch):
     catalog = Path(serve.__file__).parent / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
     with catalog.open("rb") as po:
         spanish = {message.id: message.string for message in read_po(po) if message.id}
-    set_language("es")
-    try:
-        translated = serve.page_strings()
-    finally:
-        set_language()
+    set_language("es")  # the autouse fixture sets the locale's language back as the test ends
+    translated = serve.page_strings()
     for key, text in english.items():
         assert spanish.get(text), f"{key}: {text!r} is not in the Spanish catalog"
         assert translated[key] == spanish[text], key
