@@ -32,8 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Hypothesis writes a cache of the tests' constants as soon as it collects them, into ./.hypothesis unless
     # told otherwise: into pytest's tmp folder instead, before any test module is imported.
     set_hypothesis_home_dir(str(config._tmp_path_factory.mktemp("hypothesis")))  # noqa: SLF001
-    if MUTATION:  # mutmut's statistics run times the fixtures that each mutant's run orders its tests by
+    if mutation_order.measuring():  # mutmut's statistics run times the fixtures each mutant's run orders by
         config.pluginmanager.register(mutation_order, "mutation_order")
+    if MUTATION:
         # A mutant's process is forked from one that imported JAX and every test: pytest's collections of garbage
         # as it ends (0.3 s, half of a quick mutant's time) would walk all of that. They walk what is new.
         gc.freeze()
