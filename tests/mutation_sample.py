@@ -21,25 +21,26 @@ import time
 import tomllib
 from pathlib import Path
 
+import pytest
+from mutmut.utils.format_utils import mangled_name_from_mutant_name
+
 from mutation_report import STATUS, results
 
 MUTANTS = Path(__file__).resolve().parents[1] / "mutants"
 
 
 class Phases:
-    """Each test phase's outcome and seconds, as pytest reports them."""
+    """Each test phase's seconds, as pytest reports them."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, float]] = []
+        self.rows: list[tuple[str, str, float]] = []
 
     def pytest_runtest_logreport(self, report) -> None:
-        self.rows.append((report.nodeid, report.when, report.outcome, report.duration))
+        self.rows.append((report.nodeid, report.when, report.duration))
 
 
 def run_one(name: str, tests: list[str], args: list[str]) -> dict:
     """Fork, run `tests` against mutant `name` in the child as mutmut does, and return what the child saw."""
-    import pytest
-
     read, write = os.pipe()
     started = time.perf_counter()
     pid = os.fork()
@@ -75,20 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     callers = json.loads(Path("mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
     everyone = sorted(name for codes in results(MUTANTS).values() for name in codes)
     names = options.names or random.Random(options.seed).sample(everyone, options.count)
-    import pytest
-
     # As mutmut's fork server: the tests imported once, before any mutant's process is forked.
     pytest.main(["--rootdir=.", "--collect-only", "-qqq", *settings["pytest_add_cli_args_test_selection"],
                  *settings["pytest_add_cli_args"]])
     total = 0.0
     for name in names:
-        tests = sorted(callers.get(name.rsplit("__mutmut_", 1)[0], []))
+        tests = list(callers.get(mangled_name_from_mutant_name(name), []))  # tests/conftest.py orders them
         seen = run_one(name, tests, settings["pytest_add_cli_args"])
         total += seen["seconds"]
         verdict = STATUS.get(seen["code"], "suspicious")
         slow = ", ".join(f"{nodeid.split('::', 1)[1]} {when} {seconds:.1f} s"
-                         for nodeid, when, _outcome, seconds in seen["rows"] if seconds > 0.3)
-        print(f"{seen['seconds']:6.2f} s  {verdict:11s} {name}  ({len(seen['rows']) // 3} tests{'; ' + slow if slow else ''})")
+                         for nodeid, when, seconds in seen["rows"] if seconds > 0.3)
+        print(f"{seen['seconds']:6.2f} s  {verdict:11s} {name}  ({len({row[0] for row in seen['rows']})} tests{'; ' + slow if slow else ''})")
     print(f"{len(names)} mutants, {total:.0f} s one at a time ({total / max(len(names), 1):.2f} s each)")
     return 0
 
