@@ -11,7 +11,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -350,6 +350,15 @@ def refusing(*_args, **_kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def failing_after(release: Callable[[], None], error: Exception) -> Callable[[], None]:
+    """A manager's `close` that fails with `error` once it has released the manager (no Orbax thread outlives a test)."""
+    def close() -> None:
+        release()
+        raise error
+
+    return close
+
+
 def test_a_save_the_disk_refuses_is_a_write_fault_naming_the_checkpoint(saved, tmp_path, monkeypatch):
     saver = checkpoint.Checkpointer(tmp_path)
     monkeypatch.setattr(saver.manager, "save", refusing)
@@ -365,11 +374,13 @@ def test_a_save_into_a_run_folder_removed_meanwhile_is_a_write_fault_naming_the_
     run = tmp_path / "run"
     saver = checkpoint.Checkpointer(run)
     shutil.rmtree(run)
-    with pytest.raises(WriteFault) as raised:
-        saver.save(saved.states[2], saved.trainer.config, saved.rows[:2])
+    try:
+        with pytest.raises(WriteFault) as raised:
+            saver.save(saved.states[2], saved.trainer.config, saved.rows[:2])
+        assert not run.exists()  # refused before Orbax could make the folder again
+    finally:
+        saver.close()
     assert (raised.value.what, raised.value.run_dir, raised.value.vanished) == ("checkpoint 2", run, True)
-    assert not run.exists()  # refused before Orbax could make the folder again
-    saver.close()
 
 
 def test_a_background_write_that_failed_is_a_write_fault_of_its_step_and_never_reported(saved, tmp_path,
@@ -393,14 +404,8 @@ def test_close_reports_the_first_failure_even_when_releasing_the_manager_fails_t
     saver = checkpoint.Checkpointer(tmp_path)
     saver.save(saved.states[1], saved.trainer.config, saved.rows[:1])
     saver.manager.wait_until_finished()
-    release = saver.manager.close
-
-    def close_failing():
-        release()  # the manager is released all the same: no Orbax thread outlives the test
-        raise RuntimeError("close failed")
-
     monkeypatch.setattr(saver.manager, "wait_until_finished", refusing)
-    monkeypatch.setattr(saver.manager, "close", close_failing)
+    monkeypatch.setattr(saver.manager, "close", failing_after(saver.manager.close, RuntimeError("close failed")))
     with pytest.raises(WriteFault) as raised:
         saver.close()
     assert str(raised.value) == f"checkpoint 1: {ENOSPC}"
@@ -409,8 +414,8 @@ def test_close_reports_the_first_failure_even_when_releasing_the_manager_fails_t
 def test_a_manager_that_fails_to_close_is_a_write_fault_of_the_checkpoints(saved, tmp_path, monkeypatch):
     saver = checkpoint.Checkpointer(tmp_path)
     saver.save(saved.states[1], saved.trainer.config, saved.rows[:1])
-    release = saver.manager.close
-    monkeypatch.setattr(saver.manager, "close", lambda: (release(), refusing()))
+    monkeypatch.setattr(saver.manager, "close", failing_after(saver.manager.close,
+                                                              OSError(errno.ENOSPC, "No space left on device")))
     with pytest.raises(WriteFault) as raised:
         saver.close()
     assert (raised.value.what, str(raised.value)) == ("the checkpoints", f"the checkpoints: {ENOSPC}")

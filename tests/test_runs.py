@@ -612,7 +612,12 @@ def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path, mon
                               "signal.SIG_DFL); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
     sent = []
     real_kill = os.kill
-    monkeypatch.setattr(os, "kill", lambda pid, signum: (sent.append((pid, signum)), real_kill(pid, signum))[1])
+
+    def kill(pid: int, signum: int) -> None:
+        sent.append((pid, signum))
+        real_kill(pid, signum)
+
+    monkeypatch.setattr(os, "kill", kill)
     try:
         child.stdout.readline()  # its handler is in place
         (tmp_path / runs.CLAIM_FILE).write_text(f"{child.pid} {socket.gethostname()}\n")

@@ -1215,12 +1215,13 @@ def serve_until_answered(run_dir: Path | None, monkeypatch, **kwargs: Any) -> di
 
     def stop_when_answered() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and seen["status"] == -1 and not returned.is_set():  # serve may end first
+        while time.monotonic() < deadline and seen["status"] == -1:
             if bound:
                 with contextlib.suppress(OSError):
                     seen["status"] = call(bound[0].server_address[:2], "GET", "/")[0]
                     seen["flushed"] = stdout.flushed
-            time.sleep(0.05)
+            if returned.wait(0.05):  # serve ended without being asked (it failed): nothing to stop
+                break
         if seen["status"] != -1:
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: serve's own handler turns it into a clean stop
         if not returned.wait(15) and bound:  # still serving: stopped here, and the test fails on `forced`
