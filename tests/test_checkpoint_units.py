@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -177,9 +178,19 @@ def test_every_step_damaged_is_one_error_naming_the_steps_tried_and_the_newest_o
         with pytest.raises(CheckpointError) as raised:
             checkpoint.restore(run, template(saved))
     text = str(raised.value)
-    assert text == (f"{run}: no checkpoint could be restored (tried 3, 2, 1; newest: {newest}); it belongs to another "
-                    "architecture, or its files are damaged")
+    start = f"{run}: no checkpoint could be restored (tried 3, 2, 1; newest: "
+    end = "); it belongs to another architecture, or its files are damaged"
+    assert text.startswith(start) and text.endswith(end)
+    assert same_failure(text[len(start):-len(end)], newest)
     assert newest.split(":")[0].isidentifier() and newest.split(":")[0] != "None"  # `ErrorType: first line`
+
+
+def same_failure(reason: str, other: str) -> bool:
+    """The same failure of one step: TensorStore reads a step's arrays together, and the first to fail (the one a
+    reason names, its line cut at 200 characters) can differ from one restore to the next."""
+    reason, other = (re.sub(r'"[^"/]*/\.zarray"', '"ARRAY"', r) for r in (reason, other))
+    n = min(len(reason), len(other))  # names of other lengths move the cut
+    return n > 40 and reason[:n] == other[:n]
 
 
 @pytest.mark.parametrize("field, value, said", [
