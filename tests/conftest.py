@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import gzip
 import http.server
@@ -114,6 +115,46 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         from jaxintro.runtime import enable_compile_cache
 
         enable_compile_cache(compiled)
+        # The suite compiles many small programs and runs each for a moment: XLA's optimizations cost it more than
+        # they save (tests/test_train.py: 41 s of CPU time with them, 32 s without). JAX's own flag for that case,
+        # here and in every process the tests start; the runs whose numbers a user reads keep JAX's defaults
+        # (`as_users_compile`).
+        monkeypatch.setenv(NO_OPTIMIZATIONS, "1")
+        jax.config.update("jax_disable_most_optimizations", True)
+        yield
+
+
+NO_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+
+
+@contextlib.contextmanager
+def as_users_compile() -> Iterator[None]:
+    """JAX's default optimizations inside the block, in this process and in the processes it starts: for the runs
+    whose numbers are a user's (the lesson's accuracy on MNIST, the output a document shows). Optimized code
+    rounds differently: a document's last digits, or a run compared bit for bit with a user's, differ otherwise.
+
+    JAX's in-memory caches do not key on the flag: they are emptied on the way in and out, or a program compiled
+    one way before would run the other (emptying them costs the next tests nothing measurable).
+    """
+    import jax
+
+    def compile_optimized(optimized: bool) -> None:
+        jax.config.update("jax_disable_most_optimizations", not optimized)
+        jax.clear_caches()
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.delenv(NO_OPTIMIZATIONS, raising=False)
+        compile_optimized(True)
+        try:
+            yield
+        finally:
+            compile_optimized(False)
+
+
+@pytest.fixture
+def users_compile() -> Iterator[None]:
+    """The test runs with JAX's default optimizations (`as_users_compile`)."""
+    with as_users_compile():
         yield
 
 
@@ -358,7 +399,8 @@ def file_server() -> Iterator[FileServer]:
     server.close()
 
 
-__all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer", "once_per_run"]
+__all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileServer", "once_per_run",
+           "as_users_compile"]
 
 
 @pytest.fixture(scope="session")
@@ -367,8 +409,9 @@ def mnist_run(mnist_dir, tmp_path_factory) -> Path:
     from jaxintro.cli import main
 
     run = tmp_path_factory.mktemp("runs") / "mnist"
-    assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1",
-                 "--run-dir", str(run)]) == 0
+    with as_users_compile():
+        assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1",
+                     "--run-dir", str(run)]) == 0
     return run
 
 

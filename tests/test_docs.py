@@ -84,6 +84,7 @@ def blocks_of_their_own(doc: str) -> bool:
 
 
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if blocks_of_their_own(doc)])
+@pytest.mark.usefixtures("users_compile")  # what a block prints is compared with what the reader sees
 def test_python_blocks_run(doc, workdir):
     blocks = python_blocks(REPO / doc)
     # One interpreter per document: later blocks may use names from earlier ones, as a reader would.

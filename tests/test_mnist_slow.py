@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import once_per_run
+from conftest import as_users_compile, once_per_run
 from jaxintro.cli import main
 
-pytestmark = pytest.mark.slow
+# The lesson's promise is a user's run: compiled as a user's is (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("users_compile")]
 
 
 def _train(mnist_dir, run_dir, *flags: str) -> dict:
@@ -31,7 +32,8 @@ def _train(mnist_dir, run_dir, *flags: str) -> dict:
 def lesson_run(mnist_dir, tmp_path_factory) -> dict:
     """The lesson's run, seed 0, 10 epochs: trained once for the tests that compare with it."""
     def train(folder: Path) -> dict:
-        return _train(mnist_dir, folder / "run", "--seed", "0")
+        with as_users_compile():
+            return _train(mnist_dir, folder / "run", "--seed", "0")
 
     return once_per_run(tmp_path_factory, "lesson-run", train)[1]
 

@@ -1,0 +1,30 @@
+"""The suite's own set-up (tests/conftest.py): how it compiles, and where a user's runs are compiled as a user's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# The LLVM optimization level XLA would compile the next program at (0: JAX's `jax_disable_most_optimizations`).
+LEVEL = ("from jax._src import compiler; "
+         "print(compiler.get_compile_options(1, 1).executable_build_options.debug_options.xla_backend_optimization_level)")
+
+
+def level_here_and_in_a_child() -> tuple[str, str]:
+    """The level in this process and in a process it starts now."""
+    child = subprocess.run([sys.executable, "-c", LEVEL], capture_output=True, text=True, timeout=120,
+                           check=True).stdout.strip()
+    from jax._src import compiler
+
+    options = compiler.get_compile_options(1, 1).executable_build_options.debug_options
+    return str(options.xla_backend_optimization_level), child
+
+
+def test_the_suite_compiles_unoptimized_and_a_users_runs_as_a_user():
+    from conftest import as_users_compile
+
+    assert level_here_and_in_a_child() == ("0", "0")
+    with as_users_compile():
+        here, child = level_here_and_in_a_child()
+        assert here == child != "0"  # XLA's default level, in both
+    assert level_here_and_in_a_child() == ("0", "0")  # and back after the block
