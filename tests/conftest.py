@@ -21,6 +21,7 @@ from filelock import FileLock
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+import cpu_time
 import mutation_order
 
 # No example database: test runs leave nothing behind in the checkout (its home is set in pytest_configure).
@@ -35,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     set_hypothesis_home_dir(str(config._tmp_path_factory.mktemp("hypothesis")))  # noqa: SLF001
     if mutation_order.measuring():  # mutmut's statistics run times the fixtures each mutant's run orders by
         config.pluginmanager.register(mutation_order, "mutation_order")
+    if os.environ.get("CPU_TIME"):  # each test's CPU seconds, into that file (tests/cpu_time.py)
+        config.pluginmanager.register(cpu_time, "cpu_time")
     if MUTATION:
         # A mutant's process is forked from one that imported JAX and every test: pytest's collections of garbage
         # as it ends (0.3 s, half of a quick mutant's time) would walk all of that. They walk what is new.
@@ -130,8 +133,9 @@ NO_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 @contextlib.contextmanager
 def as_users_compile() -> Iterator[None]:
     """JAX's default optimizations inside the block, in this process and in the processes it starts: for the runs
-    whose numbers are a user's (the lesson's accuracy on MNIST, the output a document shows). Optimized code
-    rounds differently: a document's last digits, or a run compared bit for bit with a user's, differ otherwise.
+    whose numbers are a user's (the lesson's accuracy on MNIST, the output a document shows; optimized code rounds
+    differently, and a document's last digits would differ), and for the trainings on full MNIST, whose 469 steps an
+    epoch repay the optimizing.
 
     JAX's in-memory caches do not key on the flag: they are emptied on the way in and out, or a program compiled
     one way before would run the other (emptying them costs the next tests nothing measurable).

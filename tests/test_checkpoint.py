@@ -230,6 +230,7 @@ def test_an_auto_run_resumes_on_the_data_it_resolved_to_even_once_mnist_is_there
     assert resumed["final_loss"] == straight["final_loss"] and resumed["test_accuracy"] == straight["test_accuracy"]
 
 
+@pytest.mark.usefixtures("users_compile")  # an epoch of full MNIST: as a user's, where optimizing pays
 def test_resume_reads_the_data_from_the_data_dir_it_is_given(capsys, tmp_path, mnist_run, mnist_dir):
     run = tmp_path / "r"
     shutil.copytree(mnist_run, run)
