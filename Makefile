@@ -23,23 +23,25 @@ MUTATING  := $(VENV)/.installed-mutation
 NOTEBOOKS := $(VENV)/.installed-notebooks
 DOCS      := $(VENV)/.installed-docs
 
-# $(call install,WHAT FOR,EXTRAS): install jaxintro with EXTRAS into .venv, then mark it done.
+# $(call install,WHAT FOR,EXTRAS): install jaxintro with EXTRAS into .venv, then mark it done. An install with extras
+# holds the runtime too, so it marks that done as well: a fresh `make test` installs once, not the runtime first and
+# then again with its extras (uv compiles every file of .venv at each install: 9 s of the second).
 define install
 @scripts/venv.sh $(VENV) "$(1)" "$(2)"
-@touch $@
+@touch $@ $(if $(2),$(STAMP))
 endef
 
 $(STAMP): $(SETUP)
 	$(call install,training,)
-$(TESTING): $(STAMP)
+$(TESTING): $(SETUP)
 	$(call install,the tests,test$(,)torch$(,)docs)
-$(BENCHING): $(STAMP)
+$(BENCHING): $(SETUP)
 	$(call install,the benchmark,torch)
 $(MUTATING): $(TESTING)
 	$(call install,mutation testing,test$(,)torch$(,)docs$(,)mutation)
-$(NOTEBOOKS): $(STAMP)
+$(NOTEBOOKS): $(SETUP)
 	$(call install,the notebooks,notebooks)
-$(DOCS): $(STAMP)
+$(DOCS): $(SETUP)
 	$(call install,the documentation site,docs)
 
 install: $(STAMP)

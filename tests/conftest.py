@@ -118,12 +118,13 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         from jaxintro.runtime import enable_compile_cache
 
         enable_compile_cache(compiled)
-        # The suite compiles many small programs and runs each for a moment: XLA's optimizations cost it more than
-        # they save (tests/test_train.py: 41 s of CPU time with them, 32 s without). JAX's own flag for that case,
-        # here and in every process the tests start; the runs whose numbers a user reads keep JAX's defaults
-        # (`as_users_compile`).
+        # The suite compiles many small programs and runs each for a moment: LLVM's optimizations of XLA's code cost
+        # it more than they save (tests/test_train.py: 41 s of CPU time with them, 32 s without). JAX's own flag for
+        # that case, here and in every process the tests start; the runs whose numbers a user reads keep JAX's
+        # defaults (`as_users_compile`). Whatever collecting the tests compiled is compiled again.
         monkeypatch.setenv(NO_OPTIMIZATIONS, "1")
         jax.config.update("jax_disable_most_optimizations", True)
+        jax.clear_caches()
         yield
 
 
@@ -132,27 +133,24 @@ NO_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 @contextlib.contextmanager
 def as_users_compile() -> Iterator[None]:
-    """JAX's default optimizations inside the block, in this process and in the processes it starts: for the runs
-    whose numbers are a user's (the lesson's accuracy on MNIST, the output a document shows; optimized code rounds
-    differently, and a document's last digits would differ), and for the trainings on full MNIST, whose 469 steps an
-    epoch repay the optimizing.
-
-    JAX's in-memory caches do not key on the flag: they are emptied on the way in and out, or a program compiled
-    one way before would run the other (emptying them costs the next tests nothing measurable).
-    """
+    """JAX's default optimizations inside the block, here and in the processes it starts: for the runs whose numbers
+    a user reads (the lesson's accuracy on MNIST, a document's output, which optimized code rounds otherwise) and the
+    trainings on full MNIST, whose 469 steps an epoch repay the optimizing."""
     import jax
 
-    def compile_optimized(optimized: bool) -> None:
-        jax.config.update("jax_disable_most_optimizations", not optimized)
+    def disable_most_optimizations(disabled: bool) -> None:
+        jax.config.update("jax_disable_most_optimizations", disabled)
+        # JAX's in-memory caches do not key on the flag: a program compiled the other way would be run again.
         jax.clear_caches()
 
+    before = jax.config.read("jax_disable_most_optimizations")
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.delenv(NO_OPTIMIZATIONS, raising=False)
-        compile_optimized(True)
+        disable_most_optimizations(False)
         try:
             yield
         finally:
-            compile_optimized(False)
+            disable_most_optimizations(before)
 
 
 @pytest.fixture

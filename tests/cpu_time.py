@@ -7,8 +7,9 @@ and no CPU; a test that starts processes costs CPU its own process never shows):
     CPU_TIME=$PWD/cpu.jsonl make test                          # one JSON line per test, from both workers
     .venv/bin/python tests/cpu_time.py cpu.jsonl [BEFORE.jsonl]  # the table; with BEFORE, its CPU beside
 
-A child counts once it has been waited for (`getrusage(RUSAGE_CHILDREN)`), so a process a test leaves running
-counts nowhere, nor the browser a driver starts; a module fixture counts in the first test that asks for it.
+A child counts once it has been waited for (`getrusage(RUSAGE_CHILDREN)`): in the test that reaps it, whichever that
+is; a module or session fixture counts in the first test that asks for it. Each line also has the test's start
+(seconds since the epoch) and its pytest-xdist worker, for a timeline of the two workers.
 """
 
 from __future__ import annotations
@@ -31,20 +32,30 @@ def cpu_seconds() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # once per run, before the workers start: a new file, not two runs in one
+        Path(os.environ["CPU_TIME"]).write_text("", encoding="utf-8")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     (own, children), start, wall = cpu_seconds(), time.time(), time.perf_counter()
     yield
     own_after, children_after = cpu_seconds()
-    with open(os.environ["CPU_TIME"], "a", encoding="utf-8") as out:  # one short write per line: workers share it
-        out.write(json.dumps({"test": item.nodeid, "own": own_after - own, "children": children_after - children,
-                              "wall": time.perf_counter() - wall, "start": start,
-                              "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
+    line = json.dumps({"test": item.nodeid, "own": own_after - own, "children": children_after - children,
+                       "wall": time.perf_counter() - wall, "start": start,
+                       "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n"
+    # Both workers append to the file: one write of one short line each (O_APPEND), never interleaved.
+    fd = os.open(os.environ["CPU_TIME"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def per_file(path: Path) -> dict[str, list[float]]:
     """File -> [tests, CPU seconds, wall seconds] from one run's lines."""
-    files: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    files: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])  # the count stays an int
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         entry = files[row["test"].split("::")[0]]
@@ -60,10 +71,10 @@ def table(after: Path, before: Path | None = None, top: int = 20) -> str:
     head = "| file | tests | CPU s | wall s |" + (" CPU s before |" if before else "")
     lines = [head, "| --- | ---: | ---: | ---: |" + (" ---: |" if before else "")]
     for name, (tests, cpu, wall) in sorted(now.items(), key=lambda kv: -kv[1][1])[:top]:
-        lines.append(f"| `{name}` | {tests:.0f} | {cpu:.1f} | {wall:.1f} |"
+        lines.append(f"| `{name}` | {tests} | {cpu:.1f} | {wall:.1f} |"
                      + (f" {then[name][1]:.1f} |" if name in then else (" |" if before else "")))
     total = [sum(entry[i] for entry in now.values()) for i in range(3)]
-    lines.append(f"| all | {total[0]:.0f} | {total[1]:.1f} | {total[2]:.1f} |"
+    lines.append(f"| all | {total[0]} | {total[1]:.1f} | {total[2]:.1f} |"
                  + (f" {sum(entry[1] for entry in then.values()):.1f} |" if before else ""))
     return "\n".join(lines)
 

@@ -20,13 +20,15 @@ def test_a_test_s_own_cpu_and_its_childrens_are_counted_apart(tmp_path):
         "def test_child():\n"
         f"    subprocess.run([sys.executable, '-c', {BURN.format(seconds=0.5)!r}], check=True)\n")
     out = tmp_path / "cpu.jsonl"
+    out.write_text('{"test": "an earlier run"}\n')  # each run starts the file anew
     env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"},  # not a worker: ""
            "CPU_TIME": str(out), "PYTHONPATH": str(Path(cpu_time.__file__).parent)}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cpu_time", "-p", "no:randomly", "-p", "no:cacheprovider",
                     "test_burn.py"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
     rows = {row["test"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"test_burn.py::test_own", "test_burn.py::test_child"}
     own, child = rows["test_burn.py::test_own"], rows["test_burn.py::test_child"]
-    # Each burns 0.5 s of CPU, one in the test's process, one in its child (the kernel counts in ticks: 0.4 s)
+    # Each burns 0.5 s of CPU, one in the test's process, one in its child (0.4 s: a margin)
     assert own["own"] >= 0.4 and own["children"] == 0
     assert child["children"] >= 0.4 and child["own"] < 0.4
     assert own["wall"] >= 0.4 and own["worker"] == ""

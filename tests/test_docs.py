@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import as_users_compile
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "README.es.md", "outputs/prompt-jax-optimizer.md", "outputs/skill-jax-patterns.md",
         *(f"docs/{p.name}" for p in sorted((REPO / "docs").glob("*.md")))]
@@ -31,9 +33,9 @@ def test_every_document_exists():
 def workdir(tmp_path_factory) -> Path:
     """A folder as a reader has it after `make train`: a finished run in runs/mnist (on digits: offline, quick)."""
     folder = tmp_path_factory.mktemp("reader")
-    subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", "10",
-                    "--run-dir", "runs/mnist"], cwd=folder, check=True, capture_output=True,
-                   timeout=300)
+    with as_users_compile():
+        subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", "10",
+                        "--run-dir", "runs/mnist"], cwd=folder, check=True, capture_output=True, timeout=300)
     return folder
 
 

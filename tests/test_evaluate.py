@@ -15,6 +15,7 @@ from jaxintro.images import load_image
 from test_images import SEVEN, bomb_png, drawing
 
 
+@pytest.mark.usefixtures("users_compile")  # compared with the accuracy mnist_run's training (a user's) computed
 def test_evaluate_reports_per_class_and_a_confusion_matrix(mnist_run, mnist_dir, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(mnist_run), "--data-dir", str(mnist_dir), "--json"]) == 0

@@ -5,6 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+
+from conftest import as_users_compile
+
 # The LLVM optimization level XLA would compile the next program at (0: JAX's `jax_disable_most_optimizations`).
 LEVEL = ("from jax._src import compiler; "
          "print(compiler.get_compile_options(1, 1).executable_build_options.debug_options.xla_backend_optimization_level)")
@@ -21,10 +26,20 @@ def level_here_and_in_a_child() -> tuple[str, str]:
 
 
 def test_the_suite_compiles_unoptimized_and_a_users_runs_as_a_user():
-    from conftest import as_users_compile
-
     assert level_here_and_in_a_child() == ("0", "0")
     with as_users_compile():
         here, child = level_here_and_in_a_child()
         assert here == child != "0"  # XLA's default level, in both
+        with as_users_compile():  # nested: still a user's on the way out
+            pass
+        assert level_here_and_in_a_child() == (here, child)
     assert level_here_and_in_a_child() == ("0", "0")  # and back after the block
+
+
+def test_a_program_compiled_one_way_is_not_run_the_other():
+    add_one = jax.jit(lambda x: x + 1)
+    add_one(jnp.ones(3))
+    with as_users_compile():
+        assert add_one._cache_size() == 0  # compiled unoptimized before: compiled again
+        add_one(jnp.ones(3))
+    assert add_one._cache_size() == 0  # and again after
