@@ -53,15 +53,10 @@ train: $(STAMP)
 # time limit), the other computes. `make test WORKERS=0` runs them all in one process.
 WORKERS ?= 2
 
-# The tests' set-up: .venv and the browser at once (on a fresh machine both mostly wait, on downloads and apt-get).
-TEST_SETUP = @$(MAKE) --no-print-directory -j2 $(TESTING) browser
-
-test:
-	$(TEST_SETUP)
+test: $(TESTING) browser
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
 
-test-fast:
-	$(TEST_SETUP)
+test-fast: $(TESTING) browser
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
 
 bench: $(BENCHING)
