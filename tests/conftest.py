@@ -121,14 +121,22 @@ def isolated_session(tmp_path_factory) -> Iterator[None]:
         # The suite compiles many small programs and runs each for a moment: LLVM's optimizations of XLA's code cost
         # it more than they save (tests/test_train.py: 41 s of CPU time with them, 32 s without). JAX's own flag for
         # that case, here and in every process the tests start; the runs whose numbers a user reads keep JAX's
-        # defaults (`as_users_compile`). Whatever collecting the tests compiled is compiled again.
+        # defaults (`as_users_compile`).
         monkeypatch.setenv(NO_OPTIMIZATIONS, "1")
-        jax.config.update("jax_disable_most_optimizations", True)
-        jax.clear_caches()
+        disable_most_optimizations(True)
         yield
 
 
-NO_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+NO_OPTIMIZATIONS = "JAX_DISABLE_MOST_OPTIMIZATIONS"  # the variable a process started by a test reads the flag from
+
+
+def disable_most_optimizations(disabled: bool) -> None:
+    """Set JAX's `jax_disable_most_optimizations` for the programs this process compiles from now on."""
+    import jax
+
+    jax.config.update("jax_disable_most_optimizations", disabled)
+    # JAX's in-memory caches do not key on the flag: a program compiled the other way would be run again.
+    jax.clear_caches()
 
 
 @contextlib.contextmanager
@@ -137,11 +145,6 @@ def as_users_compile() -> Iterator[None]:
     a user reads (the lesson's accuracy on MNIST, a document's output, which optimized code rounds otherwise) and the
     trainings on full MNIST, whose 469 steps an epoch repay the optimizing."""
     import jax
-
-    def disable_most_optimizations(disabled: bool) -> None:
-        jax.config.update("jax_disable_most_optimizations", disabled)
-        # JAX's in-memory caches do not key on the flag: a program compiled the other way would be run again.
-        jax.clear_caches()
 
     before = jax.config.read("jax_disable_most_optimizations")
     with pytest.MonkeyPatch.context() as monkeypatch:
