@@ -134,22 +134,30 @@ def disable_most_optimizations(disabled: bool) -> None:
     """Set JAX's `jax_disable_most_optimizations` for the programs this process compiles from now on."""
     import jax
 
+    if jax.config.read("jax_disable_most_optimizations") == disabled:
+        return  # nothing compiled so far was compiled the other way: the caches stay
     jax.config.update("jax_disable_most_optimizations", disabled)
-    # JAX's in-memory caches do not key on the flag: a program compiled the other way would be run again.
+    # JAX's in-memory caches do not key on the flag: a program compiled the other way would be run again. Emptied,
+    # every program this process runs next is traced, lowered and compiled (or read back) again.
     jax.clear_caches()
 
 
 @contextlib.contextmanager
-def as_users_compile() -> Iterator[None]:
-    """JAX's default optimizations inside the block, here and in the processes it starts: for the runs whose numbers
-    a user reads (the lesson's accuracy on MNIST, a document's output, which optimized code rounds otherwise) and the
-    trainings on full MNIST, whose 469 steps an epoch repay the optimizing."""
+def as_users_compile(here: bool = True) -> Iterator[None]:
+    """JAX's default optimizations inside the block, in the processes it starts and (unless `here` is False) in this
+    one: for the runs whose numbers a user reads (the lesson's accuracy on MNIST, a document's output, which optimized
+    code rounds otherwise) and the trainings on full MNIST, whose 469 steps an epoch repay the optimizing.
+
+    A test whose programs all run in processes it starts passes `here=False`: this process keeps its compiled
+    programs, which switching the flag here would throw away (and every later test would lower again).
+    """
     import jax
 
     before = jax.config.read("jax_disable_most_optimizations")
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.delenv(NO_OPTIMIZATIONS, raising=False)
-        disable_most_optimizations(False)
+        if here:
+            disable_most_optimizations(False)
         try:
             yield
         finally:
@@ -158,8 +166,15 @@ def as_users_compile() -> Iterator[None]:
 
 @pytest.fixture
 def users_compile() -> Iterator[None]:
-    """The test runs with JAX's default optimizations (`as_users_compile`)."""
+    """The test runs with JAX's default optimizations, here and in its processes (`as_users_compile`)."""
     with as_users_compile():
+        yield
+
+
+@pytest.fixture
+def users_compile_in_children() -> Iterator[None]:
+    """The processes the test starts compile with JAX's default optimizations (`as_users_compile(here=False)`)."""
+    with as_users_compile(here=False):
         yield
 
 
@@ -410,21 +425,25 @@ __all__ = ["idx_bytes", "write_idx", "synthetic_dataset", "sha256_hex", "FileSer
 
 @pytest.fixture(scope="session")
 def mnist_run(mnist_dir, tmp_path_factory) -> Path:
-    """One epoch of the lesson's MLP on MNIST (~96%), trained once for every test that reads real digits."""
+    """One epoch of the lesson's MLP on MNIST (~96%), trained once per test run for every test that reads real
+    digits."""
     from jaxintro.cli import main
 
-    run = tmp_path_factory.mktemp("runs") / "mnist"
-    with as_users_compile():
-        assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1",
-                     "--run-dir", str(run)]) == 0
-    return run
+    def train(folder: Path) -> None:
+        with as_users_compile():
+            assert main(["train", "--dataset", "mnist", "--data-dir", str(mnist_dir), "--epochs", "1",
+                         "--run-dir", str(folder / "mnist")]) == 0
+
+    return once_per_run(tmp_path_factory, "mnist-run", train)[0] / "mnist"
 
 
 @pytest.fixture(scope="session")
 def digits_run(tmp_path_factory) -> Path:
-    """A small offline run (scikit-learn's 8x8 digits, 3 epochs), trained once for every test that needs a run."""
+    """A small offline run (scikit-learn's 8x8 digits, 3 epochs), trained once per test run for every test that
+    needs a run."""
     from jaxintro.cli import main
 
-    run = tmp_path_factory.mktemp("runs") / "digits"
-    assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(run)]) == 0
-    return run
+    def train(folder: Path) -> None:
+        assert main(["train", "--dataset", "digits", "--epochs", "3", "--run-dir", str(folder / "digits")]) == 0
+
+    return once_per_run(tmp_path_factory, "digits-run", train)[0] / "digits"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import as_users_compile
+from conftest import as_users_compile, once_per_run
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "README.es.md", "outputs/prompt-jax-optimizer.md", "outputs/skill-jax-patterns.md",
@@ -31,11 +32,17 @@ def test_every_document_exists():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """A folder as a reader has it after `make train`: a finished run in runs/mnist (on digits: offline, quick)."""
+    """A folder as a reader has it after `make train`: a finished run in runs/mnist (on digits: offline, quick).
+
+    Trained once per test run; each worker reads a copy of its own, where the blocks may write what they like."""
+    def train(folder: Path) -> None:
+        with as_users_compile(here=False):
+            subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", "10",
+                            "--run-dir", "runs/mnist"], cwd=folder, check=True, capture_output=True, timeout=300)
+
+    trained, _ = once_per_run(tmp_path_factory, "reader", train)
     folder = tmp_path_factory.mktemp("reader")
-    with as_users_compile():
-        subprocess.run([sys.executable, "-m", "jaxintro.cli", "train", "--dataset", "digits", "--epochs", "10",
-                        "--run-dir", "runs/mnist"], cwd=folder, check=True, capture_output=True, timeout=300)
+    shutil.copytree(trained, folder, dirs_exist_ok=True)
     return folder
 
 
@@ -86,7 +93,7 @@ def blocks_of_their_own(doc: str) -> bool:
 
 
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if blocks_of_their_own(doc)])
-@pytest.mark.usefixtures("users_compile")  # what a block prints is compared with what the reader sees
+@pytest.mark.usefixtures("users_compile_in_children")  # what a block prints is compared with what the reader sees
 def test_python_blocks_run(doc, workdir):
     blocks = python_blocks(REPO / doc)
     # One interpreter per document: later blocks may use names from earlier ones, as a reader would.

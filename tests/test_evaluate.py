@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,9 @@ from test_images import SEVEN, bomb_png, drawing
 
 
 @pytest.mark.usefixtures("users_compile")  # compared with the accuracy mnist_run's training (a user's) computed
-def test_evaluate_reports_per_class_and_a_confusion_matrix(mnist_run, mnist_dir, capsys):
+def test_evaluate_reports_per_class_and_a_confusion_matrix(mnist_run, mnist_dir, tmp_path, capsys):
+    # A copy: the session's run is read by the other worker's tests too, and evaluate writes into the run it scores.
+    mnist_run = Path(shutil.copytree(mnist_run, tmp_path / "mnist"))
     capsys.readouterr()
     assert main(["evaluate", str(mnist_run), "--data-dir", str(mnist_dir), "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -43,3 +43,13 @@ def test_a_program_compiled_one_way_is_not_run_the_other():
         assert add_one._cache_size() == 0  # compiled unoptimized before: compiled again
         add_one(jnp.ones(3))
     assert add_one._cache_size() == 0  # and again after
+
+
+def test_a_test_whose_programs_run_in_its_children_keeps_this_process_s():
+    add_one = jax.jit(lambda x: x + 1)
+    add_one(jnp.ones(3))
+    with as_users_compile(here=False):
+        here, child = level_here_and_in_a_child()
+        assert here == "0" != child  # only the processes it starts compile as a user's
+        assert add_one._cache_size() == 1  # and this process's programs stay compiled
+    assert level_here_and_in_a_child() == ("0", "0") and add_one._cache_size() == 1

@@ -41,8 +41,11 @@ def tour_output(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def tour_output_es() -> str:
-    return run_tour_process(["tour"], LANG="es_ES.UTF-8")
+def tour_output_es(tmp_path_factory) -> str:
+    def tour(_folder: Path) -> str:
+        return run_tour_process(["tour"], LANG="es_ES.UTF-8")
+
+    return once_per_run(tmp_path_factory, "tour-output-es", tour)[1]
 
 
 @pytest.fixture
