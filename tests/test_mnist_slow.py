@@ -11,14 +11,22 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from conftest import as_users_compile, once_per_run
 from jaxintro.cli import main
 
-# The lesson's promise is a user's run: compiled as a user's is (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("users_compile")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def users_compile_for_the_module() -> Iterator[None]:
+    """The lesson's promise is a user's run: compiled as a user's is (tests/conftest.py), for the whole module at once
+    (switching per test would empty this worker's JAX caches twice a test)."""
+    with as_users_compile():
+        yield
 
 
 def _train(mnist_dir, run_dir, *flags: str) -> dict:
