@@ -42,6 +42,9 @@ def test_a_program_compiled_one_way_is_not_run_the_other():
     with as_users_compile():
         assert add_one._cache_size() == 0  # compiled unoptimized before: compiled again
         add_one(jnp.ones(3))
+        with as_users_compile():  # nested, the flag unchanged: the program compiled just now stays
+            assert add_one._cache_size() == 1
+        assert add_one._cache_size() == 1
     assert add_one._cache_size() == 0  # and again after
 
 

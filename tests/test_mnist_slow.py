@@ -39,9 +39,8 @@ def _train(mnist_dir, run_dir, *flags: str) -> dict:
 @pytest.fixture(scope="module")
 def lesson_run(mnist_dir, tmp_path_factory) -> dict:
     """The lesson's run, seed 0, 10 epochs: trained once for the tests that compare with it."""
-    def train(folder: Path) -> dict:
-        with as_users_compile():
-            return _train(mnist_dir, folder / "run", "--seed", "0")
+    def train(folder: Path) -> dict:  # a user's compile: the module's autouse fixture starts before this one
+        return _train(mnist_dir, folder / "run", "--seed", "0")
 
     return once_per_run(tmp_path_factory, "lesson-run", train)[1]
 
