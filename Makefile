@@ -12,7 +12,7 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 , := ,
 
-.PHONY: train test test-fast bench install clean messages serve browser notebooks mutation mutation-again \
+.PHONY: train test test-fast test-setup bench install clean messages serve browser notebooks mutation mutation-again \
 	mutation-exercises docs docs-serve
 
 # One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
@@ -53,11 +53,16 @@ train: $(STAMP)
 # time limit), the other computes. `make test WORKERS=0` runs them all in one process.
 WORKERS ?= 2
 
-test: $(TESTING) browser
+test: test-setup
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
 
-test-fast: $(TESTING) browser
+test-fast: test-setup
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
+
+# The tests' two set-ups side by side (-j2): .venv (uv) and the browser (apt-get, on a fresh Debian run as root).
+# Each waits mostly on its downloads; one after the other, a fresh `make test` would wait for both in turn.
+test-setup:
+	@$(MAKE) --no-print-directory --silent -j2 $(TESTING) browser
 
 bench: $(BENCHING)
 	$(BIN)/jaxintro bench $(ARGS)
