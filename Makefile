@@ -61,6 +61,8 @@ test-fast: test-setup
 
 # The tests' two set-ups side by side (-j2): .venv (uv) and the browser (apt-get, on a fresh Debian run as root).
 # Each waits mostly on its downloads; one after the other, a fresh `make test` would wait for both in turn.
+# $(MAKE) is written in the recipe itself, not through a variable: only then does `make -n test` run the sub-make
+# (under -n too) and show both installs.
 test-setup:
 	@$(MAKE) --no-print-directory --silent -j2 $(TESTING) browser
 
