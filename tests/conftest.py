@@ -42,6 +42,22 @@ def pytest_configure(config: pytest.Config) -> None:
         # A mutant's process is forked from one that imported JAX and every test: pytest's collections of garbage
         # as it ends (0.3 s, half of a quick mutant's time) would walk all of that. They walk what is new.
         gc.freeze()
+    # Before any test module starts XLA, which reads its flags once per process: here (in pytest-xdist's workers too)
+    # and in every process the tests start, which inherit the variables.
+    flags = os.environ.get("XLA_FLAGS", "")
+    if SUITE_XLA_FLAG not in flags.split():  # pytest-xdist's workers inherit the controller's
+        os.environ["XLA_FLAGS"] = f"{flags} {SUITE_XLA_FLAG}".strip()
+    os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "0"
+
+
+# How the suite's processes compile, beside JAX's `jax_disable_most_optimizations` (isolated_session), for what the
+# tests run: many small programs, each for a moment. XLA emits element-wise code with its older emitter, whose
+# programs compile in about half the CPU time and run as correctly, a little slower; `torch.compile` (the benchmark's
+# PyTorch row) writes plain loops instead of SIMD ones, which g++ compiles in half the time (docs/testing.md has both
+# measurements). The numbers a user reads come from `make` commands, which keep the defaults. Inside the suite a
+# user's compile (`as_users_compile`) keeps XLA's flag: XLA reads it once per process, and a user's run trained in a
+# test's own process is compared bit for bit with one trained in a process it starts.
+SUITE_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 # A shell starts a background job with SIGINT ignored, and a child inherits that: a command under test would
 # then never see the Ctrl-C a test sends it. Children start with SIGINT at its default, as from a terminal.
@@ -146,7 +162,8 @@ def disable_most_optimizations(disabled: bool) -> None:
 def as_users_compile(here: bool = True) -> Iterator[None]:
     """JAX's default optimizations inside the block, in the processes it starts and (unless `here` is False) in this
     one: for the runs whose numbers a user reads (the lesson's accuracy on MNIST, a document's output, which optimized
-    code rounds otherwise) and the trainings on full MNIST, whose 469 steps an epoch repay the optimizing.
+    code rounds otherwise) and the trainings on full MNIST, whose 469 steps an epoch repay the optimizing. The suite's
+    XLA flag stays (`SUITE_XLA_FLAG`).
 
     A test whose programs all run in processes it starts passes `here=False`: this process keeps its compiled
     programs, which switching the flag here would throw away (and every later test would lower again).

@@ -2,17 +2,44 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
 
-from conftest import as_users_compile
+from conftest import SUITE_XLA_FLAG, as_users_compile
 
 # The LLVM optimization level XLA would compile the next program at (0: JAX's `jax_disable_most_optimizations`).
 LEVEL = ("from jax._src import compiler; "
          "print(compiler.get_compile_options(1, 1).executable_build_options.debug_options.xla_backend_optimization_level)")
+
+
+# Everything XLA will compile the next program with, its flags included, as one string.
+OPTIONS = "from jax._src import compiler; print(compiler.get_compile_options(1, 1).SerializeAsString().hex())"
+
+
+def options_here_and_in_children() -> tuple[str, str, str]:
+    """XLA's compile options here, in a process started now, and in one started without the suite's XLA flag."""
+    from jax._src import compiler
+
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if flag != SUITE_XLA_FLAG]
+    without = {**os.environ, "XLA_FLAGS": " ".join(flags)}
+    child, bare = (subprocess.run([sys.executable, "-c", OPTIONS], capture_output=True, text=True, timeout=120,
+                                  check=True, env=environ).stdout.strip() for environ in (dict(os.environ), without))
+    return compiler.get_compile_options(1, 1).SerializeAsString().hex(), child, bare
+
+
+def test_every_process_compiles_with_the_suites_xla_flag_a_users_too():
+    here, child, bare = options_here_and_in_children()
+    assert here == child != bare
+    with as_users_compile():  # a user's level, here and in a child, with the flag in both
+        users_here, users_child, users_bare = options_here_and_in_children()
+        assert users_here == users_child != users_bare and users_here != here
+    from torch._inductor import config
+
+    assert config.cpp.vec_isa_ok is False  # torch.compile writes plain loops: nothing for it to vectorize
 
 
 def level_here_and_in_a_child() -> tuple[str, str]:
