@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def users_compile_for_the_module() -> Iterator[None]:
-    """The lesson's promise is a user's run: compiled as a user's is (tests/conftest.py), for the whole module at once
-    (switching per test would empty this worker's JAX caches twice a test)."""
+    """The lesson's promise is a user's run: compiled at a user's level (tests/conftest.py), for the whole module at
+    once (switching per test would empty this worker's JAX caches twice a test)."""
     with as_users_compile():
         yield
 

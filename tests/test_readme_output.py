@@ -176,7 +176,8 @@ def test_the_readmes_show_commands_and_their_output():
 @pytest.mark.parametrize("doc, language, command, lines",
                          [s for s in all_sections() if s[2] and RUN_EXACTLY.match(s[2])],
                          ids=lambda v: v if isinstance(v, str) and v.count(" ") < 12 else None)
-# Compiled as the reader's (in the command's own process): the tour's last digits are the README's.
+# Compiled at the reader's level (in the command's own process; the suite's XLA flag stays, conftest.py): the
+# tour's last digits are the README's.
 @pytest.mark.usefixtures("users_compile_in_children")
 def test_quick_commands_print_what_the_readme_shows(doc, language, command, lines):
     if "shared/data/mnist" in command and not MNIST_DIR.is_dir():
