@@ -20,15 +20,19 @@ LEVEL = ("from jax._src import compiler; "
 OPTIONS = "from jax._src import compiler; print(compiler.get_compile_options(1, 1).SerializeAsString().hex())"
 
 
+def in_a_child(code: str, environ: dict[str, str] | None = None) -> str:
+    """What `code` prints in a Python process started now (with this process's environment unless told)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          env=environ).stdout.strip()
+
+
 def options_here_and_in_children() -> tuple[str, str, str]:
     """XLA's compile options here, in a process started now, and in one started without the suite's XLA flag."""
     from jax._src import compiler
 
     flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if flag != SUITE_XLA_FLAG]
-    without = {**os.environ, "XLA_FLAGS": " ".join(flags)}
-    child, bare = (subprocess.run([sys.executable, "-c", OPTIONS], capture_output=True, text=True, timeout=120,
-                                  check=True, env=environ).stdout.strip() for environ in (dict(os.environ), without))
-    return compiler.get_compile_options(1, 1).SerializeAsString().hex(), child, bare
+    bare = in_a_child(OPTIONS, {**os.environ, "XLA_FLAGS": " ".join(flags)})
+    return compiler.get_compile_options(1, 1).SerializeAsString().hex(), in_a_child(OPTIONS), bare
 
 
 def test_every_process_compiles_with_the_suites_xla_flag_a_users_too():
@@ -37,15 +41,17 @@ def test_every_process_compiles_with_the_suites_xla_flag_a_users_too():
     with as_users_compile():  # a user's level, here and in a child, with the flag in both
         users_here, users_child, users_bare = options_here_and_in_children()
         assert users_here == users_child != users_bare and users_here != here
+
+
+def test_the_suites_torch_compile_writes_plain_loops():
     from torch._inductor import config
 
-    assert config.cpp.vec_isa_ok is False  # torch.compile writes plain loops: nothing for it to vectorize
+    assert config.cpp.vec_isa_ok is False  # nothing for g++ to vectorize: it compiles without ATen's SIMD headers
 
 
 def level_here_and_in_a_child() -> tuple[str, str]:
     """The level in this process and in a process it starts now."""
-    child = subprocess.run([sys.executable, "-c", LEVEL], capture_output=True, text=True, timeout=120,
-                           check=True).stdout.strip()
+    child = in_a_child(LEVEL)
     from jax._src import compiler
 
     options = compiler.get_compile_options(1, 1).executable_build_options.debug_options
