@@ -342,19 +342,26 @@ def test_discard_after_deletes_only_the_newer_steps(saved, tmp_path):
     assert_same_state(checkpoint.restore(run, template(saved))[0], saved.states[1])
 
 
-def test_debris_that_cannot_be_removed_never_fails_a_save(saved, tmp_path):
-    """A leftover `N.orbax-checkpoint-tmp...` is removed after a save; one rmtree refuses (a link) is left alone."""
-    elsewhere = tmp_path / "elsewhere"
-    (elsewhere / "kept").mkdir(parents=True)
-    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+def test_debris_of_a_failed_save_is_removed_after_the_next_save(saved, tmp_path):
+    """A leftover `N.orbax-checkpoint-tmp...` is removed once a save has succeeded."""
     partial = tmp_path / "run" / "checkpoints" / "7.orbax-checkpoint-tmp-1"
     (partial / "state").mkdir(parents=True)
-    link = tmp_path / "run" / "checkpoints" / "8.orbax-checkpoint-tmp-2"
-    link.symlink_to(elsewhere)
     saver = checkpoint.Checkpointer(tmp_path / "run")
     saver.save(saved.states[1], saved.trainer.config, saved.rows[:1])
     saver.close()
-    assert not partial.exists() and link.is_symlink() and (elsewhere / "kept").is_dir()
+    assert not partial.exists() and (tmp_path / "run" / "checkpoints" / "1").is_dir()
+
+
+def test_a_link_in_the_checkpoints_folder_is_refused_before_orbax_writes(tmp_path):
+    """Orbax would write and delete through it (another run's steps, say): the checkpointer refuses to start."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kept").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    link = tmp_path / "run" / "checkpoints" / "8.orbax-checkpoint-tmp-2"
+    link.symlink_to(elsewhere)
+    with pytest.raises(CheckpointError, match="is a symbolic link; jaxintro reads no link"):
+        checkpoint.Checkpointer(tmp_path / "run")
+    assert link.is_symlink() and (elsewhere / "kept").is_dir()
 
 
 def refusing(*_args, **_kwargs):

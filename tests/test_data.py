@@ -433,7 +433,7 @@ def test_each_unreadable_file_gets_one_line_naming_it_and_the_fix(tmp_path, monk
             raise error
         # Tests run as root in CI, where chmod cannot deny a read: simulate the OS's answer.
         with monkeypatch.context() as m:
-            m.setattr(Path, "read_bytes", fail)
+            m.setattr(data, "read_bounded", fail)
             with pytest.raises(DataError) as err:
                 read_verified(path, spec.train_labels)
         assert str(err.value) == message

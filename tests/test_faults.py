@@ -31,7 +31,7 @@ from typing import Iterator
 
 import pytest
 
-from jaxintro import checkpoint, faults
+from jaxintro import checkpoint, faults, runs
 from jaxintro.cli import main
 from jaxintro.evaluate import load_run
 from jaxintro.runs import read_metrics
@@ -230,7 +230,7 @@ def test_errors_log_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """The kept records go to errors.log; a write that fails part-way leaves the log as it was."""
     faults.watch(tmp_path)
     faults.keep("the first failure")
-    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert runs.write_log(tmp_path) == tmp_path / "errors.log"
     assert (tmp_path / "errors.log").read_text() == "the first failure\n"
     real_open = open
 
@@ -244,9 +244,9 @@ def test_errors_log_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr("builtins.open", fills_the_disk)
     faults.keep("the second failure")
-    assert faults.write_log(tmp_path) is None
+    assert runs.write_log(tmp_path) is None
     (tmp_path / "new").mkdir()
-    assert faults.write_log(tmp_path / "new") is None
+    assert runs.write_log(tmp_path / "new") is None
     monkeypatch.undo()
     assert (tmp_path / "errors.log").read_text() == "the first failure\n"  # put back as it was
     assert not (tmp_path / "new" / "errors.log").exists()  # a new log is removed
@@ -694,35 +694,35 @@ def test_a_missing_folder_cannot_be_watched(fault_state, tmp_path):
 def test_committed_epochs_are_the_numbered_steps_in_numeric_order(tmp_path):
     for name in ("10", "2", "1", "3.orbax-checkpoint-tmp-7", "latest", "x1"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
-    assert faults.committed_epochs(tmp_path) == [1, 2, 10]
+    assert runs.committed_epochs(tmp_path) == [1, 2, 10]
 
 
 def test_a_run_without_a_checkpoints_folder_has_no_committed_epoch(tmp_path):
-    assert faults.committed_epochs(tmp_path) == []
-    assert faults.committed_epochs(tmp_path / "gone") == []
+    assert runs.committed_epochs(tmp_path) == []
+    assert runs.committed_epochs(tmp_path / "gone") == []
     (tmp_path / "checkpoints").write_text("")  # not a folder
-    assert faults.committed_epochs(tmp_path) == []
+    assert runs.committed_epochs(tmp_path) == []
 
 
 def test_no_records_write_no_log(fault_state, tmp_path):
-    assert faults.write_log(tmp_path) is None and os.listdir(tmp_path) == []
+    assert runs.write_log(tmp_path) is None and os.listdir(tmp_path) == []
 
 
 def test_the_records_are_written_as_utf8_lines_and_then_forgotten(fault_state, tmp_path):
     fault_state.records.extend(["checkpoint 2: écrit à moitié — 写入失败", "Traceback (most recent call last):\n"
                                 "OSError: [Errno 28] No space left on device\n"])
-    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert runs.write_log(tmp_path) == tmp_path / "errors.log"
     assert (tmp_path / "errors.log").read_bytes() == (
         "checkpoint 2: écrit à moitié — 写入失败\nTraceback (most recent call last):\n"
         "OSError: [Errno 28] No space left on device\n\n").encode("utf-8")
     assert fault_state.records == [] and os.listdir(tmp_path) == ["errors.log"]
-    assert faults.write_log(tmp_path) is None  # written once: a second call has nothing more to add
+    assert runs.write_log(tmp_path) is None  # written once: a second call has nothing more to add
 
 
 def test_a_later_failure_is_appended_to_the_log(fault_state, tmp_path):
     (tmp_path / "errors.log").write_bytes(b"the first failure\n")
     fault_state.records.append("the second failure")
-    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
+    assert runs.write_log(tmp_path) == tmp_path / "errors.log"
     assert (tmp_path / "errors.log").read_bytes() == b"the first failure\nthe second failure\n"
 
 
@@ -734,11 +734,11 @@ def test_errors_log_is_opened_to_append_in_utf8_whatever_the_locale(fault_state,
         opened.append((path, mode, kwargs))
         return open(path, mode, **kwargs)
 
-    monkeypatch.setattr(faults, "open", spy, raising=False)  # found before the builtin by faults.py's own lookups
+    monkeypatch.setattr(runs, "open", spy, raising=False)  # found before the builtin by runs.py's own lookups
     fault_state.records.append("a failure")
-    assert faults.write_log(tmp_path) == tmp_path / "errors.log"
-    [(path, mode, kwargs)] = opened
-    assert (path, mode, set(kwargs)) == (tmp_path / "errors.log", "a", {"encoding"})
+    assert runs.write_log(tmp_path) == tmp_path / "errors.log"
+    [(fd, mode, kwargs)] = opened  # the descriptor append_text opened without following a link
+    assert (type(fd), mode, set(kwargs)) == (int, "a", {"encoding", "closefd"})
     assert codecs.lookup(kwargs["encoding"]).name == "utf-8"  # given, whatever its spelling
 
 
@@ -747,10 +747,10 @@ def test_a_log_the_disk_refuses_to_start_is_not_written_and_its_records_are_kept
     def refuses(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(faults, "open", refuses, raising=False)
+    monkeypatch.setattr(runs, "open", refuses, raising=False)
     fault_state.records.append("a failure")
     # Removing a log that was never made fails too (FileNotFoundError): quietly, the line still gets said.
-    assert faults.write_log(tmp_path) is None
+    assert runs.write_log(tmp_path) is None
     assert fault_state.records == ["a failure"] and os.listdir(tmp_path) == []
 
 
@@ -768,9 +768,9 @@ def test_a_log_the_disk_fills_up_during_is_put_back_as_it_was(fault_state, tmp_p
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "errors.log").write_bytes(b"the first failure\n")
     (tmp_path / "new").mkdir()
-    monkeypatch.setattr(faults, "open", fills_up, raising=False)
+    monkeypatch.setattr(runs, "open", fills_up, raising=False)
     fault_state.records.append("the second failure")
-    assert faults.write_log(tmp_path / "old") is None and faults.write_log(tmp_path / "new") is None
+    assert runs.write_log(tmp_path / "old") is None and runs.write_log(tmp_path / "new") is None
     assert (tmp_path / "old" / "errors.log").read_bytes() == b"the first failure\n"  # truncated back
     assert os.listdir(tmp_path / "new") == []  # a new log is removed
     assert fault_state.records == ["the second failure"]
@@ -782,7 +782,7 @@ def test_a_fault_after_a_committed_epoch_says_which_and_how_to_resume_and_names_
         (run / "checkpoints" / step).mkdir(parents=True)
     fault_state.records.append("metrics.jsonl: OSError: [Errno 28] No space left on device")
     fault = faults.WriteFault("metrics.jsonl", run, "No space left on device [ENOSPC]")
-    assert faults.stopped_line(fault) == (
+    assert runs.stopped_line(fault) == (
         f"could not write metrics.jsonl in {run}: No space left on device [ENOSPC]; epoch 10 is safely on disk (its "
         f"checkpoint); once the cause is fixed (free space, a writable folder), continue with: jaxintro train "
         f"--resume {run} (details in {run / 'errors.log'})")
@@ -793,7 +793,7 @@ def test_a_fault_after_a_committed_epoch_says_which_and_how_to_resume_and_names_
 def test_a_fault_with_no_records_names_no_log(fault_state, tmp_path):
     (tmp_path / "checkpoints" / "1").mkdir(parents=True)
     fault = faults.WriteFault("curves.png", tmp_path, "Input/output error [EIO]")
-    assert faults.stopped_line(fault) == (
+    assert runs.stopped_line(fault) == (
         f"could not write curves.png in {tmp_path}: Input/output error [EIO]; epoch 1 is safely on disk (its "
         f"checkpoint); once the cause is fixed (free space, a writable folder), continue with: jaxintro train "
         f"--resume {tmp_path}")
@@ -804,7 +804,7 @@ def test_a_fault_before_any_committed_epoch_says_to_run_the_same_command_again(f
     (tmp_path / "checkpoints" / "1.orbax-checkpoint-tmp-3").mkdir(parents=True)  # begun, never committed
     fault_state.records.append("checkpoint 1: ValueError: INTERNAL: os_error_code=30")
     fault = faults.WriteFault("checkpoint 1", tmp_path, "Read-only file system [EROFS]")
-    assert faults.stopped_line(fault) == (
+    assert runs.stopped_line(fault) == (
         f"could not write checkpoint 1 in {tmp_path}: Read-only file system [EROFS]; no epoch was on disk yet, so "
         f"there is nothing to continue from: once the cause is fixed, run the same command again (details in "
         f"{tmp_path / 'errors.log'})")
@@ -815,7 +815,7 @@ def test_a_fault_whose_folder_was_never_made_says_to_run_again_and_writes_no_log
     run = tmp_path / "missing" / "r"
     fault_state.records.append("the claim of the run folder: OSError: [Errno 28] No space left on device")
     fault = faults.WriteFault("the claim of the run folder", run, "No space left on device [ENOSPC]")
-    assert faults.stopped_line(fault) == (
+    assert runs.stopped_line(fault) == (
         f"could not write the claim of the run folder in {run}: No space left on device [ENOSPC]; no epoch was on "
         f"disk yet, so there is nothing to continue from: once the cause is fixed, run the same command again")
     assert os.listdir(tmp_path) == []  # nothing made to hold a log
@@ -831,7 +831,7 @@ def test_a_vanished_folder_says_to_start_again_and_writes_no_log_into_what_is_le
         (run / "checkpoints" / "2").mkdir(parents=True)
     fault_state.records.append("checkpoint 2: ValueError: INTERNAL: os_error_code=2")
     fault = faults.WriteFault("checkpoint 2", run, GONE, vanished=True)
-    assert faults.stopped_line(fault) == (f"could not write checkpoint 2 in {run}: {GONE}; its checkpoints went with "
+    assert runs.stopped_line(fault) == (f"could not write checkpoint 2 in {run}: {GONE}; its checkpoints went with "
                                           f"it, so the run stopped: start it again")
     assert not (run / "errors.log").exists()
     assert fault_state.records == ["checkpoint 2: ValueError: INTERNAL: os_error_code=2"]

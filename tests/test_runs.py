@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxintro import runs
+from jaxintro import listing, runs
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
@@ -183,17 +183,17 @@ def empty_run(folder: Path) -> None:
 
 
 def test_each_folder_is_described_from_its_files_alone(tmp_path):
-    assert runs.describe_run(tmp_path) is None  # neither a config nor a claim: not a run
+    assert listing.describe_run(tmp_path) is None  # neither a config nor a claim: not a run
     unreadable = tmp_path / "unreadable"
     unreadable.mkdir()
     (unreadable / runs.CONFIG_FILE).write_text("{half a config")
-    assert runs.describe_run(unreadable) == {
+    assert listing.describe_run(unreadable) == {
         "run_dir": str(unreadable), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "?",
         "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable", "result": None,
         "reason": "config.json: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"}
     # Claimed by this live process, before its config is written: running.
     starting = runs.claim_run_dir(tmp_path / "starting")
-    assert runs.describe_run(starting) == {
+    assert listing.describe_run(starting) == {
         "run_dir": str(starting), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "single",
         "member_count": 1, "diverged": 0, "test_accuracy": None, "status": "running", "result": None}
     # A finished run of an older version: result.json without "finished", judged by its epoch count.
@@ -202,21 +202,21 @@ def test_each_folder_is_described_from_its_files_alone(tmp_path):
     (old / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "auto", runs.RESOLVED_DATASET: "digits",
                                                     "model": "flax", "epochs": 3}))
     (old / runs.RESULT_FILE).write_text(json.dumps({"epochs": 3}))
-    info = runs.describe_run(old)
+    info = listing.describe_run(old)
     assert (info["dataset"], info["model"], info["planned_epochs"], info["status"]) == ("digits", "flax", 3, "finished")
-    assert runs.status_text(info) == "finished"
+    assert listing.status_text(info) == "finished"
     # A process that died between committing checkpoint 1 and writing its row to metrics.jsonl (a lost peer's
     # survivor exits at once): stopped after epoch 1, where a resume goes on from (it once said 0).
     stopped = tmp_path / "stopped"
     (stopped / "checkpoints" / "1").mkdir(parents=True)
     (stopped / "checkpoints" / "2.orbax-checkpoint-tmp-3").mkdir()  # a step Orbax never finished
     (stopped / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "digits", "epochs": 3}))
-    info = runs.describe_run(stopped)
-    assert info["epochs"] == 1 and runs.status_text(info) == f"stopped after epoch 1: jaxintro train --resume {stopped}"
+    info = listing.describe_run(stopped)
+    assert info["epochs"] == 1 and listing.status_text(info) == f"stopped after epoch 1: jaxintro train --resume {stopped}"
     # Older configs: the dataset as asked (before `auto` was resolved), or "?" without one.
     for config, dataset in (({"dataset": "mnist", "epochs": 1}, "mnist"), ({"epochs": 1}, "?")):
         (old / runs.CONFIG_FILE).write_text(json.dumps(config))
-        assert runs.describe_run(old)["dataset"] == dataset
+        assert listing.describe_run(old)["dataset"] == dataset
 
 
 def test_a_runs_end_is_read_from_its_result():
@@ -225,7 +225,7 @@ def test_a_runs_end_is_read_from_its_result():
     assert runs.is_finished({"epochs": 5}, 5) and not runs.is_finished({"epochs": 4}, 5)
     assert not runs.is_finished(None, 0)
     stopped = {"status": "stopped after epoch 2: ...", "epochs": 2, "run_dir": "runs/a"}
-    assert runs.status_text(stopped) == "stopped after epoch 2: jaxintro train --resume runs/a"
+    assert listing.status_text(stopped) == "stopped after epoch 2: jaxintro train --resume runs/a"
 
 
 class Terminal(io.StringIO):
@@ -265,12 +265,12 @@ def test_a_folder_that_cannot_be_created_is_refused_naming_the_flag(tmp_path):
 
 
 def test_the_newest_finished_run_is_the_one_whose_result_was_written_last(tmp_path):
-    assert runs.newest_finished_run(tmp_path) is None
+    assert listing.newest_finished_run(tmp_path) is None
     for name, finished, written in (("old", True, 1_000), ("new", True, 2_000), ("newest-but-stopped", False, 3_000)):
         empty_run(tmp_path / name)
         (tmp_path / name / runs.RESULT_FILE).write_text(json.dumps({"finished": finished, "epochs": 10}))
         os.utime(tmp_path / name / runs.RESULT_FILE, (written, written))
-    assert runs.newest_finished_run(tmp_path) == tmp_path / "new"
+    assert listing.newest_finished_run(tmp_path) == tmp_path / "new"
 
 
 def test_run_files_are_written_beside_their_target_not_in_the_temp_folder(tmp_path, monkeypatch):
@@ -418,7 +418,7 @@ def test_a_claim_by_another_users_process_is_live(tmp_path, monkeypatch):
     ({"diverged": 1}, "1 model, 1 diverged"),
 ])
 def test_kind_text_counts_models_seeds_and_the_diverged(info, text):
-    assert runs.kind_text(info) == text
+    assert listing.kind_text(info) == text
 
 
 def test_kind_text_in_spanish_counts_one_and_many_apart():
@@ -426,9 +426,9 @@ def test_kind_text_in_spanish_counts_one_and_many_apart():
     from jaxintro.i18n import set_language
 
     set_language("es")  # the autouse fixture sets the locale's language back as the test ends
-    assert [runs.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
+    assert [listing.kind_text({"kind": "seeds", "member_count": 8, "diverged": n}) for n in (1, 2)] == [
         "8 semillas, 1 divergido", "8 semillas, 2 divergidos"]
-    assert runs.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
+    assert listing.kind_text({"kind": "sweep", "member_count": 1}) == "barrido: 1 modelo"
 
 
 @pytest.mark.parametrize("info, text", [
@@ -440,7 +440,7 @@ def test_kind_text_in_spanish_counts_one_and_many_apart():
     ({"status": "stopped", "epochs": 3, "run_dir": "runs/a"}, "stopped after epoch 3: jaxintro train --resume runs/a"),
 ])
 def test_status_text_is_each_status_as_a_learner_reads_it(info, text):
-    assert runs.status_text(info) == text
+    assert listing.status_text(info) == text
 
 
 def test_keep_reason_says_why_each_kind_of_folder_stays(tmp_path):
@@ -448,18 +448,18 @@ def test_keep_reason_says_why_each_kind_of_folder_stays(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     info = {"run_dir": str(folder)}
-    assert runs.keep_reason({**info, "status": "finished"}) == "finished"
-    assert runs.keep_reason({**info, "status": "running"}) == "running"
-    assert runs.keep_reason({**info, "status": "unreadable"}) == "its files cannot be read: look at it first"
-    assert runs.keep_reason({**info, "status": "empty (no checkpoint)"}) is None
+    assert listing.keep_reason({**info, "status": "finished"}) == "finished"
+    assert listing.keep_reason({**info, "status": "running"}) == "running"
+    assert listing.keep_reason({**info, "status": "unreadable"}) == "its files cannot be read: look at it first"
+    assert listing.keep_reason({**info, "status": "empty (no checkpoint)"}) is None
     (folder / runs.CLAIM_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
-    assert runs.keep_reason({**info, "status": "empty (no checkpoint)"}) == "a live process claims it"
+    assert listing.keep_reason({**info, "status": "empty (no checkpoint)"}) == "a live process claims it"
     (folder / "checkpoints" / "2").mkdir(parents=True)
-    assert runs.keep_reason({**info, "status": "stopped"}) == (
+    assert listing.keep_reason({**info, "status": "stopped"}) == (
         f"it holds a checkpoint: continue it with jaxintro train --resume {folder}")
     link = tmp_path / "link"
     link.symlink_to(folder)
-    assert runs.keep_reason({"run_dir": str(link), "status": "unreadable"}) == (
+    assert listing.keep_reason({"run_dir": str(link), "status": "unreadable"}) == (
         "a symbolic link: remove the link itself if you mean to")
 
 
@@ -472,8 +472,8 @@ def test_a_folder_that_cannot_be_removed_is_kept_with_one_line_saying_why(tmp_pa
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
         yield
 
-    monkeypatch.setattr(runs, "_locked", refused)
-    assert runs.remove_run_dir(folder) is False
+    monkeypatch.setattr(listing, "locked", refused)
+    assert listing.remove_run_dir(folder) is False
     assert capsys.readouterr() == ("", f"Kept {folder}: Permission denied\n")
     assert folder.is_dir()
 
@@ -532,14 +532,14 @@ def test_read_result_reads_any_result_jaxintro_writes_even_a_long_one(tmp_path):
     ({"seeds": 2, "model": "a model no version has"}, {"kind": "seeds", "member_count": 2}),  # read from its members
 ])
 def test_run_kind_is_one_model_seeds_or_a_sweep(config, kind):
-    assert runs.run_kind(config, None) == {**kind, "diverged": 0, "test_accuracy": None}
+    assert listing.run_kind(config, None) == {**kind, "diverged": 0, "test_accuracy": None}
 
 
 def test_a_config_no_version_wrote_is_unreadable_with_the_reason():
     with pytest.raises(ConfigError) as refused:
         TrainConfig.from_json({"seeds": 0})
     with pytest.raises(ValueError) as error:
-        runs.run_kind({"seeds": 0, "model": "a model no version has"}, None)
+        listing.run_kind({"seeds": 0, "model": "a model no version has"}, None)
     assert str(error.value) == f"config.json: {refused.value}"
 
 
@@ -548,7 +548,7 @@ def test_the_epochs_done_without_a_checkpoint_are_the_last_rows(tmp_path):
     (tmp_path / runs.CONFIG_FILE).write_text(json.dumps({"dataset": "digits", "epochs": 5}))
     rows = [{"epoch": epoch, "loss": 0.5, "train_accuracy": 0.9, "test_accuracy": 0.9} for epoch in (1, 2, 3)]
     (tmp_path / runs.METRICS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
-    info = runs.describe_run(tmp_path)
+    info = listing.describe_run(tmp_path)
     assert (info["epochs"], info["status"]) == (3, "empty (no checkpoint)")
 
 

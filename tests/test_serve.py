@@ -1258,6 +1258,9 @@ def test_serve_names_the_run_and_its_address_then_stops_at_ctrl_c(named, digits_
     seen = serve_until_answered(run_dir if named else None, monkeypatch, runs_root=root, **kwargs)
     serving = (f"Serving {run_dir} (jax MLP 64-256-128-10 on digits, epoch 3) at http://127.0.0.1:{seen['port']}/"
                "  (Ctrl-C to stop)\n")
+    if not named:  # which run it chose, and why, before the page is served
+        serving = (f"No RUN_DIR given: serving {run_dir}, the newest finished run under {root}/ (by the time its "
+                   "result records, this machine's runs first); pass RUN_DIR to serve another\n" + serving)
     assert (seen["returned"], seen["status"]) == (0, 200)
     assert (seen["flushed"], seen["out"], seen["flushed_at_end"]) == (serving, *[serving + "Stopped.\n"] * 2)
     assert seen["load_app"] == (run_dir, kwargs.get("data_dir"), kwargs.get("setting"))

@@ -34,7 +34,7 @@ from jaxintro.faults import capture_library_logs, collect_abandoned, fault_from,
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
 from jaxintro.parallel import make_mesh, replicated_sharding
-from jaxintro.runs import CHECKPOINT_DIR
+from jaxintro.runs import CHECKPOINT_DIR, check_checkpoint_tree
 from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
 
@@ -70,6 +70,7 @@ class Checkpointer:
         self.run_dir = run_dir
         self.on_saved = on_saved
         self._in_flight: Sequence[dict[str, Any]] | None = None  # the metrics of the step being written
+        check_checkpoint_tree(run_dir)  # Orbax writes and deletes through what it finds: no link, ever
         self.manager = _manager(run_dir, create=True, background=True)
 
     def save(self, state: TrainState, config: TrainConfig, metrics: list[dict[str, Any]],
@@ -282,6 +283,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _open(run_dir: Path) -> ocp.CheckpointManager:
+    check_checkpoint_tree(run_dir)  # before Orbax reads a byte: no link, no special file, nothing oversized
     if not (run_dir / CHECKPOINT_DIR).is_dir():
         raise CheckpointError(_("{run_dir}: no {folder}/ folder; pass the folder of a `jaxintro train` run").format(
             run_dir=run_dir, folder=CHECKPOINT_DIR))

@@ -21,8 +21,9 @@ from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL,
                              PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
-from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault, stopped_line
-from jaxintro.i18n import LANGUAGES, N_, _, ngettext, set_language
+from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
+from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, printable_lines, set_language
+from jaxintro.runs import stopped_line
 
 # Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`;
 # 74, a write the machine refused, in `jaxintro.faults`).
@@ -404,7 +405,7 @@ def given_flags(argv: Sequence[str] | None) -> frozenset[str]:
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return "\n" + _("WARNING: {message}").format(message=message) + "\n\n"
+    return "\n" + _("WARNING: {message}").format(message=printable_lines(message)) + "\n\n"
 
 
 def language_flag(argv: Sequence[str] | None) -> str | None:
@@ -441,18 +442,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.given = given_flags(argv)  # e.g. `--resume` refuses flags it cannot honour, not their defaults
     args.started = started  # `train --json` reports the time from here on, phase by phase
     command = importlib.import_module(f"jaxintro.commands.{args.command}")
+    # Every word a command prints goes through one escaping function: a run folder from someone else holds
+    # names and values that, printed raw, could drive the learner's terminal (its title, its clipboard).
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapedStream(sys.stdout), EscapedStream(sys.stderr)
     try:
         return command.run(args)
     except TrainingDivergedError as exc:
-        print(_("jaxintro {command}: training diverged: {error}").format(command=args.command, error=exc),
+        print(_("jaxintro {command}: training diverged: {error}").format(command=args.command,
+                                                                         error=printable_lines(exc)),
               file=sys.stderr)
         return EXIT_DIVERGED
     except WriteFault as exc:  # the machine refused a write: what is on disk, and how to go on
-        print(_("jaxintro {command}: write failed: {error}").format(command=args.command, error=stopped_line(exc)),
+        print(_("jaxintro {command}: write failed: {error}").format(command=args.command, error=printable_lines(stopped_line(exc))),
               file=sys.stderr)
         return EXIT_WRITE_FAULT
     except JaxintroError as exc:
-        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
+        # A message may hold a run folder's words (its name, a checkpoint's version): escaped, as every one is.
+        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=printable_lines(exc)),
+              file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(_("jaxintro {command}: interrupted").format(command=args.command), file=sys.stderr)
@@ -462,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # again when flushing stdout at exit, so point it at /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def run() -> None:

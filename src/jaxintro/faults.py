@@ -38,7 +38,6 @@ from jaxintro.i18n import _
 
 EXIT_WRITE_FAULT = 74  # EX_IOERR: the machine refused a write; distinct from a user error's 2
 FAIL_WRITE_ENV = "JAXINTRO_FAIL_WRITE"
-ERRORS_LOG = "errors.log"
 MAX_RECORDS = 200  # of Orbax's log records kept for errors.log: a failed save logs a few dozen
 
 _writes = 0  # writes of this process so far, as the seam counts them
@@ -223,52 +222,11 @@ def capture_library_logs() -> None:
         logger.propagate = False
 
 
-def write_log(run_dir: Path) -> Path | None:
-    """Write the kept records to `run_dir/errors.log` if the disk takes them; its path, or None.
+def kept_records() -> list[str]:
+    """The records kept so far, for errors.log (`runs.write_log` writes them)."""
+    return list(_records)
 
-    Whole or not at all: on a disk that fills up during the write, the log is put back as it was (a new one
-    removed), so that no half-written log is left that the one line does not name.
-    """
-    if not _records:
-        return None
-    path = run_dir / ERRORS_LOG
-    size = path.stat().st_size if path.exists() else None
-    try:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write("\n".join(_records) + "\n")
-    except OSError:
-        with contextlib.suppress(OSError):
-            if size is None:
-                path.unlink()
-            else:
-                os.truncate(path, size)
-        return None
+
+def forget_records() -> None:
+    """Forget the kept records, once errors.log holds them."""
     _records.clear()
-    return path
-
-
-def committed_epochs(run_dir: Path) -> list[int]:
-    """The checkpoints Orbax committed in `run_dir` (a step's folder gets its number only once complete)."""
-    try:
-        return sorted(int(child.name) for child in (run_dir / "checkpoints").iterdir() if child.name.isdigit())
-    except OSError:
-        return []
-
-
-def stopped_line(fault: WriteFault) -> str:
-    """The one line a failed write ends the run with: what failed and why, what is on disk, and how to go on."""
-    run_dir = fault.run_dir
-    failed = _("could not write {what} in {run_dir}: {reason}").format(what=fault.what, run_dir=run_dir,
-                                                                        reason=fault.reason)
-    epochs = committed_epochs(run_dir) if run_dir.is_dir() and not fault.vanished else []
-    if fault.vanished:
-        line = _("{failed}; its checkpoints went with it, so the run stopped: start it again").format(failed=failed)
-    elif epochs:
-        line = _("{failed}; epoch {epoch} is safely on disk (its checkpoint); once the cause is fixed (free space, "
-                 "a writable folder), continue with: jaxintro train --resume {run_dir}").format(
-            failed=failed, epoch=epochs[-1], run_dir=run_dir)
-    else:
-        line = _("{failed}; no epoch was on disk yet, so there is nothing to continue from: once the cause is fixed, "
-                 "run the same command again").format(failed=failed)
-    log = write_log(run_dir) if run_dir.is_dir() and not fault.vanished else None
-    return line + (" " + _("(details in {log})").format(log=log) if log else "")

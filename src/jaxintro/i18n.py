@@ -49,10 +49,32 @@ def N_(message: str) -> str:
     return message
 
 
-def printable(text: object) -> str:
-    """`text` safe to show on a terminal: control and format characters as Python escapes (\\x1b, \\n, \\u202e).
+def printable(text: object, keep: str = "") -> str:
+    """`text` safe to show on a terminal: control and format characters as Python escapes (\\x1b, \\n, \\u202e),
+    but those in `keep`.
 
     A folder name or a run's dataset comes from whoever made the run folder; printed raw, an escape sequence
-    in it could retitle or repaint the learner's terminal.
+    in it could retitle or repaint the learner's terminal, or write to its clipboard (OSC 52).
     """
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    return "".join(ch if ch.isprintable() or ch in keep else ascii(ch)[1:-1] for ch in str(text))
+
+
+def printable_lines(text: object) -> str:
+    """`printable` that keeps line breaks: a message of several lines keeps them, and nothing in one drives the
+    terminal."""
+    return printable(text, keep="\n")
+
+
+class EscapedStream:
+    """A text stream that writes everything through `printable` (lines, tabs and carriage returns kept): what a
+    command prints reaches the terminal escaped, whichever run folder's words it holds."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(printable(text, keep="\n\r\t"))
+        return len(text)
+
+    def __getattr__(self, name: str):  # flush, fileno, isatty, encoding, buffer: the stream's own
+        return getattr(self.stream, name)

@@ -5,6 +5,7 @@ Their words (axes, legends, titles) are translated as each plot is drawn, in the
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,19 +17,20 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from jaxintro.i18n import _  # noqa: E402
+from jaxintro.runs import write_atomic  # noqa: E402
 
 MISTAKE = "tab:red"  # the colour that marks a misclassified image
 
 
 def _save(fig, path: Path) -> Path:
-    """Save a figure atomically (temporary name, then rename) and close it."""
+    """Save a figure as a PNG, atomically and never through a link (`runs.write_atomic`), and close it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
+    png = io.BytesIO()
     # Every figure is laid out by constrained layout, which already fits its texts inside: no `bbox_inches="tight"`,
     # which would draw the whole figure a second time to measure it (a sixth of each training's plot).
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(path)
+    write_atomic(path, png.getvalue())
     return path
 
 

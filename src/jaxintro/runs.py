@@ -1,4 +1,15 @@
-"""Run folders: claimed atomically, written atomically, so two runs never share one and nothing is half-written."""
+"""Run folders: claimed atomically, written atomically, so two runs never share one and nothing is half-written.
+
+A run folder may come from someone else (a classmate's zip, a course page): every file and link in it is
+hostile, everything outside it is the user's. Two rules hold for every command, and live here alone
+(docs/reliability.md):
+
+- **Writes**: never through a link (a new file is made `O_CREAT|O_EXCL|O_NOFOLLOW` in the folder itself, then
+  renamed over its name; an append is opened `O_NOFOLLOW`), never outside the folder, and a delete removes
+  only what jaxintro can prove it wrote: its claim, its own file names, its own step folders.
+- **Reads**: regular files only, not through a link, and bounded in size before reading; the checkpoint tree
+  is checked so before Orbax reads or writes a byte of it.
+"""
 
 from __future__ import annotations
 
@@ -9,43 +20,89 @@ import fcntl
 import json
 import math
 import os
+import re
+import shutil
 import socket
 import stat
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from jaxintro.config import TrainConfig
-from jaxintro.errors import ConfigError
-from jaxintro.faults import ERRORS_LOG, committed_epochs, run_write, watch
-from jaxintro.grid import diverged_in, headline_accuracy
-from jaxintro.i18n import N_, _, ngettext, printable
+from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.faults import WriteFault, forget_records, kept_records, run_write, watch
+from jaxintro.i18n import _, ngettext, printable
 
 CONFIG_FILE = "config.json"
 RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
+ERRORS_LOG = "errors.log"  # the libraries' records of a failed write (`write_log`)
+CLAIM_FILE = ".claimed"
 CHECKPOINT_DIR = "checkpoints"  # Orbax's steps, one folder each (written by `jaxintro.checkpoint`)
+# Every name jaxintro writes directly in a run folder; a delete removes these and its step folders, nothing else.
+OWN_FILES = (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png", "sweep.png", "confusion.png",
+             ERRORS_LOG)
+# A step folder Orbax committed (ASCII digits: `isdigit` also takes `²`, which `int` refuses), or one it was
+# still writing (`3.orbax-checkpoint-tmp-1733490000`).
+STEP_NAME = re.compile(r"[0-9]+(\.orbax-checkpoint-tmp(-[0-9]+)?)?")
+COMMITTED_STEP = re.compile(r"[0-9]+")
+# A temporary file of `write_atomic` left by a process that died mid-write: `.config.json.k3j9x_2.tmp`.
+OWN_TEMPORARY = re.compile(r"\.(%s)\.[A-Za-z0-9_]+\.tmp" % "|".join(re.escape(name) for name in OWN_FILES))
 # A run folder may come from someone else (a classmate's, a download): its files are input, read with a cap.
 MAX_RUN_FILE_BYTES = 1 << 20  # config.json and the claim: a few hundred bytes each
-# metrics.jsonl and result.json grow with the members: about 120 bytes per member and epoch, 230 per member.
-MAX_METRICS_BYTES = 256 << 20
-MAX_RESULT_BYTES = 64 << 20
+# metrics.jsonl and result.json grow with the members: about 120 bytes per member and epoch, 230 per member
+# (1,024 members for 100 epochs: 12 MiB). A checkpoint's meta holds the same rows.
+MAX_METRICS_BYTES = 32 << 20
+MAX_RESULT_BYTES = 8 << 20
+MAX_CHECKPOINT_FILE_BYTES = 16 << 30  # an array's chunk (`d/...`): far beyond what a chip holds
+MAX_CHECKPOINT_ENTRIES = 10_000  # 3 steps of a few dozen files each
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, fsync, then rename over it."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `data` to a new temporary file beside `path`, fsync, then rename it over `path`.
+
+    The temporary file is made `O_CREAT|O_EXCL|O_NOFOLLOW` (`mkstemp`) under a fresh name, so no link placed
+    in the folder is followed; the rename replaces whatever `path` is (a link too) and never writes through it.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode("utf-8") if isinstance(data, str) else data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append `text` to `path` (made if absent), never through a link nor into anything but a regular file.
+
+    Whole or not at all: when the disk fills up during the write, the file is put back as it was (a new one
+    removed), so no half-written record is left.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        fd, created = os.open(path, flags), False  # a link there: ELOOP, never followed
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device in the run folder: not ours to write into
+            raise OSError(errno.EINVAL, _("not a regular file"), str(path))
+        try:
+            with open(fd, "a", encoding="utf-8", closefd=False) as out:
+                out.write(text)
+        except OSError:
+            with contextlib.suppress(OSError):
+                if created:
+                    os.unlink(path)
+                else:
+                    os.ftruncate(fd, info.st_size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -118,16 +175,15 @@ def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
                                                      for row in rows))
 
 
-CLAIM_FILE = ".claimed"
-
-
 def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) -> Path:
     """Create and claim a fresh run folder; `None` means `runs/<timestamp>`.
 
     The claim is `mkdir` of a folder that must not exist yet, or, for a folder given by the user, an
-    exclusively created marker holding this process's id. A folder whose earlier run never wrote a
-    checkpoint (it failed to start, or was killed in its first epoch) is free again, unless the
-    process that claimed it is still alive: two runs started at once never share a folder.
+    exclusively created marker holding this process's id. A folder given by the user must be empty, or hold
+    only what an earlier jaxintro run wrote before its first checkpoint (it failed to start, or was killed in
+    its first epoch) and nobody still runs: that debris is removed first. Anything else there (a checkpoint,
+    a result, a live claim, a file jaxintro never writes) is refused before a byte changes: two runs started
+    at once never share a folder, and no file of the user's is ever deleted.
     """
     if run_dir is None:
         try:
@@ -147,27 +203,29 @@ def claim_run_dir(run_dir: str | os.PathLike | None, root: Path = Path("runs")) 
         raise ConfigError(_("could not claim a new run folder under {folder}; pass --run-dir DIR").format(folder=root))
     path = Path(run_dir)
     taken = _("--run-dir {path} already holds a run; choose another folder, continue it with --resume {path}, "
-              "or see `jaxintro runs`").format(path=path)
+              "or see `jaxintro runs`").format(path=printable(path))
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with _locked(path):  # two claims of one folder run one after the other, never interleaved
-            if not has_checkpoint(path) and not claim_is_live(path):
-                release_run_dir(path)  # the debris of a run that never wrote a checkpoint
+        with locked(path):  # two claims of one folder run one after the other, never interleaved
+            foreign = foreign_entries(path)
+            if foreign:
+                raise ConfigError(not_ours_text("--run-dir", path, foreign))
+            if has_checkpoint(path) or os.path.lexists(path / RESULT_FILE) or claim_is_live(path):
+                raise ConfigError(taken)
+            remove_own_files(path)  # the debris of a run that never wrote a checkpoint
             _write_claim(path / CLAIM_FILE)
     except FileExistsError:
         raise ConfigError(taken) from None
     except OSError as exc:  # the folder cannot be made or locked: the user's choice of folder, not a fault mid-run
         raise ConfigError(_("--run-dir {path} is not writable ({reason}); choose another folder").format(
-            path=path, reason=exc.strerror)) from None
-    if has_checkpoint(path) or (path / RESULT_FILE).exists():
-        (path / CLAIM_FILE).unlink()
-        raise ConfigError(taken)
+            path=printable(path), reason=exc.strerror)) from None
     return path
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    fd = os.open(folder, os.O_RDONLY)
+def locked(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock: claims and removals of one folder run one after the other, never interleaved."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -176,9 +234,9 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def _write_claim(marker: Path) -> None:
-    watch(marker.parent)  # the run's folder from now on: its later writes check that it is still there
+    watch(marker.parent)  # the run's folder from now on: its later writes check that it is still this one
     with run_write(_("the claim of the run folder"), marker.parent):
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             with os.fdopen(fd, "w") as out:
                 out.write(f"{os.getpid()} {socket.gethostname()}\n")
@@ -207,30 +265,93 @@ def claim_is_live(run_dir: Path) -> bool:
     return True
 
 
+def committed_epochs(run_dir: Path) -> list[int]:
+    """The checkpoints Orbax committed in `run_dir` (a step's folder gets its number only once complete)."""
+    try:
+        return sorted(int(child.name) for child in (run_dir / CHECKPOINT_DIR).iterdir()
+                      if COMMITTED_STEP.fullmatch(child.name))
+    except OSError:
+        return []
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether `run_dir/checkpoints/` holds a finished step (Orbax renames a step's folder only when complete)."""
     return bool(committed_epochs(run_dir))
 
 
-def release_run_dir(run_dir: Path) -> None:
-    """Remove what a run wrote before its first checkpoint (its claim, config, partial files): the folder is free."""
-    import shutil
+def foreign_entries(run_dir: Path) -> list[str]:
+    """What `run_dir` holds that jaxintro never writes there ([]: nothing), each name as `ls -F` shows it.
 
-    for name in (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, "curves.png", ERRORS_LOG):
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+    jaxintro's are its own file names as regular files (and `write_atomic`'s temporary files), and
+    `checkpoints/` as a real folder of step folders (a link to another run's would be written through).
+    """
+    foreign = []
+    for entry in _scan(run_dir):
+        if entry.name == CHECKPOINT_DIR and entry.is_dir(follow_symlinks=False):
+            foreign += [f"{CHECKPOINT_DIR}/{step.name}{_kind_mark(step)}" for step in _scan(Path(entry.path))
+                        if not (STEP_NAME.fullmatch(step.name) and step.is_dir(follow_symlinks=False))]
+        elif not ((entry.name in OWN_FILES or OWN_TEMPORARY.fullmatch(entry.name))
+                  and entry.is_file(follow_symlinks=False)):
+            foreign.append(entry.name + _kind_mark(entry))
+    return sorted(foreign)
+
+
+def _scan(folder: Path) -> list[os.DirEntry]:
+    """The entries of `folder` (none if it is not one), at most a bounded number: a zip may hold millions."""
+    try:
+        with os.scandir(folder) as entries:
+            return [entry for _number, entry in zip(range(MAX_CHECKPOINT_ENTRIES), entries)]
+    except OSError:
+        return []
+
+
+def _kind_mark(entry: os.DirEntry) -> str:
+    """`/` for a folder, `@` for a link, `|` for a FIFO (as `ls -F` marks them), else nothing."""
+    if entry.is_symlink():
+        return "@"
+    if entry.is_dir(follow_symlinks=False):
+        return "/"
+    return "" if entry.is_file(follow_symlinks=False) else "|"
+
+
+def not_ours_text(flag: str, folder: Path, foreign: Sequence[str]) -> str:
+    """The refusal of a folder that holds what jaxintro did not write: what is there, and how to go on."""
+    shown = ", ".join(printable(name) for name in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+    return ngettext("{flag} {folder} holds {count} thing jaxintro did not write ({names}); nothing was changed: "
+                    "choose a new or empty folder",
+                    "{flag} {folder} holds {count} things jaxintro did not write ({names}); nothing was changed: "
+                    "choose a new or empty folder", len(foreign)).format(
+        flag=flag, folder=printable(folder), count=len(foreign), names=shown)
+
+
+def remove_own_files(run_dir: Path) -> None:
+    """Remove what jaxintro wrote in `run_dir`: its own file names and its step folders; nothing else is touched.
+
+    A link in their place is removed as a link, never followed; a step folder's tree is removed without
+    following any link inside it (`shutil.rmtree`).
+    """
+    for entry in _scan(run_dir):
+        if (entry.name in OWN_FILES or OWN_TEMPORARY.fullmatch(entry.name)) and not entry.is_dir(
+                follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+    checkpoints = run_dir / CHECKPOINT_DIR
+    if checkpoints.is_dir() and not checkpoints.is_symlink():
+        for step in _scan(checkpoints):
+            if STEP_NAME.fullmatch(step.name) and step.is_dir(follow_symlinks=False):
+                shutil.rmtree(step.path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            checkpoints.rmdir()  # only once empty
 
 
 def discard_run_dir(run_dir: Path, *, created: bool) -> None:
-    """After a failed start: remove a folder this run created, or free one the user named."""
-    import shutil
-
+    """After a failed start: remove what this run wrote, and the folder too if this run created it (and it is empty)."""
     if has_checkpoint(run_dir):
         return
+    remove_own_files(run_dir)
     if created:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:
-        release_run_dir(run_dir)
+        with contextlib.suppress(OSError):  # gone already, or something not ours appeared in it: kept
+            run_dir.rmdir()
 
 
 def writable_dir(path: str | os.PathLike, flag: str) -> Path:
@@ -312,140 +433,102 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     return config
 
 
-def describe_run(run_dir: Path) -> dict[str, Any] | None:
-    """What `jaxintro runs` shows of one folder: dataset, model, epochs, accuracy and status; None if not a run.
-
-    A folder whose files are not what jaxintro writes is "unreadable", with the reason; it never stops the list.
-    """
-    if not (os.path.lexists(run_dir / CONFIG_FILE) or os.path.lexists(run_dir / CLAIM_FILE)):
-        return None
-    try:
-        config = read_config(run_dir)
-        rows = read_metrics(run_dir)
-        result = read_result(run_dir)
-        kind = run_kind(config, rows[-1] if rows else None)
-        committed = committed_epochs(run_dir)
-    except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
-        return {"run_dir": str(run_dir), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0,
-                "kind": "?", "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable",
-                "reason": str(exc), "result": None}
-    # The epochs done are those of the newest committed checkpoint, where a resume goes on from (unless it is
-    # damaged: then the one before): a process that died between committing it and writing its row (a lost
-    # peer's survivor exits at once) left metrics.jsonl, and the accuracy shown, an epoch behind.
-    if committed:
-        done = committed[-1]
-    else:
-        done = rows[-1]["epoch"] if rows else 0
-    planned = config.get("epochs", 0)
-    if is_finished(result, planned):
-        status = "finished"
-    elif claim_is_live(run_dir) and result is None:
-        status = "running"
-    elif committed:
-        status = f"stopped after epoch {done}: jaxintro train --resume {run_dir}"
-    else:
-        status = "empty (no checkpoint)"
-    return {"run_dir": str(run_dir), "dataset": config.get(RESOLVED_DATASET, config.get("dataset", "?")),
-            "model": config.get("model", "?"), "epochs": done, "planned_epochs": planned,
-            **kind, "status": status, "result": result}
+def is_own_config(config: dict[str, Any]) -> bool:
+    """Whether a folder's `config.json` is one jaxintro wrote (every version's names the model and the epochs), or
+    there is none (a run claimed, its config not yet written); another program's `config.json` names neither."""
+    return not config or {"model", "epochs"} <= config.keys()
 
 
-# The fields of `config.json` that say which members a run trained (its seeds and a sweep's grid).
-MEMBER_FIELDS = ("seed", "seeds", "lr", "lr_grid", "weight_decay", "weight_decay_grid", "optimizer")
-
-
-def run_kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
-    """What kind of run a folder holds (one model, seeds, a sweep), how many diverged, and its headline accuracy."""
-    fields = {k: v for k, v in config.items() if k != RESOLVED_DATASET}
-    try:
-        train_config = TrainConfig.from_json(fields)
-    except (ConfigError, TypeError, ValueError):
-        # Another version's config (a model it no longer has, a field it did not know): a listing needs only
-        # which members it trained, read from those fields alone (and values no version wrote are unreadable).
+def files_signature(run_dir: Path) -> tuple:
+    """What changes when a run folder's files do (each one's inode, size and time, and its steps'): a reader may
+    keep what it parsed while this stays the same."""
+    names = (CLAIM_FILE, CONFIG_FILE, METRICS_FILE, RESULT_FILE, CHECKPOINT_DIR)
+    signature = []
+    for name in names:
         try:
-            train_config = TrainConfig.from_json({k: v for k, v in fields.items() if k in MEMBER_FIELDS})
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise ValueError(_("{name}: {error}").format(name=CONFIG_FILE, error=exc)) from None
-    kind = "sweep" if train_config.sweep else "seeds" if train_config.members > 1 else "single"
-    return {"kind": kind, "member_count": train_config.members, "diverged": len(diverged_in(row or {})),
-            "test_accuracy": headline_accuracy(train_config, row) if row else None}
+            info = os.lstat(run_dir / name)
+            signature.append((name, info.st_ino, info.st_size, info.st_mtime_ns))
+        except OSError:
+            signature.append((name, None))
+    return tuple(signature)
 
 
-def kind_text(info: dict[str, Any]) -> str:
-    """`1 model`, `8 seeds`, `sweep: 6 models` (and how many diverged), as `jaxintro runs` prints it."""
-    count = info.get("member_count", 1)
-    if info.get("kind") == "sweep":
-        text = ngettext("sweep: {n} model", "sweep: {n} models", count).format(n=count)
-    elif info.get("kind") == "seeds":
-        text = ngettext("{n} seed", "{n} seeds", count).format(n=count)
-    else:
-        text = _("1 model")
-    if info.get("diverged"):
-        text += ", " + ngettext("{n} diverged", "{n} diverged", info["diverged"]).format(n=info["diverged"])
-    return text
+def written_now() -> str:
+    """The time a result is written, as `result.json` records it (UTC, to the second)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# `describe_run`'s statuses stay English (code and `--json` compare them); these are what a learner reads.
-STATUS_TEXT = {
-    "finished": N_("finished"),
-    "running": N_("running"),
-    "unreadable": N_("unreadable"),
-    "empty (no checkpoint)": N_("empty (no checkpoint)"),
-}
+def check_checkpoint_tree(run_dir: Path) -> None:
+    """Refuse a checkpoint tree Orbax must not read or write: links, FIFOs, devices, oversized files.
+
+    Orbax and TensorStore open what they find, follow links, and read files whole: a link to another
+    run's checkpoints would be written through, one to /dev/zero read until memory runs out. Checked
+    before Orbax is handed the folder; step folders and their files are Orbax's own names.
+    """
+    top = run_dir / CHECKPOINT_DIR
+    if not os.path.lexists(top):
+        return
+    pending, seen = [top], 0
+    while pending:
+        folder = pending.pop()
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode):
+            raise CheckpointError(_("{path} is {what}, not a folder of checkpoints; jaxintro reads no link or special "
+                                    "file there: use a run folder that holds its own checkpoints").format(
+                path=printable(folder), what=_("a symbolic link") if stat.S_ISLNK(info.st_mode) else _("a file")))
+        for entry in _scan(folder):
+            seen += 1
+            if seen > MAX_CHECKPOINT_ENTRIES:
+                raise CheckpointError(_("{path} holds more than {count:,} files: not checkpoints jaxintro "
+                                        "wrote").format(path=printable(top), count=MAX_CHECKPOINT_ENTRIES))
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                raise CheckpointError(_("{path} is {what}; jaxintro reads no link or special file in a checkpoint: "
+                                        "use a run folder that holds its own checkpoints").format(
+                    path=printable(entry.path),
+                    what=_("a symbolic link") if entry.is_symlink() else _("not a regular file")))
+            elif entry.stat(follow_symlinks=False).st_size > _file_limit(entry):
+                raise CheckpointError(_("{path} is larger than {limit:,} bytes: not a checkpoint jaxintro wrote").format(
+                    path=printable(entry.path), limit=_file_limit(entry)))
 
 
-def status_text(info: dict[str, Any]) -> str:
-    """A run's status (from `describe_run`) as `jaxintro runs` prints it, in the chosen language."""
-    if info["status"] == "unreadable" and info.get("reason"):
-        return _("unreadable: {reason}").format(reason=info["reason"])
-    if info["status"] in STATUS_TEXT:
-        return _(STATUS_TEXT[info["status"]])
-    return _("stopped after epoch {epoch}: jaxintro train --resume {run_dir}").format(
-        epoch=info["epochs"], run_dir=info["run_dir"])
+def _file_limit(entry: os.DirEntry) -> int:
+    """How large a checkpoint's file may be: an array's chunk (under `d/`) is large, the rest is metadata."""
+    return MAX_CHECKPOINT_FILE_BYTES if Path(entry.path).parent.name == "d" else MAX_METRICS_BYTES
 
 
-def list_runs(root: Path = Path("runs")) -> list[dict[str, Any]]:
-    """Every run folder directly under `root`, oldest first."""
-    if not root.is_dir():
-        return []
-    found = (describe_run(child) for child in sorted(root.iterdir()) if child.is_dir())
-    return [info for info in found if info is not None]
+def write_log(run_dir: Path) -> Path | None:
+    """Append the libraries' kept records to `run_dir/errors.log` if the disk takes them; its path, or None.
 
-
-def keep_reason(info: dict[str, Any]) -> str | None:
-    """Why `runs --remove-unfinished` keeps a folder it would otherwise remove (None: it may go)."""
-    run_dir = Path(info["run_dir"])
-    if info["status"] in ("finished", "running"):
-        return _(STATUS_TEXT[info["status"]])
-    if run_dir.is_symlink():
-        return _("a symbolic link: remove the link itself if you mean to")
-    if info["status"] == "unreadable":
-        return _("its files cannot be read: look at it first")
-    if has_checkpoint(run_dir):
-        return _("it holds a checkpoint: continue it with jaxintro train --resume {run_dir}").format(run_dir=run_dir)
-    if claim_is_live(run_dir):
-        return _("a live process claims it")
-    return None
-
-
-def remove_run_dir(run_dir: Path) -> bool:
-    """Delete an unfinished run folder unless, looked at again under its claim's lock, it must be kept."""
-    import shutil
-
+    Whole or not at all, and never through a link: the records are appended by `append_text`.
+    """
+    records = kept_records()
+    if not records:
+        return None
+    path = run_dir / ERRORS_LOG
     try:
-        with _locked(run_dir):  # a `claim_run_dir` of this folder waits for us, and we for it
-            info = describe_run(run_dir)
-            if info is None or keep_reason(info) is not None:
-                return False
-            shutil.rmtree(run_dir)  # never follows a link inside it
-    except OSError as exc:  # gone already (another removal), or not ours to delete: kept, and said why
-        print(_("Kept {run_dir}: {reason}").format(run_dir=printable(run_dir), reason=exc.strerror or exc),
-              file=sys.stderr)
-        return False
-    return True
+        append_text(path, "\n".join(records) + "\n")
+    except OSError:
+        return None
+    forget_records()
+    return path
 
 
-def newest_finished_run(root: Path = Path("runs")) -> Path | None:
-    """The most recently finished run under `root` (by its result file's time), or None."""
-    finished = [Path(info["run_dir"]) for info in list_runs(root) if info["status"] == "finished"]
-    return max(finished, key=lambda p: (p / RESULT_FILE).stat().st_mtime, default=None)
+def stopped_line(fault: WriteFault) -> str:
+    """The one line a failed write ends the run with: what failed and why, what is on disk, and how to go on."""
+    run_dir = fault.run_dir
+    failed = _("could not write {what} in {run_dir}: {reason}").format(what=fault.what, run_dir=run_dir,
+                                                                        reason=fault.reason)
+    epochs = committed_epochs(run_dir) if run_dir.is_dir() and not fault.vanished else []
+    if fault.vanished:
+        line = _("{failed}; its checkpoints went with it, so the run stopped: start it again").format(failed=failed)
+    elif epochs:
+        line = _("{failed}; epoch {epoch} is safely on disk (its checkpoint); once the cause is fixed (free space, "
+                 "a writable folder), continue with: jaxintro train --resume {run_dir}").format(
+            failed=failed, epoch=epochs[-1], run_dir=run_dir)
+    else:
+        line = _("{failed}; no epoch was on disk yet, so there is nothing to continue from: once the cause is fixed, "
+                 "run the same command again").format(failed=failed)
+    log = write_log(run_dir) if run_dir.is_dir() and not fault.vanished else None
+    return line + (" " + _("(details in {log})").format(log=log) if log else "")

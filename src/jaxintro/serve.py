@@ -22,6 +22,7 @@ import json
 import socket
 import sys
 import threading
+import time
 import traceback
 import urllib.parse
 from importlib import resources
@@ -40,9 +41,10 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, DataError, JaxintroError
 from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
-from jaxintro.i18n import N_, _
+from jaxintro.i18n import N_, _, printable
 from jaxintro.images import load_image, warm_up
-from jaxintro.runs import describe_run, is_finished, json_safe, newest_finished_run, read_metrics, read_result, run_kind
+from jaxintro.listing import describe_run, newest_finished_run, run_kind
+from jaxintro.runs import files_signature, is_finished, json_safe, read_metrics, read_result
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -52,6 +54,7 @@ MAX_BODY_BYTES = 1_000_000  # a 280x280 canvas as a PNG data URL is ~10 KB; 784 
 API_MAX_PIXELS = 2_000_000
 DECODES = 2  # images decoded at once (each holds several copies of itself while read); others wait their turn
 DECODE_WAIT = 10  # seconds a request waits for that turn before a 503
+REREAD_S = 10  # the run folder read again at least this often (`App.read_once`)
 REQUEST_SECONDS = 30  # a whole request, however slowly its bytes arrive (the socket's time-out restarts on each)
 MAX_CONNECTIONS = 64  # open connections (a thread each); one more is answered 503 and closed
 ASSETS = {  # URL path -> (file in jaxintro/web, content type); nothing else is ever served
@@ -197,6 +200,20 @@ class App:
         jax.block_until_ready(self._saliency(run.params, jnp.zeros(self.features, jnp.float32)))
         self._order = {name: order(mistakes) for name, order in MISTAKE_ORDERS.items()}
         self._decoding = threading.BoundedSemaphore(DECODES)
+        self._read_lock = threading.Lock()
+        self._read: dict[str, tuple[tuple, Any]] = {}  # what was read of the run folder, by the files it was read from
+
+    def read_once(self, what: str, read: Callable[[], Any]) -> Any:
+        """`read()`, or what it gave last time if the run folder's files are unchanged since (the page polls while a
+        run trains: a large metrics.jsonl is parsed once per change, not once per request). Read again every
+        `REREAD_S` all the same: whether the process that trains it still runs is in no file."""
+        with self._read_lock:
+            signature = (files_signature(self.run_dir), time.monotonic() // REREAD_S)
+            if what in self._read and self._read[what][0] == signature:
+                return self._read[what][1]
+            value = read()
+            self._read[what] = (signature, value)
+            return value
 
     def predict(self, kind: str, value: Any) -> dict[str, Any]:
         """The answer to `POST /api/predict`: digit, probabilities, the model's input and its saliency."""
@@ -221,7 +238,8 @@ class App:
     def run_info(self) -> dict[str, Any]:
         """The answer to `GET /api/run`: what the run is, and how far it got (as `jaxintro runs` sees it)."""
         config = self.run.config
-        info = describe_run(self.run_dir) or {"epochs": 0, "test_accuracy": None, "status": "", "result": None}
+        info = self.read_once("run", lambda: describe_run(self.run_dir)) or {
+            "epochs": 0, "test_accuracy": None, "status": "", "result": None}
         model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
         note = self.run.usage_note()  # several members: which ones the page predicts with (a sweep: one setting's)
         if note:
@@ -245,7 +263,7 @@ class App:
     def metrics(self) -> dict[str, Any]:
         """The answer to `GET /api/metrics` (polled while the run trains): its rows, and whether it has finished."""
         try:
-            rows, result = read_metrics(self.run_dir), read_result(self.run_dir)
+            rows, result = self.read_once("metrics", lambda: (read_metrics(self.run_dir), read_result(self.run_dir)))
         except (OSError, ValueError) as exc:  # the folder is input: a damaged or linked file is said, once
             raise ApiError(409, _("the run folder cannot be read: {error}").format(error=exc)) from None
         return {"rows": rows, "finished": is_finished(result, self.run.config.epochs),
@@ -558,6 +576,9 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         if run_dir is None:
             raise ConfigError(_("no finished run under {root}/; train one first with `make train`, "
                                 "or pass RUN_DIR").format(root=runs_root))
+        print(_("No RUN_DIR given: serving {run_dir}, the newest finished run under {root}/ (by the time its result "
+                "records, this machine's runs first); pass RUN_DIR to serve another").format(
+            run_dir=printable(run_dir), root=printable(runs_root)), flush=True)
     elif not run_dir.is_dir():
         raise ConfigError(_("{run_dir} is not a run folder; pass one written by `jaxintro train`").format(
             run_dir=run_dir))

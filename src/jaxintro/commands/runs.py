@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, ngettext, printable
-from jaxintro.runs import keep_reason, kind_text, list_runs, remove_run_dir, status_text
+from jaxintro.listing import keep_reason, kind_text, list_runs, remove_run_dir, status_text
 
 
 def run(args: argparse.Namespace) -> int:

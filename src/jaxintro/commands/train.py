@@ -20,10 +20,10 @@ from jaxintro import report, runs
 from jaxintro.config import TrainConfig, config_from_flags
 from jaxintro.data import DatasetInfo, load_dataset
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
-from jaxintro.faults import WriteFault, committed_epochs, run_write, watch
+from jaxintro.faults import WriteFault, run_write, watch
 from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
-from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, discard_run_dir, read_json
+from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, committed_epochs, discard_run_dir, read_json
 from jaxintro.signals import GracefulStop
 
 
@@ -202,6 +202,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     clock["plot_done"] = time.perf_counter()
     summary["time_breakdown"] = report.time_breakdown(getattr(args, "started", clock["data"]), clock, result,
                                                       saver.seconds)
+    summary["written_at"] = runs.written_now()  # which run is the newest (`serve`): a file's time travels in a zip
     summary = runs.json_safe(summary)  # a resume that only writes a finished run's files trains no sample: no rate
     if primary:
         with run_write(runs.RESULT_FILE, run_dir):

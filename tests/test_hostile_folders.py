@@ -1,0 +1,366 @@
+"""A run folder from someone else: every file and link in it is hostile, everything outside it is the user's.
+
+Each test is one way in that a run folder once gave (docs/reliability.md, "A run folder from someone else"):
+the write rule (never through a link, never outside the folder, delete only what jaxintro wrote) and the
+read rule (regular files only, bounded before reading), each seen from the command a learner runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jaxintro import listing, runs
+from jaxintro.cli import main
+
+DIGITS = ["--dataset", "digits"]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every path under `folder` with what it is: a file's SHA-256, a link's target, a folder's mark."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[name] = "-> " + os.readlink(path)
+        elif path.is_dir():
+            found[name] = "/"
+        elif path.is_file():
+            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[name] = "special"
+    return found
+
+
+def copy_run(digits_run: Path, to: Path) -> Path:
+    shutil.copytree(digits_run, to, symlinks=True)
+    return to
+
+
+@pytest.fixture
+def user_files(tmp_path) -> Path:
+    """The learner's own files beside the run folders: a thesis and a shell start-up file."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("\\section{Introduction}\n")
+    (home / ".bashrc").write_text("export PATH=$HOME/bin:$PATH\n")
+    return home
+
+
+# ---------------------------------------------------------------- 1. a PNG written through a link
+
+
+def test_evaluate_and_resume_never_write_a_plot_through_a_link(digits_run, tmp_path, user_files, capsys):
+    before = digest(user_files)
+    run = copy_run(digits_run, tmp_path / "shared")
+    for name in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png", "curves.png"):  # old and final names
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(user_files / "thesis.tex")
+    assert main(["evaluate", str(run)]) == 0
+    assert main(["train", "--resume", str(run), "--epochs", "4"]) == 0
+    assert digest(user_files) == before
+    assert (run / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (run / "curves.png").is_symlink()
+
+
+# ---------------------------------------------------------------- 2. errors.log appended through a link
+
+
+def test_a_failed_write_never_appends_its_log_through_a_link(digits_run, tmp_path, user_files, capsys):
+    before = digest(user_files)
+    run = copy_run(digits_run, tmp_path / "shared'$(cd;id>PWNED)")
+    (run / runs.ERRORS_LOG).symlink_to(user_files / ".bashrc")
+    (run / runs.CONFIG_FILE).unlink()
+    (run / runs.CONFIG_FILE).mkdir()  # the write of config.json fails: a fault, whose records go to errors.log
+    assert main(["train", "--resume", str(run), "--epochs", "4"]) == 74
+    assert "could not write config.json" in capsys.readouterr().err
+    assert digest(user_files) == before and not (tmp_path / "PWNED").exists()
+    assert (run / runs.ERRORS_LOG).is_symlink()  # left as it was: neither followed nor replaced
+
+
+def test_an_append_refuses_a_link_and_a_fifo_and_keeps_a_regular_file_whole(tmp_path, user_files):
+    (tmp_path / "link").symlink_to(user_files / ".bashrc")
+    with pytest.raises(OSError):
+        runs.append_text(tmp_path / "link", "echo pwned\n")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError):
+        runs.append_text(tmp_path / "fifo", "echo pwned\n")
+    runs.append_text(tmp_path / "log", "one\n")
+    runs.append_text(tmp_path / "log", "two\n")
+    assert (tmp_path / "log").read_text() == "one\ntwo\n"
+    assert (user_files / ".bashrc").read_text() == "export PATH=$HOME/bin:$PATH\n"
+
+
+# ---------------------------------------------------------------- 3. train --run-dir deletes only its own
+
+
+@pytest.mark.parametrize("layout", [
+    {"checkpoints/checkpoint-500/pytorch_model.bin": b"weights", "config.json": b'{"architectures": ["Bert"]}'},
+    {"model_best.pt": b"weights", "metrics.jsonl": b""},
+    {"notes.txt": b"mine", runs.CLAIM_FILE: b"1 elsewhere\n"},
+    {"config.json/": None},  # a folder where jaxintro's file would be
+], ids=["hugging-face", "model-best", "notes-beside-a-claim", "config-is-a-folder"])
+def test_train_run_dir_refuses_a_folder_holding_what_it_did_not_write(layout, tmp_path, capsys):
+    folder = tmp_path / "mine"
+    for name, data in layout.items():
+        path = folder / name.rstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir() if data is None else path.write_bytes(data)
+    before = digest(folder)
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "jaxintro did not write" in err and "nothing was changed" in err
+    assert digest(folder) == before
+
+
+def test_a_finished_run_whose_checkpoints_were_pruned_is_refused_whole(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "pruned")
+    shutil.rmtree(run / runs.CHECKPOINT_DIR)  # pruned to save disk: the result is all that is left of it
+    before = digest(run)
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err and digest(run) == before
+
+
+def test_the_debris_of_a_failed_start_is_removed_and_the_users_folder_kept(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    (folder / runs.CHECKPOINT_DIR / "1.orbax-checkpoint-tmp-17").mkdir(parents=True)
+    (folder / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 1}))
+    (folder / ".config.json.k3j9x_2.tmp").write_text("{")  # a write the process died in
+    (folder / runs.CLAIM_FILE).write_text("999999 elsewhere-once\n")  # another host's claim: live, refused
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(folder)]) == 2
+    (folder / runs.CLAIM_FILE).unlink()
+    bad = ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere"), "--epochs", "1"]
+    assert main([*bad, "--run-dir", str(folder)]) == 2  # the debris went, then the run failed at its start
+    assert folder.is_dir() and list(folder.iterdir()) == []
+
+
+# ---------------------------------------------------------------- 4. runs --remove-unfinished
+
+
+def test_remove_unfinished_keeps_every_folder_that_is_not_jaxintros(tmp_path, capsys):
+    root = tmp_path / "runs"
+    bert = root / "bert-finetuned"
+    (bert / "checkpoint-500").mkdir(parents=True)
+    (bert / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "epochs": 3}))
+    (bert / "model.safetensors").write_bytes(b"weights")
+    alone = root / "config-alone"  # another program's config.json, nothing else
+    alone.mkdir()
+    (alone / "config.json").write_text(json.dumps({"hidden_size": 768}))
+    ours = root / "ours"
+    ours.mkdir()
+    (ours / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    before = {name: digest(root / name) for name in ("bert-finetuned", "config-alone")}
+    assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert f"Keeping {bert}: not a jaxintro run: it holds checkpoint-500/, model.safetensors" in out
+    assert f"Keeping {alone}: not a jaxintro run" in out and "Removed 1 folder." in out
+    assert {name: digest(root / name) for name in before} == before and not ours.exists()
+
+
+def test_a_removal_leaves_a_folder_that_gained_a_file_meanwhile(tmp_path, monkeypatch):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    real = runs.remove_own_files
+
+    def and_then_a_file_appears(run_dir: Path) -> None:
+        real(run_dir)
+        (run_dir / "late.txt").write_text("mine")
+
+    monkeypatch.setattr(listing, "remove_own_files", and_then_a_file_appears)
+    assert not listing.remove_run_dir(folder)
+    assert (folder / "late.txt").read_text() == "mine"
+
+
+# ---------------------------------------------------------------- 5. a checkpoints link to another run
+
+
+def test_resume_through_a_checkpoints_link_is_refused_and_the_other_run_kept(digits_run, tmp_path, capsys):
+    own = copy_run(digits_run, tmp_path / "own")
+    hz = tmp_path / "hz"
+    hz.mkdir()
+    for name in (runs.CONFIG_FILE, runs.METRICS_FILE):
+        shutil.copy(own / name, hz / name)
+    (hz / runs.CHECKPOINT_DIR).symlink_to("../own/checkpoints")
+    before = digest(own)
+    assert main(["train", "--resume", str(hz), "--epochs", "6"]) == 2
+    err = capsys.readouterr().err
+    assert f"{hz / runs.CHECKPOINT_DIR} is a symbolic link, not a folder of checkpoints" in err
+    assert digest(own) == before
+    for argv in (["evaluate", str(hz)], ["predict", str(hz), str(tmp_path / "none.png")]):
+        assert main(argv) == 2 and "symbolic link" in capsys.readouterr().err
+
+
+def test_a_link_inside_the_checkpoint_tree_is_refused_before_orbax_reads_it(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "r")
+    step = max(runs.committed_epochs(run))
+    meta = run / runs.CHECKPOINT_DIR / str(step) / "meta" / "metadata"
+    meta.unlink()
+    meta.symlink_to("/dev/zero")  # read whole, it would never end
+    assert main(["evaluate", str(run)]) == 2
+    assert f"{meta} is a symbolic link; jaxintro reads no link or special file" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)  # a FIFO opened for reading blocks for ever: a broken guard fails here, never hangs
+def test_a_fifo_in_the_checkpoint_tree_is_refused(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "r")
+    meta = run / runs.CHECKPOINT_DIR / str(max(runs.committed_epochs(run))) / "meta" / "metadata"
+    meta.unlink()
+    os.mkfifo(meta)
+    assert main(["evaluate", str(run)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_an_oversized_checkpoint_file_is_refused_before_it_is_read(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "r")
+    meta = run / runs.CHECKPOINT_DIR / str(max(runs.committed_epochs(run))) / "meta" / "metadata"
+    os.truncate(meta, runs.MAX_METRICS_BYTES + 1)  # sparse: no disk used, but a whole read would take it all
+    assert main(["evaluate", str(run)]) == 2
+    assert f"{meta} is larger than" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 9. a step folder named `²`
+
+
+def test_a_step_folder_whose_name_is_not_ascii_digits_is_no_checkpoint_and_no_traceback(tmp_path, capsys):
+    folder = tmp_path / "r"
+    (folder / runs.CHECKPOINT_DIR / "²").mkdir(parents=True)  # str.isdigit() takes it, int() does not
+    (folder / runs.CHECKPOINT_DIR / "3").mkdir()
+    assert runs.committed_epochs(folder) == [3]
+    assert main(["train", *DIGITS, "--epochs", "1", "--run-dir", str(folder)]) == 2
+    assert "checkpoints/²/" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 6. unbounded reads
+
+
+def set_meta(run: Path, change) -> None:
+    """Change every step's meta (Orbax's JSON) as a crafted folder would."""
+    for step in runs.committed_epochs(run):
+        path = run / runs.CHECKPOINT_DIR / str(step) / "meta" / "metadata"
+        meta = json.loads(path.read_text())
+        change(meta)
+        path.write_text(json.dumps(meta))
+
+
+@pytest.mark.timeout(120)  # a FIFO would block for ever, /dev/zero read until memory runs out
+def test_a_data_folder_named_by_a_run_is_read_bounded_before_it_verifies(mnist_run, tmp_path, capsys):
+    hostile = tmp_path / "Downloads" / "classmate" / "data"
+    hostile.mkdir(parents=True)
+    (hostile / "train-images-idx3-ubyte.gz").symlink_to("/dev/zero")
+    os.mkfifo(hostile / "train-labels-idx1-ubyte.gz")
+    (hostile / "t10k-images-idx3-ubyte").symlink_to("/dev/zero")
+    os.mkfifo(hostile / "t10k-labels-idx1-ubyte")
+    run = copy_run(mnist_run, tmp_path / "classmate-run")
+    set_meta(run, lambda meta: meta["config"].update(data_dir=str(hostile)))
+    assert main(["evaluate", str(run)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_gzip_bomb_is_refused_while_it_is_decompressed(tmp_path):
+    import gzip
+
+    from jaxintro.data import MAX_IDX_BYTES, decompress_if_gzip
+    from jaxintro.errors import DataError
+
+    bomb = gzip.compress(b"\0" * (MAX_IDX_BYTES + 1))  # about 65 KB that inflate to 64 MiB and one byte
+    with pytest.raises(DataError, match="decompresses to more than"):
+        decompress_if_gzip(bomb, "bomb.gz")
+
+
+def test_an_oversized_metrics_file_is_unreadable_at_once(tmp_path, capsys):
+    root = tmp_path / "runs"
+    (root / "big").mkdir(parents=True)
+    (root / "big" / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    with open(root / "big" / runs.METRICS_FILE, "wb") as out:
+        out.truncate(runs.MAX_METRICS_BYTES + 1)  # sparse: the cap refuses it after one bounded read
+    assert main(["runs", "--root", str(root), "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["status"] == "unreadable" and "larger than" in listed["reason"]
+
+
+def test_serve_reads_an_unchanged_run_folder_once(digits_run, tmp_path, monkeypatch):
+    from jaxintro import serve
+
+    run = copy_run(digits_run, tmp_path / "r")
+    app = serve.load_app(run)
+    reads = []
+    real = serve.read_metrics
+    monkeypatch.setattr(serve, "read_metrics", lambda run_dir: reads.append(run_dir) or real(run_dir))
+    first = app.metrics()
+    assert [app.metrics() for _ in range(5)] == [first] * 5 and len(reads) == 1
+    runs.write_metrics(run, runs.read_metrics(run)[:1])  # the file changed: read again
+    assert len(app.metrics()["rows"]) == 1 and len(reads) == 2
+
+
+# ---------------------------------------------------------------- 7. terminal escapes
+
+
+OSC52 = "\x1b]52;c;cHduZWQ=\x07"  # writes the clipboard in kitty, iTerm2, WezTerm, Windows Terminal
+BIDI = "\u202e"
+
+
+def test_nothing_a_run_folder_holds_reaches_the_terminal_raw(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / f"run{OSC52}")
+    image = tmp_path / "digit.png"
+    from PIL import Image
+
+    pixels = Image.new("L", (8, 8), 255)
+    pixels.paste(0, (3, 1, 5, 7))  # a dark stroke on light paper: a one
+    pixels.save(image)
+    for argv in (["evaluate", str(run)], ["predict", str(run), str(image)],
+                 ["train", "--resume", str(run), "--epochs", "4"], ["runs", "--root", str(tmp_path)]):
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert "\x1b" not in out + err and "\x07" not in out + err, argv
+        assert argv[0] == "predict" or "run\\x1b]52;c;cHduZWQ=\\x07" in out, argv  # predict names the image
+    set_meta(run, lambda meta: meta.update(jaxintro_version=f"9{OSC52}{BIDI}"))
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "written by jaxintro 9\\x1b]52" in err and "\\u202e" in err and "\x1b" not in err and BIDI not in err
+
+
+def test_serve_prints_a_folder_name_escaped(digits_run, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "runs"
+    copy_run(digits_run, root / f"run{OSC52}")
+    child = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "serve", "--port", "0"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8")
+    try:
+        lines = [child.stdout.readline(), child.stdout.readline()]  # which run, then where it is served
+    finally:
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    shown = "".join(lines) + out + err
+    assert "run\\x1b]52;c;cHduZWQ=\\x07" in lines[0] and "Serving runs/run\\x1b]52" in lines[1]
+    assert "\x1b" not in shown and "\x07" not in shown
+
+
+# ---------------------------------------------------------------- 8. which run `serve` picks
+
+
+def test_the_newest_run_is_this_machines_by_its_recorded_time_never_a_future_one(digits_run, tmp_path):
+    import datetime as dt
+
+    root = tmp_path / "runs"
+    now = dt.datetime(2026, 12, 6, 12, tzinfo=dt.timezone.utc)
+    runs_made = {"mine-old": ("2026-12-01T10:00:00+00:00", True), "mine-new": ("2026-12-05T10:00:00+00:00", True),
+                 "classmate-2099": ("2099-01-01T00:00:00+00:00", False),
+                 "classmate-recent": ("2026-12-06T11:00:00+00:00", False)}
+    for name, (written, here) in runs_made.items():
+        run = copy_run(digits_run, root / name)
+        result = json.loads((run / runs.RESULT_FILE).read_text())
+        (run / runs.RESULT_FILE).write_text(json.dumps({**result, "written_at": written}))
+        os.utime(run / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))  # 2099: a zip keeps such times
+        if not here:
+            (run / runs.CLAIM_FILE).write_text("4242 a-classmates-laptop\n")
+    assert listing.newest_finished_run(root, now=now) == root / "mine-new"
+    shutil.rmtree(root / "mine-old"), shutil.rmtree(root / "mine-new")
+    assert listing.newest_finished_run(root, now=now) == root / "classmate-recent"  # none of this machine's
