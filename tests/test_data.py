@@ -433,7 +433,7 @@ def test_each_unreadable_file_gets_one_line_naming_it_and_the_fix(tmp_path, monk
             raise error
         # Tests run as root in CI, where chmod cannot deny a read: simulate the OS's answer.
         with monkeypatch.context() as m:
-            m.setattr(data, "read_bounded", fail)
+            m.setattr(data, "read_bounded", lambda path, limit, error=error: fail(path, error))
             with pytest.raises(DataError) as err:
                 read_verified(path, spec.train_labels)
         assert str(err.value) == message

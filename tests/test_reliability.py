@@ -118,7 +118,7 @@ def test_a_claim_waits_while_another_holds_the_folders_lock(tmp_path):
     folder.mkdir()
     claimed = threading.Event()
     claimer = threading.Thread(target=lambda: (claim_run_dir(folder), claimed.set()))
-    with runs._locked(folder):  # noqa: SLF001 (what claim_run_dir takes: flock on the folder)
+    with runs.locked(folder):  # what claim_run_dir takes: flock on the folder
         claimer.start()
         assert not claimed.wait(0.5), "the claim went ahead while another process held the folder's lock"
     assert claimed.wait(10)

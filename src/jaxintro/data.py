@@ -9,14 +9,12 @@ Every file is checked against the SHA-256 of its canonical decompressed bytes.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import gzip
 import hashlib
 import importlib.util
 import io
 import math
 import os
-import stat
 import tempfile
 import urllib.error
 import urllib.request
@@ -29,6 +27,7 @@ import numpy as np
 
 from jaxintro.errors import DataError, DataNotFoundError
 from jaxintro.i18n import _
+from jaxintro.runs import read_bounded
 
 # IDX type codes (the third magic byte) and their big-endian NumPy dtypes.
 IDX_DTYPES = {
@@ -255,15 +254,11 @@ def sha256_hex(raw: bytes) -> str:
 
 
 def decompress_if_gzip(raw: bytes, name: str) -> bytes:
-    """Return the decompressed bytes when `raw` is gzip, else `raw` unchanged; never more than `MAX_IDX_BYTES`.
-
-    A few kilobytes of gzip can inflate to gigabytes: the output is capped while it is decompressed.
-    """
+    """The decompressed bytes when `raw` is gzip (capped as they inflate: kilobytes can become gigabytes), else `raw`."""
     if raw[:2] != b"\x1f\x8b":
         return raw
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
-            out = stream.read(MAX_IDX_BYTES + 1)
+        out = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_IDX_BYTES + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(_("{name}: damaged gzip data ({error}); delete it and re-download").format(
             name=name, error=exc)) from None
@@ -291,33 +286,13 @@ def find_file(folder: Path, spec: FileSpec) -> Path | None:
     return None
 
 
-def read_bounded(path: Path) -> bytes:
-    """A data file's bytes, at most `MAX_IDX_BYTES`: a regular file only (a FIFO would block, /dev/zero never end).
-
-    A folder may come from a run made elsewhere (its `data_dir`): its files are verified before use, and the
-    read that verifies them is bounded.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, _("not a regular file"), str(path))
-        with open(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_IDX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_IDX_BYTES:
-        raise OSError(errno.EFBIG, _("larger than any dataset's file ({limit:,} bytes)").format(limit=MAX_IDX_BYTES),
-                      str(path))
-    return raw
-
-
 def read_verified(path: Path, spec: FileSpec) -> np.ndarray:
     """Read, decompress, checksum and parse one IDX file; raise DataError naming the fix."""
     if path.is_dir():
         raise DataError(_("{path}: is a folder, expected the IDX file {stem}[.gz]; remove or rename it").format(
             path=path, stem=spec.stem))
     try:
-        raw = read_bounded(path)
+        raw = read_bounded(path, MAX_IDX_BYTES)
     except PermissionError:
         raise DataError(_("{path}: no permission to read it; fix with: chmod a+r {path}").format(path=path)) from None
     except OSError as exc:

@@ -152,6 +152,18 @@ def read_run_file(path: Path, limit: int = MAX_RUN_FILE_BYTES) -> str | None:
         raise ValueError(_("{name}: not UTF-8 text").format(name=path.name)) from None
 
 
+def read_bounded(path: Path, limit: int) -> bytes:
+    """A file's bytes, a regular file only (a FIFO would block, /dev/zero never end) and at most `limit` (else an
+    OSError): the rule for a file a run names outside its folder (its dataset's, which are verified once read)."""
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as f:  # a FIFO: no wait
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, _("not a regular file"), str(path))
+        raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise OSError(errno.EFBIG, _("larger than {limit:,} bytes").format(limit=limit), str(path))
+    return raw
+
+
 def parse_json(text: str, name: str) -> Any:
     """`text` as JSON, or a ValueError naming the file (deep nesting included)."""
     try:

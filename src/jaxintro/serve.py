@@ -4,7 +4,7 @@ Read it top to bottom like the training script: find the run, bind the port, loa
 test images the run gets wrong (the forward pass and the gradient norms, compiled for that), compile
 and warm the two functions a request runs (the preprocessing, and the saliency, which returns the
 probabilities too), serve. The server owns no state beyond the loaded run; the page is three files shipped in the
-package (`jaxintro/web`) and served from memory, so no request ever names a file on disk.
+package (`jaxintro/web`) served from memory: no request ever names a file on disk.
 
 The server is the standard library's `ThreadingHTTPServer`: five JSON routes and three static files
 need no framework, it adds no dependency, and a thread per connection suits a JAX model, whose
@@ -41,7 +41,7 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, DataError, JaxintroError
 from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
-from jaxintro.i18n import N_, _, printable
+from jaxintro.i18n import N_, _
 from jaxintro.images import load_image, warm_up
 from jaxintro.listing import describe_run, newest_finished_run, run_kind
 from jaxintro.runs import files_signature, is_finished, json_safe, read_metrics, read_result
@@ -200,13 +200,11 @@ class App:
         jax.block_until_ready(self._saliency(run.params, jnp.zeros(self.features, jnp.float32)))
         self._order = {name: order(mistakes) for name, order in MISTAKE_ORDERS.items()}
         self._decoding = threading.BoundedSemaphore(DECODES)
-        self._read_lock = threading.Lock()
-        self._read: dict[str, tuple[tuple, Any]] = {}  # what was read of the run folder, by the files it was read from
+        self._read_lock, self._read = threading.Lock(), {}  # what `read_once` read of the run folder, and when
 
     def read_once(self, what: str, read: Callable[[], Any]) -> Any:
-        """`read()`, or what it gave last time if the run folder's files are unchanged since (the page polls while a
-        run trains: a large metrics.jsonl is parsed once per change, not once per request). Read again every
-        `REREAD_S` all the same: whether the process that trains it still runs is in no file."""
+        """`read()`, or its last value while the run's files are unchanged (the page polls: a large metrics.jsonl is
+        parsed once per change), and at least every `REREAD_S` (whether its trainer still runs is in no file)."""
         with self._read_lock:
             signature = (files_signature(self.run_dir), time.monotonic() // REREAD_S)
             if what in self._read and self._read[what][0] == signature:
@@ -238,27 +236,17 @@ class App:
     def run_info(self) -> dict[str, Any]:
         """The answer to `GET /api/run`: what the run is, and how far it got (as `jaxintro runs` sees it)."""
         config = self.run.config
-        info = self.read_once("run", lambda: describe_run(self.run_dir)) or {
-            "epochs": 0, "test_accuracy": None, "status": "", "result": None}
+        info = self.read_once("run", lambda: describe_run(self.run_dir)) or {"epochs": 0, "test_accuracy": None,
+                                                                              "status": "", "result": None}
         model = f"{config.model} MLP {'-'.join(str(s) for s in self.run.model.sizes)}"
         note = self.run.usage_note()  # several members: which ones the page predicts with (a sweep: one setting's)
         if note:
             model = _("{model}: {what}").format(model=model, what=note)
-        return {
-            "run_dir": str(self.run_dir),
-            "model": model,
-            "members": self.run.members,
-            "dataset": self.run.dataset.name,
-            "classes": self.classes,
-            "image_shape": list(self.image_shape),
-            "features": self.features,
-            "epochs_planned": config.epochs,
-            "checkpoint_epoch": self.run.epoch,
-            "epochs_done": info["epochs"],
-            "test_accuracy": info["test_accuracy"],
-            "finished": info["status"] == "finished",
-            "result": info["result"],
-        }
+        return {"run_dir": str(self.run_dir), "model": model, "members": self.run.members,
+                "dataset": self.run.dataset.name, "classes": self.classes, "image_shape": list(self.image_shape),
+                "features": self.features, "epochs_planned": config.epochs, "checkpoint_epoch": self.run.epoch,
+                "epochs_done": info["epochs"], "test_accuracy": info["test_accuracy"],
+                "finished": info["status"] == "finished", "result": info["result"]}
 
     def metrics(self) -> dict[str, Any]:
         """The answer to `GET /api/metrics` (polled while the run trains): its rows, and whether it has finished."""
@@ -577,8 +565,8 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
             raise ConfigError(_("no finished run under {root}/; train one first with `make train`, "
                                 "or pass RUN_DIR").format(root=runs_root))
         print(_("No RUN_DIR given: serving {run_dir}, the newest finished run under {root}/ (by the time its result "
-                "records, this machine's runs first); pass RUN_DIR to serve another").format(
-            run_dir=printable(run_dir), root=printable(runs_root)), flush=True)
+                "records, this machine's runs first); pass RUN_DIR to serve another").format(run_dir=run_dir,
+                                                                                              root=runs_root))
     elif not run_dir.is_dir():
         raise ConfigError(_("{run_dir} is not a run folder; pass one written by `jaxintro train`").format(
             run_dir=run_dir))
