@@ -364,3 +364,112 @@ def test_the_newest_run_is_this_machines_by_its_recorded_time_never_a_future_one
     assert listing.newest_finished_run(root, now=now) == root / "mine-new"
     shutil.rmtree(root / "mine-old"), shutil.rmtree(root / "mine-new")
     assert listing.newest_finished_run(root, now=now) == root / "classmate-recent"  # none of this machine's
+
+
+# ---------------------------------------------------------------- the meta of a checkpoint is input too
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda meta: meta.update(metrics=[{"epoch": "x"}]), "metrics are not epoch records"),
+    (lambda meta: meta["config"].update(data_dir=5), "--data-dir must be a folder's path; got 5"),
+], ids=["rows", "data-dir"])
+def test_a_crafted_meta_is_one_line_not_a_traceback(change, message, digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "r")
+    set_meta(run, change)
+    assert main(["evaluate", str(run)]) == 2
+    assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- every trick at once
+
+
+def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
+    """A classmate's run, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links)."""
+    import datetime as dt
+    import tarfile
+
+    run = copy_run(digits_run, where / "build" / name)
+    for plot in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png"):
+        (run / plot).unlink(missing_ok=True)
+        (run / plot).symlink_to("../../sibling/thesis.tex")
+    (run / runs.ERRORS_LOG).symlink_to("../../sibling/.bashrc")
+    (run / "model_best.pt").write_bytes(b"not ours")
+    steps = runs.committed_epochs(run)
+    (run / runs.CHECKPOINT_DIR / "²").mkdir()
+    set_meta(run, lambda meta: meta.update(jaxintro_version=f"0.1.0{OSC52}{BIDI}"))
+    newest = run / runs.CHECKPOINT_DIR / str(steps[-1])
+    (newest / "meta" / "metadata").unlink()
+    (newest / "meta" / "metadata").symlink_to("/dev/zero")
+    os.mkfifo(run / runs.CHECKPOINT_DIR / str(steps[0]) / "state" / "_sharding.fifo")
+    result = json.loads((run / runs.RESULT_FILE).read_text())
+    (run / runs.RESULT_FILE).write_text(json.dumps({**result, "written_at": dt.datetime(2099, 1, 1).isoformat()}))
+    os.utime(run / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))
+    archive = where / "classmate.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(run, arcname=name)
+    return archive
+
+
+def run_measured(argv: list[str], cwd: Path, *, stop_after_lines: int = 0) -> tuple[int, str, int]:
+    """`jaxintro ARGV` in a child: its exit code, what it printed, and its peak memory in MiB (its own, by wait4)."""
+    import signal
+    import subprocess
+    import sys
+
+    out = cwd / "out.txt"
+    with open(out, "w+") as sink:
+        child = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", *argv], cwd=cwd, stdout=sink,
+                                 stderr=subprocess.STDOUT)
+        if stop_after_lines:  # a server: stopped once it said what it serves
+            import time
+
+            deadline = time.monotonic() + 120
+            while out.read_text().count("\n") < stop_after_lines and time.monotonic() < deadline:
+                if child.poll() is not None:
+                    break
+                time.sleep(0.2)
+            with __import__("contextlib").suppress(ProcessLookupError):
+                child.send_signal(signal.SIGINT)
+        _pid, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, out.read_text(), usage.ru_maxrss // 1024
+
+
+@pytest.mark.timeout(600)
+def test_a_hostile_archive_meets_every_command_and_changes_nothing_outside_itself(digits_run, tmp_path):
+    import tarfile
+
+    name = f"classmate{OSC52}"
+    archive = hostile_archive(digits_run, tmp_path, name)
+    home = tmp_path / "home"
+    (home / "sibling").mkdir(parents=True)
+    (home / "sibling" / "thesis.tex").write_text("\\section{Introduction}\n")
+    (home / "sibling" / ".bashrc").write_text("export PATH=$HOME/bin:$PATH\n")
+    copy_run(digits_run, home / "runs" / "mine")  # the learner's own run, claimed here
+    with tarfile.open(archive) as tar:
+        tar.extractall(home / "runs", filter="fully_trusted")  # links and FIFOs as unzip would make them
+    hostile = home / "runs" / name
+    sibling, before = home / "sibling", digest(home / "sibling")
+    folder_before = digest(hostile)
+    image = tmp_path / "digit.png"
+    from PIL import Image
+
+    pixels = Image.new("L", (8, 8), 255)
+    pixels.paste(0, (3, 1, 5, 7))
+    pixels.save(image)
+    commands = {
+        "runs": (["runs"], 0), "remove": (["runs", "--remove-unfinished", "--yes"], 0),
+        "evaluate": (["evaluate", str(hostile)], 2), "predict": (["predict", str(hostile), str(image)], 2),
+        "serve": (["serve", str(hostile), "--port", "0"], 2),
+        "resume": (["train", "--resume", str(hostile), "--epochs", "5"], 2),
+        "run-dir": (["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(hostile)], 2),
+    }
+    for what, (argv, code) in commands.items():
+        returned, printed, peak_mib = run_measured(argv, home)
+        assert returned == code, (what, printed)
+        assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, (what, printed)
+        assert peak_mib < 2048, (what, peak_mib)
+    returned, printed, peak_mib = run_measured(["serve", "--port", "0"], home, stop_after_lines=2)
+    assert "serving runs/mine, the newest finished run" in printed and peak_mib < 2048
+    assert digest(sibling) == before
+    assert digest(hostile) == folder_before  # nothing of it followed, nothing of it removed

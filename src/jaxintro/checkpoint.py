@@ -34,7 +34,7 @@ from jaxintro.faults import capture_library_logs, collect_abandoned, fault_from,
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
 from jaxintro.parallel import make_mesh, replicated_sharding
-from jaxintro.runs import CHECKPOINT_DIR, check_checkpoint_tree
+from jaxintro.runs import CHECKPOINT_DIR, check_checkpoint_tree, row_problem
 from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
 
@@ -222,6 +222,9 @@ def _restore_meta(manager: ocp.CheckpointManager, run_dir: Path, step: int) -> d
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
     if not isinstance(meta, dict):  # this step's damage: an older step may be intact
         raise ValueError(f"checkpoint {step}'s meta is not a JSON object")
+    rows = meta.get("metrics", [])  # a resume goes on from these rows, evaluate chooses members by them
+    if not isinstance(rows, list) or any(row_problem(row) for row in rows):
+        raise ValueError(f"checkpoint {step}'s metrics are not epoch records")
     _check_version(meta, run_dir, step)
     return meta
 

@@ -95,6 +95,8 @@ class TrainConfig:
                                 "add --optimizer adamw or compare a single weight decay").format(
                 optimizer=self.optimizer))
         _int_range("devices", self.devices, 1, 4096)
+        if not isinstance(self.data_dir, (str, type(None))):  # a saved config is input: a path is text
+            raise ConfigError(_("--data-dir must be a folder's path; got {value}").format(value=repr(self.data_dir)[:80]))
         if not self.hidden:
             raise ConfigError(_("--hidden needs at least one width, e.g. --hidden 256,128"))
         for width in self.hidden:

@@ -276,8 +276,10 @@ def use_run(config: TrainConfig, model: Model, params: Any, meta: dict[str, Any]
     """What a restored run of several members predicts with: the ensemble model and the used members' parameters,
     the one member's model, every member's parameters and the `Choice` of those used (a sweep: one setting's;
     never a diverged one)."""
-    last = meta["metrics"][-1]["members"] if meta.get("metrics") else {}
-    accuracies = last.get("test_accuracy", [None] * config.members)
+    last = meta["metrics"][-1].get("members") or {} if meta.get("metrics") else {}
+    accuracies = last.get("test_accuracy")
+    if not (isinstance(accuracies, list) and len(accuracies) == config.members):  # the meta is input: one per member
+        accuracies = [None] * config.members
     choice = choose_members(config, accuracies, members_diverged(params, accuracies), setting)
     used = np.asarray(choice.used)
     chosen = jax.tree.map(lambda leaf: leaf[used] if len(used) > 1 else leaf[used[0]], params)

@@ -389,7 +389,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             row = parse_json(line, f"{METRICS_FILE} line {number}")
-            why = _row_problem(row)
+            why = row_problem(row)
             if why:
                 raise ValueError(_("{name} line {line}: {why}").format(name=METRICS_FILE, line=number, why=why))
             rows.append(row)
@@ -400,7 +400,7 @@ def _is_number(value: Any) -> bool:
     return type(value) in (int, float)
 
 
-def _row_problem(row: Any) -> str | None:
+def row_problem(row: Any) -> str | None:
     """What makes `row` not an epoch's record (None: it is one)."""
     if not isinstance(row, dict):
         return _("not a JSON object")
