@@ -169,6 +169,30 @@ def test_a_started_program_neither_delays_the_verdict_nor_outlives_it(tmp_path):
         raise AssertionError("the learner's sleep outlived the check")
 
 
+@pytest.mark.parametrize("detach", ["setsid", "double-fork"])
+def test_a_detached_process_ends_with_the_check(detach, tmp_path):
+    """A process the learner's code moves out of the child's group (`setsid`), or hands to init (a double fork),
+    is ended with the check all the same, and cannot hold the verdict pipe open."""
+    exercise = by_number(5)
+    pid_file = tmp_path / "pid"
+    middle = "os.setsid()\n" + ("    if os.fork():\n        os._exit(0)\n" if detach == "double-fork" else "")
+    text = exercise.reference() + (
+        "\nimport os, time\n"
+        "if os.fork() == 0:\n"
+        f"    {middle}"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(3600)\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=20)
+    assert verdict.passed
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return  # ended and reaped
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the learner's detached process {pid} outlived the check")
+
+
 def test_stray_and_forged_lines_on_the_verdict_pipe_decide_nothing(tmp_path):
     exercise = by_number(1)
     # A wrong answer that writes to every file descriptor it can find: garbage, then a forged passing verdict.

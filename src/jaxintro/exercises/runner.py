@@ -4,15 +4,18 @@ The child (`python -I -m jaxintro.exercises.runner --out-fd FD N=PATH ...`) chec
 another and writes one JSON verdict per line to the pipe FD as each finishes, so a time-out or a
 crash still leaves the verdicts before it. The parent (`check_in_child`) reads the child's stdout and
 stderr into bounded buffers (a file that prints without end cannot fill a pipe or the memory),
-waits at most the time limit, and kills the child's whole process group in `finally`: an infinite
-loop, a crash or Ctrl-C never leaves a process behind. The child has its own session, so a Ctrl-C
-in the terminal reaches the parent only, which then stops the child.
+waits at most the time limit, and in `finally` ends every process of the check: the child's process
+group and, on Linux, every descendant, those the learner's code detached too (`setsid`, a double
+fork: the parent adopts orphans while the check runs, `PR_SET_CHILD_SUBREAPER`). An infinite loop, a
+crash or Ctrl-C never leaves a process behind. The child has its own session, so a Ctrl-C in the
+terminal reaches the parent only, which then stops the child.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import io
@@ -36,6 +39,7 @@ OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdic
 FLOOD = 2000  # more printed than this is worth a note
 VERDICTS_KEPT = 4 << 20  # bytes of the verdict pipe read (a verdict line is about 5 KB)
 REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of this process's descendants are re-parented to it, not to init
 _CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
 
 
@@ -187,11 +191,18 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     # Each verdict line starts with this run's token, sent on stdin (neither argv nor the environment shows it):
     # a stray line on the pipe is not taken for a verdict.
     token = secrets.token_hex(16)
-    try:
-        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True, pass_fds=(write_end,))
-    finally:
-        os.close(write_end)  # the child holds it now: the pipe ends when the child does
+    with adopting_orphans() as before:
+        try:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env, start_new_session=True, pass_fds=(write_end,))
+        finally:
+            os.close(write_end)  # the child holds it now: the pipe ends when the child does
+        return _await_verdicts(proc, token, items, timeout, read_end, before)
+
+
+def _await_verdicts(proc: subprocess.Popen, token: str, items: list[tuple[Exercise, Path]], timeout: float,
+                    read_end: int, before: set[int]) -> list[Verdict]:
+    """Send the token, read the child's output and verdicts within the time limit, then end every process of it."""
     with contextlib.suppress(OSError):
         proc.stdin.write(token.encode() + b"\n")
         proc.stdin.close()
@@ -206,6 +217,7 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
         # Always, even after a clean exit: the child's group holds what the learner's code started.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        end_descendants(proc, before)  # and what it detached from that group (setsid), which holds our pipes
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=REAP_SECONDS)
         for reader in (*readers, results):
@@ -219,6 +231,64 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
         verdicts.append(_stopped(exercise, timed_out, timeout, proc.returncode, readers[1].text()))
         break  # the exercises after the one that stopped the child were not checked
     return verdicts
+
+
+@contextlib.contextmanager
+def adopting_orphans():
+    """While the check runs, this process adopts the orphans of its descendants (Linux): a process the learner's code
+    detached (`setsid`, then its parent exits) stays a descendant, which `end_descendants` finds. Yields the children
+    this process had before, which are not the check's."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    before = set(_children_of(os.getpid(), _parents()))
+    if libc is not None:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield before
+    finally:
+        if libc is not None:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def end_descendants(proc: subprocess.Popen, before: set[int]) -> None:
+    """SIGKILL every process of the check: the child's descendants, and the orphans this process adopted since it
+    started the child (each frozen first, so that none forks again meanwhile); the adopted ones are reaped here."""
+    for _round in range(20):  # a process dies between two looks: look again until none is left
+        parents = _parents()
+        adopted = [pid for pid in _children_of(os.getpid(), parents) if pid not in before and pid != proc.pid]
+        doomed = [pid for root in (proc.pid, *adopted) for pid in _descendants(root, parents)] + adopted
+        if not doomed:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in doomed:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+        for pid in adopted:  # ours now: reaped by pid (a wait for any child would take proc's exit status)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc (empty where there is none: elsewhere the process group is all we end)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # `pid (comm) state ppid ...`: the command may hold spaces and parentheses, so split after the last ")".
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _children_of(pid: int, parents: dict[int, int]) -> list[int]:
+    return [child for child, parent in parents.items() if parent == pid]
+
+
+def _descendants(pid: int, parents: dict[int, int]) -> list[int]:
+    """`pid`'s children, their children, and so on (not `pid` itself)."""
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for parent in frontier for child in _children_of(parent, parents)]
+        found += children
+        frontier = children
+    return found
 
 
 def parse_verdicts(text: str, token: str, items: list[tuple[Exercise, Path]]) -> dict[int, Verdict]:
