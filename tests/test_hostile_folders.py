@@ -10,7 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +45,39 @@ def digest(folder: Path) -> dict[str, str]:
 def copy_run(digits_run: Path, to: Path) -> Path:
     shutil.copytree(digits_run, to, symlinks=True)
     return to
+
+
+MEMORY_BOUND = 3 << 30  # a child's data segment: far above what a command needs, far below the machine's memory
+
+
+def run_measured(argv: list[str], cwd: Path, *, stop_after_lines: int = 0, seconds: float = 120) -> tuple[int, str, int]:
+    """`jaxintro ARGV` in a child: its exit code, what it printed, and its peak memory in MiB (its own, by wait4).
+
+    The child's memory is bounded (RLIMIT_DATA: an unbounded read dies of MemoryError, not of the machine's memory)
+    and so is its time (killed after `seconds`: a FIFO read blocks for ever); a server is stopped with SIGINT once
+    it printed `stop_after_lines` lines.
+    """
+    out = cwd / "out.txt"
+    with open(out, "w+") as sink:
+        child = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", *argv], cwd=cwd, stdout=sink,
+                                 stderr=subprocess.STDOUT)
+        # Set from here (prlimit), not by a preexec_fn, whose fork in a process that runs JAX may deadlock: the
+        # child is still starting Python, long before it reads a run folder.
+        resource.prlimit(child.pid, resource.RLIMIT_DATA, (MEMORY_BOUND, MEMORY_BOUND))
+        deadline, waited = time.monotonic() + seconds, (0, 0, None)
+        while waited[0] == 0:  # wait4, not poll: its answer holds the child's own peak memory
+            waited = os.wait4(child.pid, os.WNOHANG)
+            if waited[0] == 0 and time.monotonic() > deadline:
+                child.kill()  # still blocked: the test fails on its exit code
+                waited = os.wait4(child.pid, 0)
+            elif waited[0] == 0 and stop_after_lines and out.read_text().count("\n") >= stop_after_lines:
+                child.send_signal(signal.SIGINT)
+                stop_after_lines = 0
+            elif waited[0] == 0:
+                time.sleep(0.1)
+        _pid, status, usage = waited
+        child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, out.read_text(), usage.ru_maxrss // 1024
 
 
 @pytest.fixture
@@ -87,8 +125,12 @@ def test_an_append_refuses_a_link_and_a_fifo_and_keeps_a_regular_file_whole(tmp_
     with pytest.raises(OSError):
         runs.append_text(tmp_path / "link", "echo pwned\n")
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(OSError):
-        runs.append_text(tmp_path / "fifo", "echo pwned\n")
+    reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # with a reader, opening it to write succeeds
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            runs.append_text(tmp_path / "fifo", "echo pwned\n")
+    finally:
+        os.close(reader)
     runs.append_text(tmp_path / "log", "one\n")
     runs.append_text(tmp_path / "log", "two\n")
     assert (tmp_path / "log").read_text() == "one\ntwo\n"
@@ -150,14 +192,19 @@ def test_remove_unfinished_keeps_every_folder_that_is_not_jaxintros(tmp_path, ca
     alone = root / "config-alone"  # another program's config.json, nothing else
     alone.mkdir()
     (alone / "config.json").write_text(json.dumps({"hidden_size": 768}))
+    beside = root / "notes-beside"  # jaxintro's own config, and a file of the learner's beside it
+    beside.mkdir()
+    (beside / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
+    (beside / "notes.txt").write_text("mine")
     ours = root / "ours"
     ours.mkdir()
     (ours / runs.CONFIG_FILE).write_text(json.dumps({"model": "jax", "epochs": 10}))
-    before = {name: digest(root / name) for name in ("bert-finetuned", "config-alone")}
+    before = {name: digest(root / name) for name in ("bert-finetuned", "config-alone", "notes-beside")}
     assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
     out = capsys.readouterr().out
     assert f"Keeping {bert}: not a jaxintro run: it holds checkpoint-500/, model.safetensors" in out
     assert f"Keeping {alone}: not a jaxintro run" in out and "Removed 1 folder." in out
+    assert f"Keeping {beside}: not a jaxintro run: it holds notes.txt" in out
     assert {name: digest(root / name) for name in before} == before and not ours.exists()
 
 
@@ -174,6 +221,19 @@ def test_a_removal_leaves_a_folder_that_gained_a_file_meanwhile(tmp_path, monkey
     monkeypatch.setattr(listing, "remove_own_files", and_then_a_file_appears)
     assert not listing.remove_run_dir(folder)
     assert (folder / "late.txt").read_text() == "mine"
+
+
+def test_removing_jaxintros_files_leaves_every_other_one(tmp_path):
+    """The delete rule alone, on a folder that holds both: only jaxintro's names and step folders go."""
+    folder = tmp_path / "r"
+    (folder / runs.CHECKPOINT_DIR / "2.orbax-checkpoint-tmp-9").mkdir(parents=True)
+    (folder / runs.CHECKPOINT_DIR / "checkpoint-500").mkdir()
+    for name in (runs.CLAIM_FILE, runs.CONFIG_FILE, "curves.png", ".result.json.abc_12.tmp", "model_best.pt"):
+        (folder / name).write_text("x")
+    (folder / "notes").mkdir()
+    runs.remove_own_files(folder)
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
+        "checkpoints", "checkpoints/checkpoint-500", "model_best.pt", "notes"]
 
 
 # ---------------------------------------------------------------- 5. a checkpoints link to another run
@@ -195,32 +255,25 @@ def test_resume_through_a_checkpoints_link_is_refused_and_the_other_run_kept(dig
         assert main(argv) == 2 and "symbolic link" in capsys.readouterr().err
 
 
-def test_a_link_inside_the_checkpoint_tree_is_refused_before_orbax_reads_it(digits_run, tmp_path, capsys):
+def newest_meta(run: Path) -> Path:
+    return run / runs.CHECKPOINT_DIR / str(max(runs.committed_epochs(run))) / "meta" / "metadata"
+
+
+@pytest.mark.parametrize("trick, refusal", [
+    ("link to /dev/zero", "is a symbolic link; jaxintro reads no link or special file"),  # read whole: never ends
+    ("fifo", "is not a regular file; jaxintro reads no link"),  # opened for reading: blocks for ever
+    ("sparse and oversized", "is larger than"),  # no disk used, but a whole read would take it all
+])
+def test_a_checkpoint_file_orbax_must_not_read_is_refused_before_it_is_read(trick, refusal, digits_run, tmp_path):
     run = copy_run(digits_run, tmp_path / "r")
-    step = max(runs.committed_epochs(run))
-    meta = run / runs.CHECKPOINT_DIR / str(step) / "meta" / "metadata"
-    meta.unlink()
-    meta.symlink_to("/dev/zero")  # read whole, it would never end
-    assert main(["evaluate", str(run)]) == 2
-    assert f"{meta} is a symbolic link; jaxintro reads no link or special file" in capsys.readouterr().err
-
-
-@pytest.mark.timeout(60)  # a FIFO opened for reading blocks for ever: a broken guard fails here, never hangs
-def test_a_fifo_in_the_checkpoint_tree_is_refused(digits_run, tmp_path, capsys):
-    run = copy_run(digits_run, tmp_path / "r")
-    meta = run / runs.CHECKPOINT_DIR / str(max(runs.committed_epochs(run))) / "meta" / "metadata"
-    meta.unlink()
-    os.mkfifo(meta)
-    assert main(["evaluate", str(run)]) == 2
-    assert "not a regular file" in capsys.readouterr().err
-
-
-def test_an_oversized_checkpoint_file_is_refused_before_it_is_read(digits_run, tmp_path, capsys):
-    run = copy_run(digits_run, tmp_path / "r")
-    meta = run / runs.CHECKPOINT_DIR / str(max(runs.committed_epochs(run))) / "meta" / "metadata"
-    os.truncate(meta, runs.MAX_METRICS_BYTES + 1)  # sparse: no disk used, but a whole read would take it all
-    assert main(["evaluate", str(run)]) == 2
-    assert f"{meta} is larger than" in capsys.readouterr().err
+    meta = newest_meta(run)
+    if trick == "sparse and oversized":
+        os.truncate(meta, runs.MAX_METRICS_BYTES + 1)
+    else:
+        meta.unlink()
+        meta.symlink_to("/dev/zero") if trick.startswith("link") else os.mkfifo(meta)
+    code, printed, _peak = run_measured(["evaluate", str(run)], tmp_path, seconds=60)
+    assert code == 2 and f"{meta} {refusal}" in printed, printed[-2000:]
 
 
 # ---------------------------------------------------------------- 9. a step folder named `²`
@@ -247,8 +300,7 @@ def set_meta(run: Path, change) -> None:
         path.write_text(json.dumps(meta))
 
 
-@pytest.mark.timeout(120)  # a FIFO would block for ever, /dev/zero read until memory runs out
-def test_a_data_folder_named_by_a_run_is_read_bounded_before_it_verifies(mnist_run, tmp_path, capsys):
+def test_a_data_folder_named_by_a_run_is_read_bounded_before_it_verifies(mnist_run, tmp_path):
     hostile = tmp_path / "Downloads" / "classmate" / "data"
     hostile.mkdir(parents=True)
     (hostile / "train-images-idx3-ubyte.gz").symlink_to("/dev/zero")
@@ -257,19 +309,47 @@ def test_a_data_folder_named_by_a_run_is_read_bounded_before_it_verifies(mnist_r
     os.mkfifo(hostile / "t10k-labels-idx1-ubyte")
     run = copy_run(mnist_run, tmp_path / "classmate-run")
     set_meta(run, lambda meta: meta["config"].update(data_dir=str(hostile)))
-    assert main(["evaluate", str(run)]) == 2
-    assert "not a regular file" in capsys.readouterr().err
+    code, printed, _peak = run_measured(["evaluate", str(run)], tmp_path, seconds=60)
+    assert code == 2 and "not a regular file" in printed, printed[-2000:]
 
 
 def test_a_gzip_bomb_is_refused_while_it_is_decompressed(tmp_path):
+    """A bomb that inflates to four times the cap: refused with at most the cap (and a little) in memory."""
     import gzip
+    import io
+    import tracemalloc
 
     from jaxintro.data import MAX_IDX_BYTES, decompress_if_gzip
     from jaxintro.errors import DataError
 
-    bomb = gzip.compress(b"\0" * (MAX_IDX_BYTES + 1))  # about 65 KB that inflate to 64 MiB and one byte
-    with pytest.raises(DataError, match="decompresses to more than"):
-        decompress_if_gzip(bomb, "bomb.gz")
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb") as bomb:
+        for _chunk in range(4 * MAX_IDX_BYTES >> 20):
+            bomb.write(bytes(1 << 20))  # 256 MiB of zeros in all, about 250 KB packed
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="decompresses to more than"):
+            decompress_if_gzip(packed.getvalue(), "bomb.gz")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_IDX_BYTES  # the whole bomb would be 4 times the cap
+
+
+def test_a_bounded_read_takes_at_most_its_limit_of_a_larger_file(tmp_path):
+    import tracemalloc
+
+    big = tmp_path / "big"
+    with open(big, "wb") as sparse:
+        sparse.truncate(512 << 20)  # no disk used
+    tracemalloc.start()
+    try:
+        with pytest.raises(OSError, match="larger than 1,048,576 bytes"):
+            runs.read_bounded(big, 1 << 20)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # a whole read would be 512 MiB
 
 
 def test_an_oversized_metrics_file_is_unreadable_at_once(tmp_path, capsys):
@@ -325,10 +405,6 @@ def test_nothing_a_run_folder_holds_reaches_the_terminal_raw(digits_run, tmp_pat
 
 
 def test_serve_prints_a_folder_name_escaped(digits_run, tmp_path):
-    import signal
-    import subprocess
-    import sys
-
     root = tmp_path / "runs"
     copy_run(digits_run, root / f"run{OSC52}")
     child = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", "serve", "--port", "0"], cwd=tmp_path,
@@ -384,60 +460,45 @@ def test_a_crafted_meta_is_one_line_not_a_traceback(change, message, digits_run,
 
 
 def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
-    """A classmate's run, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links)."""
+    """A classmate's two runs, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links).
+
+    `NAME-reads` holds what must never be read (a link to /dev/zero, a FIFO, a step named `²`, a crafted version,
+    a result dated 2099); `NAME-writes` is a sound run whose plots and log are links to the learner's files and
+    which holds a file jaxintro never writes, so the commands that read it go on to write.
+    """
     import datetime as dt
     import tarfile
 
-    run = copy_run(digits_run, where / "build" / name)
-    for plot in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png"):
-        (run / plot).unlink(missing_ok=True)
-        (run / plot).symlink_to("../../sibling/thesis.tex")
-    (run / runs.ERRORS_LOG).symlink_to("../../sibling/.bashrc")
-    (run / "model_best.pt").write_bytes(b"not ours")
-    steps = runs.committed_epochs(run)
-    (run / runs.CHECKPOINT_DIR / "²").mkdir()
-    set_meta(run, lambda meta: meta.update(jaxintro_version=f"0.1.0{OSC52}{BIDI}"))
-    newest = run / runs.CHECKPOINT_DIR / str(steps[-1])
+    reads, writes = (copy_run(digits_run, where / "build" / f"{name}-{kind}") for kind in ("reads", "writes"))
+    for run in (reads, writes):
+        for plot in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png", "curves.png"):
+            (run / plot).unlink(missing_ok=True)
+            (run / plot).symlink_to("../../sibling/thesis.tex")
+        (run / runs.ERRORS_LOG).symlink_to("../../sibling/.bashrc")
+        (run / "model_best.pt").write_bytes(b"not ours")
+        (run / runs.CLAIM_FILE).write_text("4242 a-classmates-laptop\n")  # claimed on the machine it was trained on
+    steps = runs.committed_epochs(reads)
+    (reads / runs.CHECKPOINT_DIR / "²").mkdir()
+    set_meta(reads, lambda meta: meta.update(jaxintro_version=f"0.1.0{OSC52}{BIDI}"))
+    newest = reads / runs.CHECKPOINT_DIR / str(steps[-1])
     (newest / "meta" / "metadata").unlink()
     (newest / "meta" / "metadata").symlink_to("/dev/zero")
-    os.mkfifo(run / runs.CHECKPOINT_DIR / str(steps[0]) / "state" / "_sharding.fifo")
-    result = json.loads((run / runs.RESULT_FILE).read_text())
-    (run / runs.RESULT_FILE).write_text(json.dumps({**result, "written_at": dt.datetime(2099, 1, 1).isoformat()}))
-    os.utime(run / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))
+    os.mkfifo(reads / runs.CHECKPOINT_DIR / str(steps[0]) / "state" / "_sharding.fifo")
+    result = json.loads((reads / runs.RESULT_FILE).read_text())
+    (reads / runs.RESULT_FILE).write_text(json.dumps({**result, "written_at": dt.datetime(2099, 1, 1).isoformat()}))
+    os.utime(reads / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))
     archive = where / "classmate.tar"
     with tarfile.open(archive, "w") as tar:
-        tar.add(run, arcname=name)
+        for run in (reads, writes):
+            tar.add(run, arcname=run.name)
     return archive
-
-
-def run_measured(argv: list[str], cwd: Path, *, stop_after_lines: int = 0) -> tuple[int, str, int]:
-    """`jaxintro ARGV` in a child: its exit code, what it printed, and its peak memory in MiB (its own, by wait4)."""
-    import signal
-    import subprocess
-    import sys
-
-    out = cwd / "out.txt"
-    with open(out, "w+") as sink:
-        child = subprocess.Popen([sys.executable, "-m", "jaxintro.cli", *argv], cwd=cwd, stdout=sink,
-                                 stderr=subprocess.STDOUT)
-        if stop_after_lines:  # a server: stopped once it said what it serves
-            import time
-
-            deadline = time.monotonic() + 120
-            while out.read_text().count("\n") < stop_after_lines and time.monotonic() < deadline:
-                if child.poll() is not None:
-                    break
-                time.sleep(0.2)
-            with __import__("contextlib").suppress(ProcessLookupError):
-                child.send_signal(signal.SIGINT)
-        _pid, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, out.read_text(), usage.ru_maxrss // 1024
 
 
 @pytest.mark.timeout(600)
 def test_a_hostile_archive_meets_every_command_and_changes_nothing_outside_itself(digits_run, tmp_path):
     import tarfile
+
+    from PIL import Image
 
     name = f"classmate{OSC52}"
     archive = hostile_archive(digits_run, tmp_path, name)
@@ -448,28 +509,25 @@ def test_a_hostile_archive_meets_every_command_and_changes_nothing_outside_itsel
     copy_run(digits_run, home / "runs" / "mine")  # the learner's own run, claimed here
     with tarfile.open(archive) as tar:
         tar.extractall(home / "runs", filter="fully_trusted")  # links and FIFOs as unzip would make them
-    hostile = home / "runs" / name
-    sibling, before = home / "sibling", digest(home / "sibling")
-    folder_before = digest(hostile)
+    reads, writes = home / "runs" / f"{name}-reads", home / "runs" / f"{name}-writes"
+    sibling, before, reads_before = home / "sibling", digest(home / "sibling"), digest(reads)
     image = tmp_path / "digit.png"
-    from PIL import Image
-
     pixels = Image.new("L", (8, 8), 255)
     pixels.paste(0, (3, 1, 5, 7))
     pixels.save(image)
-    commands = {
-        "runs": (["runs"], 0), "remove": (["runs", "--remove-unfinished", "--yes"], 0),
-        "evaluate": (["evaluate", str(hostile)], 2), "predict": (["predict", str(hostile), str(image)], 2),
-        "serve": (["serve", str(hostile), "--port", "0"], 2),
-        "resume": (["train", "--resume", str(hostile), "--epochs", "5"], 2),
-        "run-dir": (["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(hostile)], 2),
-    }
-    for what, (argv, code) in commands.items():
+    commands = [(["runs"], 0), (["runs", "--remove-unfinished", "--yes"], 0)]
+    for run, code in ((reads, 2), (writes, 0)):  # the sound run is evaluated, used and resumed: its plots written
+        commands += [(["evaluate", str(run)], code), (["predict", str(run), str(image)], code),
+                     (["train", "--resume", str(run), "--epochs", "4"], code),
+                     (["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)], 2)]
+    commands.append((["serve", str(reads), "--port", "0"], 2))
+    for argv, code in commands:
         returned, printed, peak_mib = run_measured(argv, home)
-        assert returned == code, (what, printed)
-        assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, (what, printed)
-        assert peak_mib < 2048, (what, peak_mib)
+        assert returned == code, (argv, printed[-2000:])
+        assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, (argv, printed)
+        assert peak_mib < 2048, (argv, peak_mib)
     returned, printed, peak_mib = run_measured(["serve", "--port", "0"], home, stop_after_lines=2)
     assert "serving runs/mine, the newest finished run" in printed and peak_mib < 2048
-    assert digest(sibling) == before
-    assert digest(hostile) == folder_before  # nothing of it followed, nothing of it removed
+    assert digest(sibling) == before  # no byte of the learner's changed
+    assert digest(reads) == reads_before  # nothing of it followed, nothing of it removed
+    assert (writes / "model_best.pt").read_bytes() == b"not ours" and not (writes / "curves.png").is_symlink()

@@ -22,7 +22,7 @@ from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODE
                              PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
-from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, printable_lines, set_language
+from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
 from jaxintro.runs import stopped_line
 
 # Exit codes, documented in docs/reliability.md (130 and 143, a graceful stop, are in `jaxintro.signals`;
@@ -405,7 +405,7 @@ def given_flags(argv: Sequence[str] | None) -> frozenset[str]:
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return "\n" + _("WARNING: {message}").format(message=printable_lines(message)) + "\n\n"
+    return "\n" + _("WARNING: {message}").format(message=message) + "\n\n"
 
 
 def language_flag(argv: Sequence[str] | None) -> str | None:
@@ -449,18 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command.run(args)
     except TrainingDivergedError as exc:
-        print(_("jaxintro {command}: training diverged: {error}").format(command=args.command,
-                                                                         error=printable_lines(exc)),
+        print(_("jaxintro {command}: training diverged: {error}").format(command=args.command, error=exc),
               file=sys.stderr)
         return EXIT_DIVERGED
     except WriteFault as exc:  # the machine refused a write: what is on disk, and how to go on
-        print(_("jaxintro {command}: write failed: {error}").format(command=args.command, error=printable_lines(stopped_line(exc))),
+        print(_("jaxintro {command}: write failed: {error}").format(command=args.command, error=stopped_line(exc)),
               file=sys.stderr)
         return EXIT_WRITE_FAULT
     except JaxintroError as exc:
-        # A message may hold a run folder's words (its name, a checkpoint's version): escaped, as every one is.
-        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=printable_lines(exc)),
-              file=sys.stderr)
+        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(_("jaxintro {command}: interrupted").format(command=args.command), file=sys.stderr)

@@ -59,12 +59,6 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(ch if ch.isprintable() or ch in keep else ascii(ch)[1:-1] for ch in str(text))
 
 
-def printable_lines(text: object) -> str:
-    """`printable` that keeps line breaks: a message of several lines keeps them, and nothing in one drives the
-    terminal."""
-    return printable(text, keep="\n")
-
-
 class EscapedStream:
     """A text stream that writes everything through `printable` (lines, tabs and carriage returns kept): what a
     command prints reaches the terminal escaped, whichever run folder's words it holds."""
