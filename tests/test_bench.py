@@ -119,6 +119,20 @@ def test_unknown_row_is_refused(capsys, tmp_path):
     assert "unknown tpu" in capsys.readouterr().err
 
 
+def test_the_parent_opens_no_device_its_children_do(tmp_path):
+    """On a TPU one process at a time holds the chip, and on a GPU a parent's preallocated memory would starve its
+    children: the plan, the matmul rate and every row come from children, and the parent starts no JAX backend."""
+    import subprocess
+    import sys
+
+    code = ("import jax._src.xla_bridge as xb\nfrom jaxintro.cli import main\n"
+            f"code = main(['bench', '--dataset', 'digits', '--rows', 'scan-epoch', '--repeats', '1', '--out', "
+            f"{str(tmp_path)!r}])\nprint('exit', code, 'backends', sorted(xb._backends))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "exit 0 backends []", done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads((tmp_path / "bench.json").read_text())["rows"][0]["ms_per_step"] > 0
+
+
 def test_a_crashed_row_is_a_failure_not_a_skip(tmp_path, capsys, monkeypatch):
     def crash(name, plan_path, timeout=1200.0):
         return bench.RowResult(name, error="exit 1: RuntimeError: boom")

@@ -27,6 +27,7 @@ from jaxintro.profile import (
     profile_training,
     read_trace,
     roofline,
+    trace_ops,
     window_images,
 )
 
@@ -48,6 +49,37 @@ def test_wall_time_is_split_between_overlapping_ops_and_loops_keep_only_their_ow
     assert gaps == pytest.approx(20)
     assert window == pytest.approx(130)
     assert sum(walls.values()) + gaps == pytest.approx(window)
+
+
+# A TPU v5e's trace of `jaxintro profile` (JAX 0.10.2, 6 December 2026), cut to its structure: the device's process,
+# its "XLA Modules" thread (one event per program run) and its "XLA Ops" thread (one event per instruction).
+TPU_TRACE = [
+    {"ph": "M", "pid": 3, "name": "process_name", "args": {"name": "/device:TPU:0"}},
+    {"ph": "M", "pid": 3, "tid": 2, "name": "thread_name", "args": {"name": "XLA Modules"}},
+    {"ph": "M", "pid": 3, "tid": 3, "name": "thread_name", "args": {"name": "XLA Ops"}},
+    {"ph": "M", "pid": 701, "name": "process_name", "args": {"name": "/host:CPU"}},
+    {"ph": "X", "pid": 3, "tid": 2, "ts": 45707.651, "dur": 766.614, "name": "jit_train_epoch(9528402759442453667)"},
+    {"ph": "X", "pid": 3, "tid": 3, "ts": 45708.343, "dur": 0.006, "name": "copy-start",
+     "args": {"hlo_category": "copy-start"}},
+    {"ph": "X", "pid": 3, "tid": 3, "ts": 45754.897, "dur": 714.885, "name": "while.1", "args": {"hlo_category": "while"}},
+    {"ph": "X", "pid": 3, "tid": 3, "ts": 45755.74, "dur": 0.018, "name": "fusion.163",
+     "args": {"hlo_category": "loop fusion"}},
+    {"ph": "X", "pid": 3, "tid": 3, "ts": 45755.796, "dur": 0.995, "name": "gather_fusion.1",
+     "args": {"hlo_category": "custom fusion"}},
+    {"ph": "X", "pid": 701, "tid": 6938, "ts": 45700.0, "dur": 800.0, "name": "PjitFunction(train_epoch)"},
+]
+
+
+def test_an_accelerators_trace_is_read_from_its_device_timeline():
+    """A TPU names no `hlo_op` on its events: its ops are its "XLA Ops" thread's, each in the program its "XLA
+    Modules" thread ran then; the host's events are not ops."""
+    assert trace_ops(TPU_TRACE) == [TraceOp("copy-start", "jit_train_epoch", 45708.343, 0.006, 3),
+                                    TraceOp("while.1", "jit_train_epoch", 45754.897, 714.885, 3),
+                                    TraceOp("fusion.163", "jit_train_epoch", 45755.74, 0.018, 3),
+                                    TraceOp("gather_fusion.1", "jit_train_epoch", 45755.796, 0.995, 3)]
+    cpu = [{"ph": "X", "ts": 1.0, "dur": 2.0, "tid": 7, "name": "dot.3",
+            "args": {"hlo_op": "dot.3", "hlo_module": "jit_train_epoch"}}]
+    assert trace_ops(cpu + TPU_TRACE) == [TraceOp("dot.3", "jit_train_epoch", 1.0, 2.0, 7)]  # a CPU's own events
 
 
 def test_op_table_is_per_step_and_counts_dot_flops_from_the_hlo():

@@ -11,8 +11,10 @@ Rows:
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
 Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
-The parent measures the machine's float32 matmul rate in the same run and converts each row's
-time per step into a fraction of it.
+The parent never opens a device: on a TPU one process at a time may hold the chip, and on a GPU a
+parent's preallocated memory would starve its children. The plan (the initial parameters, drawn on
+the rows' own backend) and the machine's float32 matmul rate come from child processes too, and the
+parent converts each row's time per step into a fraction of that rate.
 """
 
 from __future__ import annotations
@@ -75,11 +77,35 @@ def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
     return 2 * batch * (sum(macs) * 2 + sum(macs[1:]))
 
 
-def measure_matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """The machine's float32 matmul rate: a jitted n x n matmul, median of `repeats` after warm-up."""
+def matmul_size() -> int:
+    """The side of the product that fills this backend: 2048 on a CPU, 8192 on an accelerator (a TPU v5e's
+    2048-square product runs at a sixth of its rate, its dispatch timed with it)."""
+    import jax
+
+    return 2048 if jax.default_backend() == "cpu" else 8192
+
+
+def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: float = 600.0) -> tuple[float, int]:
+    """The machine's float32 matmul rate (`matmul_gflops`) and the product's side, measured in a child process: this
+    one holds no device."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "matmul.json"
+        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "matmul", str(n or 0), str(repeats), str(out)],
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not out.exists():
+            raise JaxintroError(_("bench: measuring the matmul rate failed (exit {code}): {line}").format(
+                code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
+        rate = json.loads(out.read_text())
+        return float(rate["gflops"]), int(rate["n"])
+
+
+def matmul_gflops(n: int | None = None, repeats: int = 10) -> float:
+    """This process's float32 matmul rate: a jitted n x n matmul (n: `matmul_size`), median of `repeats` after
+    warm-up, at JAX's default precision (what the rows' matmuls run at)."""
     import jax
     import jax.numpy as jnp
 
+    n = n or matmul_size()
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     matmul = jax.jit(lambda m: m @ m)
     matmul(a).block_until_ready()
@@ -121,6 +147,19 @@ class Plan:
     @property
     def batch(self) -> int:
         return int(self.perm.shape[1])
+
+
+def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repeats: int, nojit_steps: int,
+                  timeout: float = 600.0) -> Plan:
+    """`make_plan` in a child process, on the backend the rows run on (its draws are that backend's bits)."""
+    data, out = folder / "data.npz", folder / "plan.npz"
+    np.savez(data, x=x, y=y)
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "plan", str(data), str(out), str(seed), str(repeats),
+                           str(nojit_steps)], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0 or not out.exists():
+        raise JaxintroError(_("bench: making the plan failed (exit {code}): {line}").format(
+            code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
+    return Plan.load(out)
 
 
 def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, repeats: int = 3,
@@ -526,7 +565,17 @@ def range_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Child-process entry: `python -m jaxintro.bench ROW PLAN.npz OUT.json`."""
+    """Child-process entry: `python -m jaxintro.bench ROW PLAN.npz OUT.json`; `matmul N REPEATS OUT.json`; `plan
+    DATA.npz OUT.npz SEED REPEATS NOJIT_STEPS`."""
+    if sys.argv[1] == "matmul":
+        n = int(sys.argv[2]) or matmul_size()
+        Path(sys.argv[4]).write_text(json.dumps({"gflops": matmul_gflops(n, int(sys.argv[3])), "n": n}))
+        return
+    if sys.argv[1] == "plan":
+        data = np.load(sys.argv[2])
+        seed, repeats, nojit_steps = map(int, sys.argv[4:7])
+        make_plan(data["x"], data["y"], seed=seed, repeats=repeats, nojit_steps=nojit_steps).save(Path(sys.argv[3]))
+        return
     name, plan_path, out = sys.argv[1:4]
     plan = Plan.load(Path(plan_path))
     jobs = {"torch-job": torch_job, "lesson-job": lesson_job}

@@ -8,7 +8,10 @@ traces it and measures this machine's matmul rate and memory bandwidth in the sa
 
 On the CPU backend every executed HLO instruction is one trace event on the thread that ran it,
 named after the instruction and carrying `hlo_op`, `hlo_module` and `run_id` arguments; the names
-are those of `compiled.as_text()`. Independent ops may run at the same time on different threads,
+are those of `compiled.as_text()`. An accelerator (a TPU) writes its own timeline instead: a process
+`/device:TPU:0` whose thread "XLA Ops" holds one event per executed instruction, named as in
+`compiled.as_text()`, and whose thread "XLA Modules" holds one event per program run, which names the
+program (`jit_train_epoch(<fingerprint>)`) for the ops inside it. Independent ops may run at the same time on different threads,
 and a `while` (the scan) or `call` event encloses the ops it runs, so the op table splits each
 moment of wall time between the ops running then (see `attribute_wall_time`).
 """
@@ -75,13 +78,33 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def trace_ops(events: Sequence[dict[str, Any]]) -> list[TraceOp]:
-    """The XLA op executions among trace events: complete events ("X") with an `hlo_op` argument."""
+    """The XLA op executions among trace events: the host's complete events ("X") with an `hlo_op` argument (a
+    CPU), else the device's events on its "XLA Ops" thread (an accelerator)."""
     ops = []
     for event in events:
         args = event.get("args") or {}
         if event.get("ph") == "X" and "hlo_op" in args:
             ops.append(TraceOp(str(args["hlo_op"]), str(args.get("hlo_module", "?")), float(event["ts"]),
                                float(event.get("dur", 0.0)), int(event.get("tid", 0))))
+    return ops or device_ops(events)
+
+
+def device_ops(events: Sequence[dict[str, Any]]) -> list[TraceOp]:
+    """An accelerator's op executions: its "XLA Ops" thread's events, each in the program its "XLA Modules" thread
+    ran at that moment (a TPU's trace names no module on the op itself)."""
+    threads = {(e.get("pid"), e.get("tid")): (e.get("args") or {}).get("name") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    runs = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("pid"),
+                   str(e.get("name", "?")).split("(")[0]) for e in events
+                  if e.get("ph") == "X" and threads.get((e.get("pid"), e.get("tid"))) == "XLA Modules")
+    ops = []
+    for event in events:
+        if event.get("ph") == "X" and threads.get((event.get("pid"), event.get("tid"))) == "XLA Ops":
+            start = float(event["ts"])
+            program = next((name for begin, end, pid, name in runs
+                            if pid == event.get("pid") and begin <= start <= end), "?")
+            ops.append(TraceOp(str(event.get("name")), program, start, float(event.get("dur", 0.0)),
+                               int(event.get("tid", 0))))
     return ops
 
 
@@ -365,7 +388,7 @@ def traced_window(run_window: Any, state: Any, out_dir: Path) -> tuple[float, Pa
 
 
 def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_dir: Path, repeats: int = 3,
-                     matmul_n: int = 2048, bandwidth_mib: int = 64) -> ProfileReport:
+                     matmul_n: int | None = None, bandwidth_mib: int = 64) -> ProfileReport:
     """Compile `config`'s training program for `steps` batches, warm it, time it, trace it; measure the machine.
 
     `--loop scan` runs the program `jaxintro train` runs (`Trainer.compile_epoch`, a `lax.scan` of
@@ -379,6 +402,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     from jaxintro.train import Trainer, TrainState
 
     trainer = Trainer.create(config, dataset)
+    matmul_n = matmul_n or bench.matmul_size()  # a product that fills this backend
     batch = config.batch_size
     x, y, repeated = window_images(dataset.x_train, dataset.y_train, steps * batch)
     # Placed and compiled as `jaxintro train` does it, on a window of exactly `steps` batches.
@@ -395,7 +419,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
 
     # The machine's rates are measured before the windows and again after the trace; the higher of each
     # is kept, as `jaxintro bench` does: on a shared machine a busy moment can only lower a rate.
-    peaks, bandwidths = [bench.measure_matmul_gflops(matmul_n)], [measure_bandwidth_gbs(bandwidth_mib)]
+    peaks, bandwidths = [bench.matmul_gflops(matmul_n)], [measure_bandwidth_gbs(bandwidth_mib)]
     state = run_window(state)  # warm: every program compiled and run once before anything is timed
     times = []
     for _repeat in range(repeats):
@@ -415,14 +439,15 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         hlo_files[module.name].write_text(text, encoding="utf-8")
     ops = trace_ops(read_trace(trace_file))
     if not ops:
-        raise JaxintroError(_("{path} holds no XLA op events (no `hlo_op` argument): this JAX's profiler writes "
-                              "another format; open the trace in Perfetto instead").format(path=trace_file))
+        raise JaxintroError(_("{path} holds no XLA op events (no `hlo_op` argument, no device \"XLA Ops\" thread): "
+                              "this JAX's profiler writes another format; open the trace in Perfetto instead").format(
+            path=trace_file))
     table = op_table(ops, modules, steps, traced_s / steps * 1e6)
 
     cost = cost_numbers(step_program.cost_analysis())
     layers = trainer.model.sizes
     untraced_s = statistics.median(times) / steps
-    peaks.append(bench.measure_matmul_gflops(matmul_n))
+    peaks.append(bench.matmul_gflops(matmul_n))
     bandwidths.append(measure_bandwidth_gbs(bandwidth_mib))
     return ProfileReport(
         dataset=dataset.name, model=config.model, layers=layers, loop=config.loop, batch_size=batch, steps=steps,

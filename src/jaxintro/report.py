@@ -25,7 +25,7 @@ CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
                "miss": N_("training program compiled, then stored in the persistent cache"),
                "off": N_("persistent cache off")}
 # The phases of `time_breakdown`, as the summary line names them.
-TIME_WORDS = {"setup": N_("set-up"), "data": N_("data"), "init": N_("init"), "compile": N_("compile"),
+TIME_WORDS = {"setup": N_("set-up"), "start": N_("device start"), "data": N_("data"), "init": N_("init"), "compile": N_("compile"),
               "train": N_("training"),
               "eval": N_("evaluation"), "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
@@ -143,14 +143,16 @@ def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_di
 def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpoint_seconds: float) -> dict[str, float]:
     """Where the process's time went, in seconds, from the command line's start to the summary.
 
-    `setup` is imports, JAX's start and the run folder; `init` the initial parameters and optimizer state
+    `setup` is imports, JAX's configuration and the run folder; `start` opening the devices (a CPU's at once, an
+    accelerator's runtime and chip in seconds); `init` the initial parameters and optimizer state
     (op by op, member by member) and placing them and the data on the devices; `train` the epochs alone;
     `eval` the evaluation after every epoch (and a sweep's best setting's ensemble); `checkpoint` the saves
     and metrics files; `plot` the curves (and importing matplotlib); `other` what is left (building the
     model and optimizer, the summary, the loop itself).
     """
     total = clock["plot_done"] - started
-    parts = {"setup": clock["data"] - started, "data": clock["data_done"] - clock["data"],
+    parts = {"setup": clock["start"] - started, "start": clock["data"] - clock["start"],
+             "data": clock["data_done"] - clock["data"],
              "init": result.init_seconds, "compile": result.compile_seconds, "train": result.train_seconds,
              "eval": result.eval_seconds + clock.get("eval_after", 0.0),
              "checkpoint": checkpoint_seconds, "plot": clock["plot_done"] - clock["plot"]}

@@ -180,7 +180,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
 
     from jaxintro.train import Trainer
 
-    clock = {"data": time.perf_counter()}
+    clock = {"start": time.perf_counter()}
+    jax.devices()  # opens the devices now, where the time breakdown names it (a TPU's runtime takes seconds)
+    clock["data"] = time.perf_counter()
     dataset = load_dataset(config.dataset, config.data_dir)
     clock["data_done"] = time.perf_counter()
     trainer = Trainer.create(config, dataset)  # a model too big for memory is refused here, before any header
@@ -200,7 +202,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         report.plot_curves(config, dataset, rows, run_dir)
     summary = report.summarize(config, dataset, result, rows, run_dir, spread=spread, primary=primary, clock=clock)
     clock["plot_done"] = time.perf_counter()
-    summary["time_breakdown"] = report.time_breakdown(getattr(args, "started", clock["data"]), clock, result,
+    summary["time_breakdown"] = report.time_breakdown(getattr(args, "started", clock["start"]), clock, result,
                                                       saver.seconds)
     summary["written_at"] = runs.written_now()  # which run is the newest (`serve`): a file's time travels in a zip
     summary = runs.json_safe(summary)  # a resume that only writes a finished run's files trains no sample: no rate
