@@ -246,6 +246,20 @@ def test_hints_come_one_more_at_a_time_and_solutions_wait_for_a_pass(tmp_path, c
     assert "jax.nn.relu(h @ params" in capsys.readouterr().out
 
 
+def test_hint_without_n_is_for_the_first_exercise_that_does_not_pass(tmp_path, capsys):
+    """As `check` without N: after `exercises init` nothing passes, so the first exercise's first hint."""
+    folder = tmp_path / "ex"
+    main(["exercises", "init", str(folder)])
+    capsys.readouterr()
+    assert main(["exercises", "hint", "--dir", str(folder)]) == 0
+    assert hints(EXERCISES[0].slug, "en")[0] in capsys.readouterr().out
+    write(folder, EXERCISES[0], EXERCISES[0].reference())
+    assert main(["exercises", "check", "1", "--dir", str(folder)]) == 0  # exercise 1 passes: the next is 2
+    capsys.readouterr()
+    assert main(["exercises", "hint", "--dir", str(folder)]) == 0
+    assert hints(EXERCISES[1].slug, "en")[0] in capsys.readouterr().out
+
+
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])

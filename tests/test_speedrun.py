@@ -41,6 +41,19 @@ def test_the_one_sided_test_is_students_t():
     assert speedrun.one_sided_test(np.full(5, 0.98, np.float32), np.float32(0.98))[1] == 1.0  # at the target: not above
 
 
+def test_seeds_exactly_at_the_target_are_not_above_it(digits):
+    """The evidence counts correct images as integers: 9,800 of 10,000 is 0.98, not the float32 0.98000002 that
+    a fraction computed on the device reads as (above 0.98, p = 0, a record claimed at the target itself)."""
+    fraction32 = np.float32(9_800) / np.float32(10_000)  # what the device computed before
+    assert speedrun.one_sided_test(np.full(8, fraction32), 0.98) == (math.inf, 0.0)  # read as above 0.98
+    exactly = speedrun.accuracy(np.full(8, 9_800), digits._replace(y_test=np.zeros(10_000, np.int32)))
+    assert exactly.dtype == np.float64 and speedrun.one_sided_test(exactly, 0.98) == (-math.inf, 1.0)
+    counts = jax.jit(speedrun.make_program(SMALL, digits)["evaluate"])
+    program = speedrun.make_program(SMALL, digits)
+    correct = counts(program["init"](jax.random.key(0))[0], digits.x_test, digits.y_test)
+    assert jnp.issubdtype(correct.dtype, jnp.integer)  # a count, whatever the test set's size
+
+
 def test_the_target_epoch_is_the_first_whose_seeds_pass():
     curves = np.array([[0.90, 0.981, 0.985, 0.990], [0.91, 0.979, 0.986, 0.991], [0.92, 0.983, 0.984, 0.989]])
     assert speedrun.target_epoch(curves, 0.98, 0.01) == 3  # epoch 2's mean is above 0.98, but not significantly
@@ -123,3 +136,16 @@ def test_a_recipe_that_cannot_be_is_refused(capsys, tmp_path):
     assert "--average and --label-smoothing in [0, 1)" in capsys.readouterr().err
     assert main(["speedrun", "--dataset", "digits", "--batch-size", "5000", "--out", str(tmp_path)]) == 2
     assert "--batch-size 5000 is larger than the 1437 training images" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--target", "98", "expected a fraction between 0 and 1 (0.98 is 98%), got 98"),  # a percent: 98 of 1
+    ("--target", "0", "expected a fraction between 0 and 1"), ("--target", "1", "expected a fraction between 0 and 1"),
+    ("--alpha", "1.5", "expected a level above 0 and at most 0.5 (0.01 is the usual one), got 1.5"),
+    ("--alpha", "0.95", "expected a level above 0 and at most 0.5"),  # a mean below the target would pass
+    ("--alpha", "0", "expected a level above 0 and at most 0.5"),
+])
+def test_a_target_or_level_that_cannot_be_is_refused_naming_its_unit(flag, value, said, capsys, tmp_path):
+    with pytest.raises(SystemExit) as refused:
+        main(["speedrun", "--dataset", "digits", flag, value, "--out", str(tmp_path)])
+    assert refused.value.code == 2 and f"argument {flag}: {said}" in capsys.readouterr().err

@@ -114,6 +114,24 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def fraction(text: str) -> float:
+    """A fraction strictly between 0 and 1: `--target 0.98` is 98 % of the test images."""
+    value = number(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(_("expected a fraction between 0 and 1 (0.98 is 98%), got {value}").format(
+            value=text))
+    return value
+
+
+def significance(text: str) -> float:
+    """A test's level, above 0 and at most 0.5 (above it, a mean below the target could pass)."""
+    value = number(text)
+    if not 0 < value <= 0.5:
+        raise argparse.ArgumentTypeError(_("expected a level above 0 and at most 0.5 (0.01 is the usual one), got "
+                                           "{value}").format(value=text))
+    return value
+
+
 def number(text: str) -> float:
     """A float (range checks happen in the config, which names the flag)."""
     try:
@@ -253,8 +271,8 @@ def _add_speedrun(sub: Commands) -> None:
     p.add_argument("--track", choices=("time", "accuracy"), default="time",
                    help=_("time: the fastest recipe to the target; accuracy: the best mean within 60 s of training"))
     p.add_argument("--seeds", type=positive_int, default=8, help=_("models trained together for the evidence"))
-    p.add_argument("--target", type=float, default=0.98, help=_("the mean test accuracy to reach"))
-    p.add_argument("--alpha", type=float, default=0.01, help=_("the one-sided t-test's level"))
+    p.add_argument("--target", type=fraction, default=0.98, help=_("the mean test accuracy to reach (a fraction)"))
+    p.add_argument("--alpha", type=significance, default=0.01, help=_("the one-sided t-test's level"))
     p.add_argument("--rounds", type=positive_int, default=3, help=_("timed runs of each row, in turns (median)"))
     p.add_argument("--lesson-epochs", type=positive_int, default=10, help=_("epochs of the lesson's rows"))
     p.add_argument("--ablate", action="store_true", help=_("also take each trick away in turn"))
@@ -360,8 +378,9 @@ def _add_exercises(sub: Commands) -> None:
     q.add_argument("--watch", action="store_true", help=_("check again each time an exercise file is saved"))
     q.add_argument("--timeout", type=number, default=60.0, help=_("seconds a check may take"))
     q.add_argument("--json", action="store_true", help=_("print the verdict as JSON"))
-    q = actions.add_parser("hint", help=_("one more hint for exercise N each time"))
-    q.add_argument("number", type=positive_int, metavar="N")
+    q = actions.add_parser("hint", help=_("one more hint for exercise N each time (default: the first that does "
+                                          "not pass)"))
+    q.add_argument("number", nargs="?", type=positive_int, default=None, metavar="N")
     q = actions.add_parser("reset", help=_("a fresh starter file for exercise N; yours is kept as a backup"))
     q.add_argument("number", type=positive_int, metavar="N")
     q = actions.add_parser("solution", help=_("our solution of exercise N, once it passes"))

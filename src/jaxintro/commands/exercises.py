@@ -42,8 +42,13 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(_("--watch and --json do not go together: --watch prints a verdict per save"))
             return watch(folder, lang, args.number, timeout=args.timeout)
         return check(folder, lang, args.number, as_json=args.json, timeout=args.timeout)
-    if action == "hint":
-        return hint(folder, lang, by_number(args.number), timeout=DEFAULT_TIMEOUT)
+    if action == "hint":  # without N, as `check`: the first exercise that does not pass
+        exercise = (by_number(args.number) if args.number else
+                    next_exercise(folder, load_progress(folder, lang, timeout=DEFAULT_TIMEOUT)))
+        if exercise is None:
+            print(_("Every exercise passes. Well done!"))
+            return 0
+        return hint(folder, lang, exercise, timeout=DEFAULT_TIMEOUT)
     if action == "reset":
         return reset(folder, lang, by_number(args.number))
     return solution(folder, lang, by_number(args.number), force=args.force, timeout=DEFAULT_TIMEOUT)
