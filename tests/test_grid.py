@@ -91,9 +91,9 @@ def test_a_setting_is_named_and_found_as_the_flag_writes_it():
     assert grid.find_setting(SWEEP_WD, settings, "lr=0.001,wd=0.00010000001") is settings[1]
     assert grid.find_setting(SWEEP_WD, settings, "lr=0.001,wd=1e-13") is settings[0]  # zero, as printed
     with pytest.raises(ConfigError) as refused:
-        grid.find_setting(SWEEP_WD, settings, "lr=0.001")  # two match: which one is not said
-    assert str(refused.value) == ("--setting lr=0.001 is not one of this sweep's settings: lr=0.001,wd=0, "
-                                  "lr=0.001,wd=0.0001")
+        grid.find_setting(SWEEP_WD, settings, "lr=0.001")  # two match: both are named, and how to choose
+    assert str(refused.value) == ("--setting lr=0.001 names 2 settings of this sweep (lr=0.001,wd=0, "
+                                  "lr=0.001,wd=0.0001): add the weight decay, e.g. --setting lr=0.001,wd=0")
     with pytest.raises(ConfigError, match="not one of this sweep's settings"):
         grid.find_setting(SWEEP_WD, settings, "lr=0.002")
     grid.refuse_setting_of_no_sweep(SWEEP, "lr=1e-3")
@@ -224,3 +224,14 @@ def test_members_that_diverge_are_warned_about_once_and_all_of_them_is_an_error(
     finite = {"loss": np.array([[1.0, 0.5], [1.0, 0.4]])}
     with pytest.raises(TrainingDivergedError, match="the test loss became inf after epoch 6"):
         record.check_members_finite(finite, np.array([np.inf, np.inf]), 6, 2, set())  # the test loss alone
+
+
+def test_the_done_line_names_the_whole_best_setting():
+    """Two settings of a weight-decay grid share a learning rate: the Done line names the weight decay too."""
+    from jaxintro.report import accuracy_text
+
+    best = {"lr": 1e-3, "weight_decay": 1e-4, "test_accuracy": 0.97, "test_accuracy_std": 0.001}
+    summary = {"best": best, "ensemble_test_accuracy": 0.975}
+    assert accuracy_text(SWEEP_WD, summary) == ("97.00 ± 0.10% at the best setting (lr 0.001, wd 0.0001; its 2 "
+                                                "seeds' ensemble 97.50%)")
+    assert accuracy_text(SWEEP, summary) == "97.00 ± 0.10% at the best setting (lr 0.001; its 2 seeds' ensemble 97.50%)"

@@ -129,6 +129,21 @@ def test_the_report_holds_every_field_and_its_arithmetic(capsys, tmp_path):
     assert "One model to 85.0%" in out and "x the training time of the lesson's recipe" in out
 
 
+def test_without_pytorch_the_row_is_skipped_once_before_the_rounds_naming_make_bench(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    from jaxintro.commands import speedrun as command
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(command.importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["speedrun", "--dataset", "digits", "--seeds", "2", "--rounds", "2", "--epochs", "1",
+                 "--lesson-epochs", "1", "--batch-size", "64", "--target", "0.5", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    said = "torch-eager: skipped, torch is not installed (`make bench` installs it into .venv)"
+    assert out.count(said) == 1 and out.index(said) < out.index("round 1 of 2")
+    assert "timing torch-eager" not in out and "pip install" not in out
+
+
 def test_a_recipe_that_cannot_be_is_refused(capsys, tmp_path):
     assert main(["speedrun", "--dataset", "digits", "--seeds", "1", "--out", str(tmp_path)]) == 2
     assert "--seeds must be 2 or more" in capsys.readouterr().err

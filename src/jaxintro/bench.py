@@ -43,7 +43,7 @@ SIZES = LESSON_SIZES  # the rows train the lesson's MLP, whatever --hidden a run
 
 # Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
 # `skip_reason` translates it where the table is printed. The details after ": " are PyTorch's own words.
-TORCH_MISSING = N_("torch is not installed (pip install -e '.[torch]')")
+TORCH_MISSING = N_("torch is not installed (`make bench` installs it into .venv)")
 COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
 COMPILE_FAILED = N_("torch.compile failed")
 

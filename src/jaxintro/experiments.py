@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxintro.bench import torch_mlp
+from jaxintro.bench import TORCH_MISSING, torch_mlp
 from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
 from jaxintro.errors import ConfigError
@@ -242,7 +242,7 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
         try:
             report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(params, np.asarray(x), np.asarray(y), repeats)
         except ImportError:
-            report["torch_skipped"] = _("torch is not installed (pip install -e '.[torch]')")
+            report["torch_skipped"] = _(TORCH_MISSING)
     return report
 
 

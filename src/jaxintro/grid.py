@@ -127,7 +127,12 @@ def find_setting(config: TrainConfig, settings: Sequence[Setting], text: str) ->
     lr, wd = parse_setting(text)
     matches = [s for s in settings if math.isclose(s.lr, lr, rel_tol=1e-6)
                and (wd is None or math.isclose(s.weight_decay, wd, rel_tol=1e-6, abs_tol=1e-12))]
-    if len(matches) != 1:
+    if len(matches) > 1:  # a learning rate the sweep tried with several weight decays: which one
+        names = ", ".join(setting_name(config, s) for s in matches)
+        raise ConfigError(_("--setting {setting} names {count} settings of this sweep ({names}): add the weight decay, "
+                            "e.g. --setting {first}").format(setting=text, count=len(matches), names=names,
+                                                             first=setting_name(config, matches[0])))
+    if not matches:
         grid = ", ".join(setting_name(config, s) for s in settings)
         raise ConfigError(_("--setting {setting} is not one of this sweep's settings: {grid}").format(
             setting=text, grid=grid))

@@ -196,11 +196,13 @@ def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
     """The run's test accuracy as the Done line says it: one model's, the mean of several, a sweep's best setting."""
     if config.sweep:
         best = summary["best"]
-        return ngettext("{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g})",
-                        "{mean:.2f} ± {std:.2f}% at the best setting (lr {lr:g}; its {seeds} seeds' ensemble "
+        # The whole setting: two settings of a weight-decay grid share a learning rate.
+        setting = f"lr {best['lr']:g}" + (f", wd {best['weight_decay']:g}" if config.decays_weights else "")
+        return ngettext("{mean:.2f} ± {std:.2f}% at the best setting ({setting})",
+                        "{mean:.2f} ± {std:.2f}% at the best setting ({setting}; its {seeds} seeds' ensemble "
                         "{ensemble:.2f}%)", config.seeds).format(
-            mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], lr=best["lr"], seeds=config.seeds,
-            ensemble=100 * summary["ensemble_test_accuracy"])
+            mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], setting=setting,
+            seeds=config.seeds, ensemble=100 * summary["ensemble_test_accuracy"])
     if config.members > 1:
         trained = sum(member["test_accuracy"] is not None for member in summary["members"])
         if trained < config.members:  # the numbers are those of the members that trained: say how many

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import statistics
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from jaxintro import speedrun
+from jaxintro.bench import TORCH_MISSING
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
@@ -137,21 +139,24 @@ def evidence_report(recipe: Recipe, dataset: Any, args: argparse.Namespace) -> d
 def timed_rows(recipe: Recipe, dataset: Any, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """One model of each row, trained `args.rounds` times in turns: its curve and training seconds per round."""
     jobs = {"speedrun": lambda: speedrun.timed_run(recipe, dataset)}
+    skipped = {}
     if args.track == "time":
-        jobs["torch-eager"] = lambda: torch_or_none(recipe, dataset)
+        jobs["torch-eager"] = lambda: speedrun.torch_run(recipe, dataset)
+        if importlib.util.find_spec("torch") is None:  # said once, before the rounds, not once a round
+            skipped["torch-eager"] = _(TORCH_MISSING)
+            print(_("torch-eager: skipped, {why}").format(why=skipped["torch-eager"]), flush=True)
         jobs["lesson-recipe"] = lambda: speedrun.timed_run(dataclasses.replace(LESSON, epochs=args.lesson_epochs),
                                                            dataset)
         jobs["lesson-script"] = lambda: speedrun.lesson_script(dataset, args.lesson_epochs)
-    rows: dict[str, dict[str, Any]] = {name: {"rounds": []} for name in jobs}
+    rows: dict[str, dict[str, Any]] = {name: {"rounds": [], **({"skipped": skipped[name]} if name in skipped else {})}
+                                       for name in jobs}
     for round_ in range(args.rounds):
         for name, job in jobs.items():
+            if name in skipped:
+                continue
             print(_("  timing {row} (round {round} of {rounds}) ...").format(row=name, round=round_ + 1,
                                                                             rounds=args.rounds), flush=True)
-            result = job()
-            if result is None:
-                rows[name]["skipped"] = _("torch is not installed (pip install -e '.[torch]')")
-                continue
-            rows[name]["rounds"].append(result)
+            rows[name]["rounds"].append(job())
     for name, row in rows.items():
         if row["rounds"]:
             row.update(row_summary(row["rounds"], args.target, name == "speedrun"))
@@ -171,15 +176,6 @@ def row_summary(rounds: list[dict[str, Any]], target: float, record: bool) -> di
         row["compile_seconds"] = statistics.median(r["compile_seconds"] for r in rounds)
         row["setup_seconds"] = statistics.median(r["setup_seconds"] for r in rounds)
     return row
-
-
-def torch_or_none(recipe: Recipe, dataset: Any) -> dict[str, Any] | None:
-    """The recipe in PyTorch eager, or None when PyTorch is not installed."""
-    try:
-        import torch  # noqa: F401  (only to know whether the row can run)
-    except ImportError:
-        return None
-    return speedrun.torch_run(recipe, dataset)
 
 
 def headline(report: dict[str, Any], rows: dict[str, dict[str, Any]], load_seconds: float,
