@@ -260,6 +260,17 @@ def test_hint_without_n_is_for_the_first_exercise_that_does_not_pass(tmp_path, c
     assert hints(EXERCISES[1].slug, "en")[0] in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("lang, walk", [("en", "walk them by number"), ("es", "recórrelas por número")])
+def test_the_any_depth_message_shows_the_f_string_a_learner_would_write(lang, walk, tmp_path):
+    """Not `params[f"layer{{i}}"]`: the message is a value, never formatted again, so it holds single braces."""
+    exercise = by_number(13)  # the wrong definition after the reference's, as the wrong answers are checked
+    path = write(tmp_path, exercise, exercise.reference() + "\n\n" + (WRONG / "13_leaves_in_string_order.py").read_text())
+    i18n.set_language(lang)
+    verdict = check_file(exercise, path)
+    assert verdict.key == "layers_in_string_order"
+    assert f'{walk}, params[f"layer{{i}}"]' in verdict.message and "{{" not in verdict.message
+
+
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])

@@ -204,7 +204,7 @@ def check_any_depth(ns: dict) -> None:
                     "layers_in_string_order": _(
                         "the layers ran in jax.tree.leaves order, which sorts the keys as strings (layer1, layer10, "
                         "layer11, layer12, layer2, ...): count the layers with jax.tree.leaves, then walk them by "
-                        "number, params[f\"layer{{i}}\"]")}.get(key) or _(FORWARD_MISTAKES[key])
+                        "number, params[f\"layer{i}\"]")}.get(key) or _(FORWARD_MISTAKES[key])
             raise CheckFailed(key, _("mlp_forward({inputs}), {depth} layers: {what}").format(
                 inputs=inputs, depth=depth, what=what))
 
