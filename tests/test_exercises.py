@@ -271,6 +271,17 @@ def test_the_any_depth_message_shows_the_f_string_a_learner_would_write(lang, wa
     assert f'{walk}, params[f"layer{{i}}"]' in verdict.message and "{{" not in verdict.message
 
 
+@pytest.mark.parametrize("lang, says", [("en", "which axis to map (0) or that it maps none (None)"),
+                                        ("es", "qué eje mapear (0) o que no mapea ninguno (None)")])
+def test_a_wrong_in_axes_is_told_what_in_axes_means_not_its_answer(lang, says, tmp_path):
+    exercise = by_number(7)
+    path = write(tmp_path, exercise, exercise.reference() + "\n\n" + (WRONG / "07_in_axes_all_zero.py").read_text())
+    i18n.set_language(lang)
+    verdict = check_file(exercise, path)
+    assert verdict.key == "in_axes_params_batched" and says in verdict.message
+    assert "(None, None, 0)" not in verdict.message  # the answer itself is the learner's to write
+
+
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])

@@ -131,7 +131,8 @@ def check_vmap_in_axes(ns: dict) -> None:
             if "vmap" in exc.message:
                 raise CheckFailed("in_axes_params_batched", _(
                     "batched_predict({inputs}): vmap tried to map over w or b too ({error}): w and b are the same "
-                    "for every example, in_axes=(None, None, 0)").format(inputs=inputs, error=exc.message)) from exc
+                    "for every example; in_axes says, argument by argument, which axis to map (0) or that it maps "
+                    "none (None)").format(inputs=inputs, error=exc.message)) from exc
             raise
         rows = [np.asarray(x, np.float64) for x in np.asarray(xs)]
         want = np.stack([_predict(np.asarray(w, np.float64), np.asarray(b, np.float64), x) for x in rows])
