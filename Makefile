@@ -12,7 +12,7 @@ PO     := $(wildcard $(LOCALE)/*/LC_MESSAGES/*.po)
 SETUP  := scripts/venv.sh pyproject.toml constraints.txt setup.py $(PO)
 , := ,
 
-.PHONY: train test test-fast test-setup bench install clean messages serve browser notebooks mutation mutation-again \
+.PHONY: train test test-fast test-accelerator test-setup bench install clean messages serve browser notebooks mutation mutation-again \
 	mutation-exercises docs docs-serve
 
 # One stamp per set of extras (pyproject.toml), each installed once by scripts/venv.sh (uv; PIP=1 for pip).
@@ -58,6 +58,15 @@ test: test-setup
 
 test-fast: test-setup
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
+
+# The tests that must hold on every backend (`-m backend`: the lesson's math, per-example gradients, resume and the
+# checkpoint round trip, members as their single runs, the speedrun's arithmetic), in one process: on a TPU one
+# process at a time may hold the chip, so no workers and no child holds it. `make test` runs them on the CPU with
+# the rest. On an accelerator machine whose JAX is that accelerator's build, name its Python:
+# make test-accelerator ACCEL_PYTHON=python3 (docs/accelerators.md).
+ACCEL_PYTHON ?=
+test-accelerator: $(if $(ACCEL_PYTHON),,$(TESTING))
+	$(or $(ACCEL_PYTHON),$(BIN)/python) -m pytest -p no:xdist -m backend $(ARGS)
 
 # The tests' two set-ups side by side (-j2): .venv (uv) and the browser (apt-get, on a fresh Debian run as root).
 # Each waits mostly on its downloads; one after the other, a fresh `make test` would wait for both in turn.

@@ -328,6 +328,18 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     set_language()
 
 
+@pytest.fixture(autouse=True)
+def full_precision_off_the_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A `backend` test on an accelerator compares float32 results as the CPU computes them: its matmuls at full
+    float32 precision ("highest"; a TPU's default is one bfloat16 pass, docs/accelerators.md). On a CPU, nothing."""
+    jax = sys.modules.get("jax")
+    if request.node.get_closest_marker("backend") is None or jax is None or jax.default_backend() == "cpu":
+        yield
+        return
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 @pytest.fixture
 def cold_compile_cache(isolated_cache: Path) -> Path:
     """This test's own empty compile cache in place of the session's (for a test of what a first run compiles)."""

@@ -32,6 +32,7 @@ def train(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.backend
 @pytest.mark.parametrize("style, extra", [("jax", []), ("jax", ["--dropout", "0.2"]), ("linen", []),
                                           ("nnx", []), ("equinox", []), ("jax", ["--loop", "python"])])
 def test_resume_is_bit_identical(capsys, tmp_path, style, extra):

@@ -99,6 +99,7 @@ def write_meta(run: Path, step: int, **changes) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
+@pytest.mark.backend
 def test_the_newest_step_restores_whole_onto_one_device(saved):
     state, meta = checkpoint.restore(saved.run, template(saved))
     assert_same_state(state, saved.states[3])

@@ -32,6 +32,7 @@ def setup():
     return model, params, x, y
 
 
+@pytest.mark.backend
 def test_vmap_equals_a_python_loop_of_grad(setup):
     model, params, x, y = setup
     stacked = per_example_grads(params, model.apply, x, y)
@@ -41,6 +42,7 @@ def test_vmap_equals_a_python_loop_of_grad(setup):
             assert_close(got[i], want)
 
 
+@pytest.mark.backend
 def test_mean_of_per_example_grads_is_the_batch_gradient(setup):
     model, params, x, y = setup
     stacked = per_example_grads(params, model.apply, x, y)
@@ -49,6 +51,7 @@ def test_mean_of_per_example_grads_is_the_batch_gradient(setup):
         assert_close(jnp.mean(got, axis=0), want)
 
 
+@pytest.mark.backend
 def test_fast_norms_equal_vmap_and_loop(setup):
     model, params, x, y = setup
     vmapped = per_example_grad_norms_vmap(params, model.apply, x, y)
@@ -57,6 +60,7 @@ def test_fast_norms_equal_vmap_and_loop(setup):
     assert global_norms(per_example_grads(params, model.apply, x, y)).shape == (16,)
 
 
+@pytest.mark.backend
 def test_fast_norms_any_depth():
     model = build_model("jax", 20, (9, 8, 7, 6), 5)
     params = jax.jit(model.init)(jax.random.key(4))

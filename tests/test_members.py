@@ -204,6 +204,7 @@ def tiny_init(config: TrainConfig, calls: list[int]):
     return init_one
 
 
+@pytest.mark.backend
 def test_members_start_stacked_each_as_its_single_run_bit_for_bit():
     config = TrainConfig(seeds=3, seed=5)
     calls: list[int] = []

@@ -66,6 +66,28 @@ def test_make_train_installs_the_runtime_only_and_make_test_adds_its_extras():
     assert "ipykernel install --sys-prefix" in make_plan("notebooks"), "the kernel lives in .venv, not user-wide"
 
 
+def test_make_test_accelerator_runs_the_backend_tests_in_one_process():
+    """No workers (one process holds a TPU chip), the marked tests only; an accelerator's own Python when named."""
+    plan = make_plan("test-accelerator")
+    assert ".venv/bin/python -m pytest -p no:xdist -m backend" in plan and " -n " not in plan
+    named = subprocess.run(["make", "-n", "-B", "test-accelerator", "ACCEL_PYTHON=python3"], cwd=REPO,
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert named.strip() == "python3 -m pytest -p no:xdist -m backend"  # nothing installed over the machine's JAX
+
+
+def test_the_backend_tests_cover_what_must_hold_everywhere():
+    """The issue's list: the lesson's math, per-example gradients, resume = the uninterrupted run, the checkpoint
+    round trip, member k = its single run, the speedrun's arithmetic."""
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "backend", "-p", "no:randomly"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300).stdout
+    for covered in ("test_train.py::test_a_step_lowers_the_loss", "test_grads.py::test_vmap_equals_a_python_loop_of_grad",
+                    "test_checkpoint.py::test_resume_is_bit_identical",
+                    "test_checkpoint_units.py::test_the_newest_step_restores_whole_onto_one_device",
+                    "test_members.py::test_members_start_stacked_each_as_its_single_run_bit_for_bit",
+                    "test_speedrun.py::test_the_one_sided_test_is_students_t"):
+        assert covered in listed, covered
+
+
 def test_a_failed_set_up_says_what_failed_and_how_to_retry(tmp_path):
     done = subprocess.run(["bash", "scripts/venv.sh", str(tmp_path / "venv"), "training", ""], cwd=REPO,
                           capture_output=True, text=True, timeout=60,

@@ -26,6 +26,7 @@ def digits():
     return load_dataset("digits")
 
 
+@pytest.mark.backend
 def test_the_one_sided_test_is_students_t():
     # By hand: mean 0.9815, std (n - 1) 0.0012910, t = 0.0015 / (0.0012910 / 2) = 2.3238.
     t, p = speedrun.one_sided_test(np.array([0.981, 0.982, 0.983, 0.980]), 0.98)
@@ -41,6 +42,7 @@ def test_the_one_sided_test_is_students_t():
     assert speedrun.one_sided_test(np.full(5, 0.98, np.float32), np.float32(0.98))[1] == 1.0  # at the target: not above
 
 
+@pytest.mark.backend
 def test_seeds_exactly_at_the_target_are_not_above_it(digits):
     """The evidence counts correct images as integers: 9,800 of 10,000 is 0.98, not the float32 0.98000002 that
     a fraction computed on the device reads as (above 0.98, p = 0, a record claimed at the target itself)."""
@@ -54,6 +56,7 @@ def test_seeds_exactly_at_the_target_are_not_above_it(digits):
     assert jnp.issubdtype(correct.dtype, jnp.integer)  # a count, whatever the test set's size
 
 
+@pytest.mark.backend
 def test_the_target_epoch_is_the_first_whose_seeds_pass():
     curves = np.array([[0.90, 0.981, 0.985, 0.990], [0.91, 0.979, 0.986, 0.991], [0.92, 0.983, 0.984, 0.989]])
     assert speedrun.target_epoch(curves, 0.98, 0.01) == 3  # epoch 2's mean is above 0.98, but not significantly
@@ -62,6 +65,7 @@ def test_the_target_epoch_is_the_first_whose_seeds_pass():
     assert speedrun.seconds_to(10.0, 4, 3) == 7.5 and speedrun.seconds_to(10.0, 4, None) is None
 
 
+@pytest.mark.backend
 def test_one_recipe_trains_one_model_however_it_is_compiled(digits):
     """The whole run as one program, one program per epoch and the lesson's loop on host data are the same training:
     the same curve (the ablation of the programs changes time only). Seed 0 of the vmapped evidence is this model

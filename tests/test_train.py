@@ -23,6 +23,7 @@ from jaxintro.members import ensemble_accuracy
 from jaxintro.train import Trainer, fit
 
 
+@pytest.mark.backend
 def test_cross_entropy_by_hand():
     logits = jnp.array([[0.0, 0.0], [np.log(3.0), 0.0]])
     labels = jnp.array([0, 0])
@@ -31,6 +32,7 @@ def test_cross_entropy_by_hand():
     assert float(cross_entropy(logits, labels)) == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.backend
 def test_loss_fn_is_the_cross_entropy_of_the_models_logits_with_its_key():
     seen = []
 
@@ -50,6 +52,7 @@ def test_loss_fn_is_the_cross_entropy_of_the_models_logits_with_its_key():
     assert float(loss) == pytest.approx(float(loss_fn(params, apply, x, y)))
 
 
+@pytest.mark.backend
 def test_accuracy_by_hand():
     logits = jnp.array([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 1.0, 0.0]])
     assert float(accuracy(logits, jnp.array([1, 0, 0, 1]))) == 0.75
@@ -63,6 +66,7 @@ def test_scale_images(x64):
     np.testing.assert_allclose(out, [[0.0, 1.0, 0.2]], rtol=1e-6)
 
 
+@pytest.mark.backend
 def test_plan_epoch_drops_the_partial_batch_and_reshuffles():
     key = jax.random.key(0)
     key2, perm, dropout = plan_epoch(key, 1000, 128)
@@ -77,6 +81,7 @@ def test_plan_epoch_drops_the_partial_batch_and_reshuffles():
     assert data(dropout).tolist() == data(drops).tolist()
 
 
+@pytest.mark.backend
 def test_a_step_lowers_the_loss(tiny):
     config = TrainConfig(dataset="digits", batch_size=64, epochs=1)
     trainer = Trainer.create(config, tiny)
@@ -130,6 +135,7 @@ def test_the_epochs_training_accuracy_is_its_running_accuracy(tiny):
     assert result.history[1].train_accuracy > result.history[0].train_accuracy
 
 
+@pytest.mark.backend
 def test_training_learns_the_synthetic_task(tiny):
     result = fit(TrainConfig(epochs=5, batch_size=32), tiny, log=lambda _: None)
     losses = [row.loss for row in result.history]
@@ -137,6 +143,7 @@ def test_training_learns_the_synthetic_task(tiny):
     assert result.history[-1].test_accuracy > 0.9
 
 
+@pytest.mark.backend
 def test_same_seed_same_metrics_to_the_last_digit(tiny):
     config = TrainConfig(epochs=2, batch_size=32, seed=7)
     a = fit(config, tiny, log=lambda _: None)
@@ -149,6 +156,7 @@ def test_same_seed_same_metrics_to_the_last_digit(tiny):
     assert c.history[0].loss != a.history[0].loss
 
 
+@pytest.mark.backend
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 def test_scan_and_python_loops_train_the_same_function(tiny, dropout):
     config = TrainConfig(epochs=2, batch_size=32, dropout=dropout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -125,6 +126,12 @@ def check_per_example_grads(ns: dict) -> None:
         try:
             got = attempt(jax.jit(per_example), params, x, y, name="per_example_grads", inputs=inputs)
         except CheckFailed as exc:
+            if _failed_in_the_batch_loss(exc):  # the commonest mistake: vmap hands loss_fn one example, not a batch
+                raise CheckFailed("example_not_a_batch", _(
+                    "per_example_grads({inputs}): the given loss_fn failed ({error}): under vmap it receives one "
+                    "example, x of shape (features,) and y a single label, but it expects a batch; differentiate "
+                    "a loss of one example that gives loss_fn a batch of one").format(
+                    inputs=inputs, error=_first_line(exc.__cause__))) from exc
             if "inconsistent sizes" in exc.message or "vmap got" in exc.message:
                 raise CheckFailed("in_axes_params_batched", _(
                     "per_example_grads({inputs}): vmap tried to map over the params too (in_axes=(0, 0, 0)?): the "
@@ -158,6 +165,17 @@ def check_per_example_grads(ns: dict) -> None:
             "per_example_grads builds a bigger program for a bigger batch ({small} operations for 2 examples, "
             "{big} for 6): a Python loop over the examples; jax.vmap gives one program for any batch").format(
             small=sizes[0], big=sizes[1]))
+
+
+def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
+    """Whether what the learner's code raised came from inside the given `loss_fn` (a batch's loss) on bad shapes."""
+    cause = exc.__cause__
+    frames = traceback.extract_tb(cause.__traceback__) if cause is not None else []
+    return isinstance(cause, (IndexError, TypeError, ValueError)) and any(f.name == "loss_fn" for f in frames)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
 
 
 def _check_norms(got, grads: dict, inputs: str) -> None:

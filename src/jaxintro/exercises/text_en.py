@@ -224,6 +224,11 @@ HINTS = {
 
 # A hint for one mistake, keyed by the check's key: `hint` shows it first when the last check failed with it.
 KEY_HINTS = {
+    "per_example_grads": {
+        "example_not_a_batch": "vmap runs its function on one example at a time: x has lost its batch axis. The given "
+            "loss_fn wants a batch, so differentiate def example_loss(p, xi, yi): return loss_fn(p, xi[None], "
+            "yi[None]).",
+    },
     "scan": {
         "carry_is_input": "The carry is what the next step receives as m: it must be the new average, not the input"
             " x.",

@@ -235,6 +235,11 @@ HINTS = {
 
 # A hint for one mistake, keyed by the check's key: `hint` shows it first when the last check failed with it.
 KEY_HINTS = {
+    "per_example_grads": {
+        "example_not_a_batch": "vmap ejecuta su función con un ejemplo cada vez: x ha perdido su eje de lote. La "
+            "loss_fn dada quiere un lote, así que deriva def example_loss(p, xi, yi): return loss_fn(p, xi[None], "
+            "yi[None]).",
+    },
     "scan": {
         "carry_is_input": "El carry es lo que el paso siguiente recibe como m: debe ser la media nueva, no la "
             "entrada x.",
