@@ -299,10 +299,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # What an in-process `main()` sets in JAX's global config and a later test would inherit (the compile cache
-# pointed into an earlier test's tmp folder, say).
+# pointed into an earlier test's tmp folder, say), and the matmul precision a run's `--matmul-precision` sets.
 JAX_CACHE_FLAGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
-                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
-DEFAULT_JAX_CACHE_FLAGS = dict(zip(JAX_CACHE_FLAGS, (True, None, 1.0, 0)))  # JAX's own, for a test that imported it
+                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes",
+                   "jax_default_matmul_precision")
+DEFAULT_JAX_CACHE_FLAGS = dict(zip(JAX_CACHE_FLAGS, (True, None, 1.0, 0, None)))  # JAX's own, for a test that imported it
 
 
 @pytest.fixture(autouse=True)

@@ -127,3 +127,29 @@ def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tm
     (linked / "jaxintro").symlink_to(cold_compile_cache.parent, target_is_directory=True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(linked))
     assert cache() == "hit"
+
+
+def test_matmul_precision_is_a_runs_own_and_reaches_its_compiled_dots(tmp_path, capsys):
+    """`--matmul-precision highest`: saved with the run, set while it trains (and while it is evaluated), and in
+    the epoch program every dot asks for it; `default` leaves JAX's own. A resume cannot change it."""
+    import jax
+
+    from jaxintro.config import TrainConfig
+    from jaxintro.data import load_dataset
+    from jaxintro.runtime import set_matmul_precision
+    from jaxintro.train import Trainer
+
+    run = tmp_path / "r"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--matmul-precision", "highest",
+                 "--run-dir", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["matmul_precision"] == "highest"
+    assert jax.config.jax_default_matmul_precision == "highest"
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--matmul-precision", "default"]) == 2
+    assert "cannot honour --matmul-precision" in capsys.readouterr().err
+    digits = load_dataset("digits")
+    for precision, dots in (("highest", "HIGHEST"), ("default", None)):
+        set_matmul_precision(precision)
+        trainer = Trainer.create(TrainConfig(dataset="digits", matmul_precision=precision), digits)
+        state, train, _test = trainer.place(trainer.init_state(), digits)
+        text = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, *train).as_text()
+        assert (dots in text) if dots else ("HIGHEST" not in text), precision

@@ -18,8 +18,8 @@ import warnings
 from typing import Sequence
 
 from jaxintro import __version__
-from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MODELS, OPTIMIZERS, PARALLEL,
-                             PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
+from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MATMUL_PRECISIONS, MODELS, OPTIMIZERS,
+                             PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
@@ -193,6 +193,9 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_fl
                    if member_flags
                    else _("data-parallel devices"))
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
+    p.add_argument("--matmul-precision", default=d.matmul_precision, choices=MATMUL_PRECISIONS,
+                   help=_("float32 matmuls: default (one bfloat16 pass on a TPU, float32 on a CPU), high, or highest "
+                          "(float32 everywhere, slower on a TPU)"))
 
 
 Commands = argparse._SubParsersAction  # what `add_subparsers` returns: one parser per command

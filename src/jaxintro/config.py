@@ -22,6 +22,8 @@ OPTIMIZERS = tuple(DECAYS_WEIGHTS)
 SCHEDULES = ("constant", "warmup-cosine")
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
+# `jax.default_matmul_precision` for float32 products: a TPU's default is one bfloat16 pass, a CPU's full float32.
+MATMUL_PRECISIONS = ("default", "high", "highest")
 # The lesson's MLP: MNIST's 28x28 pixels, two hidden layers of 256 and 128, ten digits. Written here only.
 LESSON_SIZES = (784, 256, 128, 10)
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
@@ -64,6 +66,7 @@ class TrainConfig:
     loop: str = "scan"
     devices: int = 1  # data-parallel devices; with several members, the devices they spread over (1: chosen)
     parallel: str = "shard_map"
+    matmul_precision: str = "default"  # float32 matmuls: the backend's default, or JAX's "high" / "highest"
 
     def __post_init__(self) -> None:
         # Checked on construction, so no copy (`dataclasses.replace`, `from_json`) escapes the rules.
@@ -77,6 +80,7 @@ class TrainConfig:
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("loop", self.loop, LOOPS)
         _choice("parallel", self.parallel, PARALLEL)
+        _choice("matmul-precision", self.matmul_precision, MATMUL_PRECISIONS)
         _int_range("epochs", self.epochs, 1, 100_000)
         _int_range("batch-size", self.batch_size, 1, 1 << 20)
         _int_range("warmup-steps", self.warmup_steps, 0, 1 << 40)

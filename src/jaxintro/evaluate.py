@@ -21,6 +21,7 @@ from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
 from jaxintro.models import Model, model_for
 from jaxintro.optim import build_optimizer
+from jaxintro.runtime import set_matmul_precision
 
 
 class LoadedRun(NamedTuple):
@@ -68,6 +69,7 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
     """Rebuild the model a run trained and restore its latest parameters (several members: those it is used through)."""
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
+    set_matmul_precision(config.matmul_precision)  # evaluated as it trained (a TPU's default is one bfloat16 pass)
     info = dataset_from_meta(run_dir, meta)
     if info is None:
         raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")

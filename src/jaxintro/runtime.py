@@ -23,8 +23,10 @@ def _on_event(event: str, **_: object) -> None:
         _events["misses"] += 1
 
 
-def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: int = 1) -> Path | None:
-    """Set JAX up before first use: the CPU device count and the persistent compile cache (its folder, or None).
+def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: int = 1,
+                  matmul_precision: str = "default") -> Path | None:
+    """Set JAX up before first use: the CPU device count, float32 matmuls' precision (`--matmul-precision`) and the
+    persistent compile cache (its folder, or None).
 
     `devices` must exist (`--devices`); `cpu_devices` are created if JAX has not started yet, else the
     devices it has are used (members spread over what there is).
@@ -39,12 +41,19 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: 
                                     "run jaxintro in a fresh process").format(wanted=devices, seen=len(jax.devices()))
                                   ) from None
     # Set either way: a process that runs several commands (tests, notebooks) must not keep an earlier choice.
+    set_matmul_precision(matmul_precision)
     # JAX decides once per process whether (and where) its cache is used; forget that decision first.
     from jax.experimental.compilation_cache import compilation_cache
 
     compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", compile_cache)
     return enable_compile_cache() if compile_cache else None
+
+
+def set_matmul_precision(precision: str) -> None:
+    """Float32 matmuls from now on: "default" (the backend's: one bfloat16 pass on a TPU), "high" or "highest"
+    (full float32). Read when a program is traced, so set before anything compiles (docs/accelerators.md)."""
+    jax.config.update("jax_default_matmul_precision", None if precision == "default" else precision)
 
 
 def enable_compile_cache(directory: Path | None = None) -> Path:

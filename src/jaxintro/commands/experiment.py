@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir = writable_dir(args.out or f"runs/experiment-{args.name}", "--out")
     from jaxintro.runtime import configure_jax
 
-    configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache)
+    configure_jax(devices=config.devices, compile_cache=not args.no_compile_cache,
+                  matmul_precision=config.matmul_precision)
     from jaxintro import experiments
 
     dataset = load_dataset(config.dataset, config.data_dir)

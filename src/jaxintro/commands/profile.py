@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from jaxintro.runtime import configure_jax
 
     # No persistent cache: the HLO text, the cost analysis and the traced program come from one fresh compile.
-    configure_jax(devices=config.devices, compile_cache=False)
+    configure_jax(devices=config.devices, compile_cache=False, matmul_precision=config.matmul_precision)
 
     dataset = load_dataset(config.dataset, config.data_dir)
     print(ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "

@@ -75,7 +75,8 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     except (OSError, ValueError, TypeError, AttributeError, ConfigError):  # the checkpoint's config speaks below
         known = TrainConfig()
     check_processes(known, cluster)  # before joining: the others must not wait for a refused process
-    configure_jax(devices=known.devices, cpu_devices=cpu_devices_wanted(known), compile_cache=not args.no_compile_cache)
+    configure_jax(devices=known.devices, cpu_devices=cpu_devices_wanted(known), compile_cache=not args.no_compile_cache,
+                  matmul_precision=known.matmul_precision)
     _join(cluster, run_dir, "--resume")
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = claim_run_dir(args.run_dir) if primary else Path(args.run_dir)
     try:
         configure_jax(devices=config.devices, cpu_devices=cpu_devices_wanted(config),
-                      compile_cache=not args.no_compile_cache)
+                      compile_cache=not args.no_compile_cache, matmul_precision=config.matmul_precision)
         _join(cluster, run_dir, "--run-dir",
               on_give_up=lambda: discard_run_dir(run_dir, created=created) if primary else None)
         return train_run(args, config, run_dir, resuming=False)
