@@ -70,8 +70,8 @@ def test_make_test_accelerator_runs_the_backend_tests_in_one_process():
     """No workers (one process holds a TPU chip), the marked tests only; an accelerator's own Python when named."""
     plan = make_plan("test-accelerator")
     assert ".venv/bin/python -m pytest -p no:xdist -m backend" in plan and " -n " not in plan
-    named = subprocess.run(["make", "-n", "-B", "test-accelerator", "ACCEL_PYTHON=python3"], cwd=REPO,
-                           capture_output=True, text=True, timeout=60, check=True).stdout
+    named = subprocess.run(["make", "--no-print-directory", "-n", "-B", "test-accelerator", "ACCEL_PYTHON=python3"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
     assert named.strip() == "python3 -m pytest -p no:xdist -m backend"  # nothing installed over the machine's JAX
 
 

@@ -24,17 +24,11 @@ def check_init_params(ns: dict) -> None:
 
     @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=3)
     def shapes(case):
-        seed, sizes = case
-        params = attempt(init_params, jax.random.key(seed), sizes, name="init_params",
-                         inputs=describe(key=key_text(seed), sizes=sizes))
-        wanted = {f"layer{i + 1}": {"b": (b,), "w": (a, b)} for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))}
-        got = jax.tree.map(lambda leaf: tuple(np.shape(leaf)), params) if isinstance(params, dict) else params
-        if got != wanted:
-            raise CheckFailed("shape", _("init_params({inputs}) gave {got}; expected {wanted}").format(
-                inputs=describe(key=key_text(seed), sizes=sizes), got=got, wanted=wanted))
+        _check_init_shapes(init_params, *case)
 
     shapes()
-    sizes = (16, 16, 16, 16)
+    _check_init_shapes(init_params, 0, (16,) * 6)  # five layers: an answer that assumes the lesson's three fails
+    sizes = (16,) * 6  # five layers: an answer that assumes the lesson's three splits too few keys
     inputs = describe(key=key_text(0), sizes=sizes)
     a = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
     again = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
@@ -62,11 +56,22 @@ def check_init_params(ns: dict) -> None:
     _check_he_scale(init_params)
 
 
+def _check_init_shapes(init_params, seed: int, sizes: tuple[int, ...]) -> None:
+    """One layer per pair of sizes, each `w` (in, out) and `b` (out,)."""
+    params = attempt(init_params, jax.random.key(seed), sizes, name="init_params",
+                     inputs=describe(key=key_text(seed), sizes=sizes))
+    wanted = {f"layer{i + 1}": {"b": (b,), "w": (a, b)} for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))}
+    got = jax.tree.map(lambda leaf: tuple(np.shape(leaf)), params) if isinstance(params, dict) else params
+    if got != wanted:
+        raise CheckFailed("shape", _("init_params({inputs}) gave {got}; expected {wanted}").format(
+            inputs=describe(key=key_text(seed), sizes=sizes), got=got, wanted=wanted))
+
+
 def _check_keys_split(params: dict, inputs: str) -> None:
     """No two layers drawn from one key, and the given key itself not used (it was split)."""
-    ws = [np.asarray(params[f"layer{i}"]["w"]) for i in (1, 2, 3)]
-    for i in range(3):
-        for j in range(i + 1, 3):
+    ws = [np.asarray(params[f"layer{i}"]["w"]) for i in range(1, len(params) + 1)]
+    for i in range(len(ws)):
+        for j in range(i + 1, len(ws)):
             if np.allclose(ws[i] / ws[i].std(), ws[j] / ws[j].std(), atol=1e-5):
                 raise CheckFailed("key_reused", _(
                     "init_params({inputs}): layer{i} and layer{j} have the same weights (up to scale): one key "

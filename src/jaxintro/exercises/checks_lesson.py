@@ -16,6 +16,7 @@ from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, 
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
 from jaxintro.i18n import _
 
+EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
 RATE, WIDTH = 0.2, 1024  # with 1024 units a kept fraction is known to +-0.015: 0.64 and 0.8 never mix up
 
 
@@ -303,7 +304,10 @@ def check_jit_timing(ns: dict) -> None:
     runs = []
 
     def f(x):
-        runs.append(isinstance(x, jax.core.Tracer))  # traced: inside jax.jit; concrete: run eagerly
+        traced = isinstance(x, jax.core.Tracer)  # traced: inside jax.jit; concrete: run eagerly
+        runs.append(traced)
+        if not traced:  # without jit every call runs this Python: at least EAGER_S a call; a jitted call skips it
+            time.sleep(EAGER_S)
         return jnp.tanh(x) @ jnp.tanh(x).T
 
     result = attempt(compare_jit, f, jnp.ones((8, 8)), repeats=2, name="compare_jit", inputs="f, x, repeats=2")
@@ -315,6 +319,12 @@ def check_jit_timing(ns: dict) -> None:
     if all(runs):
         raise CheckFailed("nojit_missing", _("compare_jit only ran f under jax.jit: time f itself too, "
                                              "without jit"))
+    if not result["jit"] < EAGER_S <= result["nojit"]:
+        raise CheckFailed("times_swapped", _(
+            "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager} s "
+            "whenever it runs without jit: the two times are swapped, or not f's own; \"nojit\" is time_call(f, "
+            "...), \"jit\" is time_call(jax.jit(f), ...)").format(nojit=float(result["nojit"]),
+                                                                   jit=float(result["jit"]), eager=EAGER_S))
 
 
 def _tree_st():

@@ -237,12 +237,13 @@ def check_cond(ns: dict) -> None:
 def check_split_keys(ns: dict) -> None:
     """Shape (n, *x.shape); the key decides; every copy its own key; the parent key unused; standard normal noise."""
     noisy = jax.jit(ns["noisy_copies"], static_argnums=2)
-    x, n = jnp.arange(128.0), 16  # 2048 numbers: their mean and std are known to +-0.05
-    inputs = describe(key=key_text(0), x=x, n=n)
-    out = attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)
-    if np.shape(out) != (n, 128):
-        raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected (16, 128)").format(
-            inputs=inputs, got=np.shape(out)))
+    # Two sizes an answer cannot assume: 2048 numbers (their mean and std known to +-0.05), then a 2-D x.
+    for x, n in ((jnp.arange(24.0).reshape(4, 6), 3), (jnp.arange(128.0), 16)):
+        inputs = describe(key=key_text(0), x=x, n=n)
+        out = attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)
+        if np.shape(out) != (n, *x.shape):
+            raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected {wanted}: n copies of "
+                                         "x's shape").format(inputs=inputs, got=np.shape(out), wanted=(n, *x.shape)))
     noise = np.asarray(out) - np.asarray(x)
     if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)),
                           np.asarray(out)):
