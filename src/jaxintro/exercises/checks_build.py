@@ -263,9 +263,12 @@ def check_train_step(ns: dict) -> None:
     @examples(mlp_st, n=2)
     def agrees(case):
         seed, batch, sizes = case
-        params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch, sizes[0], sizes[-1])
+        # Two examples or more (a batch of one hides a mean taken wrong), and a state that has seen a step: with a
+        # fresh one, a step that restarts the optimizer would look right.
+        params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
-        state = optimizer.init(params)
+        fresh = optimizer.init(params)
+        state = reference(params, fresh, *make_batch(seed + 1, batch + 1, sizes[0], sizes[-1]))[1]  # another batch's
         out = attempt(train_step, params, state, x, y, name="train_step", inputs=inputs)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
@@ -282,6 +285,7 @@ def check_train_step(ns: dict) -> None:
             uphill = [jax.tree.map(lambda p, q: 2 * p - q, params, want_params)]
             uphill += [jax.tree.map(lambda p, g: p + lr * g, params, grads) for lr in rates]
             key = ("params_not_updated" if close(out[0], params, tol=0.0)
+                   else "opt_state_restarted" if close(out[0], reference(params, fresh, x, y)[0], tol=1e-5)
                    else "moved_up_the_gradient" if any(close(out[0], step, tol=1e-5) for step in uphill)
                    else "optimizer_not_used" if any(close(out[0], step) for step in sgd)
                    else "mismatch")
@@ -292,6 +296,10 @@ def check_train_step(ns: dict) -> None:
                                         " (they moved up the gradient, so the loss grows: optax.apply_updates adds "
                                         "the updates, which already point downhill)"),
                                     "optimizer_not_used": _(" (a plain p - lr * g step: use optimizer.update)"),
+                                    "opt_state_restarted": _(
+                                        " (they are a first step's: the step ignored the opt_state it was given, "
+                                        "which holds Adam's moments and step count; update with that state, "
+                                        "never a new optimizer.init)"),
                                     "mismatch": ""}[key]))
         if not close(out[1], want_state, tol=1e-5):
             raise CheckFailed("opt_state_not_updated", _(

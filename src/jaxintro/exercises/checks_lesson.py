@@ -49,14 +49,19 @@ def check_dropout(ns: dict) -> None:
             "forward({inputs}): both examples of the batch got the same mask: draw a mask of h.shape, "
             "(batch, units), not (units,)").format(inputs=inputs))
     _check_masks(a, inputs)
+    half = describe(x=ones, rate=0.5) + ", key=" + key_text(0)
+    _check_masks(np.asarray(attempt(jax.jit(lambda k: forward(probe, ones, key=k, rate=0.5)), jax.random.key(0),
+                                    name="forward", inputs=half)), half, 0.5)
 
 
-def _check_masks(out: np.ndarray, inputs: str) -> None:
-    """The kept fraction and the kept value tell how many masks were applied, from how many keys, and the scale."""
+def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:
+    """The kept fraction and the kept value tell how many masks were applied, from how many keys, and the scale.
+
+    At a second rate (0.5), a kept fraction of the first rate's means a rate written into the code."""
     kept = float(np.mean(out != 0))
-    scale = 1.0 / (1.0 - RATE) ** 2
-    expected = {"ok": (1 - RATE) ** 2, "key_reused": 1 - RATE, "dropout_on_logits": (1 - RATE) ** 3,
-                "keep_is_rate": RATE ** 2}
+    scale = 1.0 / (1.0 - rate) ** 2
+    expected = {"ok": (1 - rate) ** 2, "key_reused": 1 - rate, "dropout_on_logits": (1 - rate) ** 3}
+    expected.update({"keep_is_rate": rate ** 2} if rate == RATE else {"rate_ignored": (1 - RATE) ** 2})
     found = min(expected, key=lambda k: abs(expected[k] - kept))
     if abs(expected[found] - kept) > 0.06:
         found = "wrong_fraction"
@@ -69,10 +74,12 @@ def _check_masks(out: np.ndarray, inputs: str) -> None:
                           "expected): bernoulli(key, 1 - rate, shape) gives the mask of kept units"),
         "wrong_fraction": _("kept {kept:.0%} of units through two layers; with rate {rate} it should be about "
                             "{want:.0%}"),
+        "rate_ignored": _("with rate {rate} it kept {kept:.0%} of units, what rate 0.2 keeps ({want:.0%} expected): "
+                          "the mask and the scale must use the rate forward is given, not a number in the code"),
     }
     if found != "ok":
         raise CheckFailed(found, _("forward({inputs}): ").format(inputs=inputs) + messages[found].format(
-            kept=kept, want=(1 - RATE) ** 2, rate=RATE))
+            kept=kept, want=(1 - rate) ** 2, rate=rate))
     values = np.unique(np.round(out[out != 0], 4))
     if not np.allclose(values, scale, rtol=1e-3):
         raise CheckFailed("not_scaled", _(
@@ -415,9 +422,16 @@ def _check_curve(curve) -> None:
     batches = [(jnp.asarray(rng.normal(size=(8, 4)) * 3, jnp.float32), jnp.asarray(rng.normal(size=(8, 1)) * 5,
                                                                                       jnp.float32))
                for _ in range(4)]
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05))
-    inputs = describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
-                      optimizer="clip_by_global_norm(1.0) + sgd(0.05)")
+    # Two optimizers: the curve follows the one it is given, and Adam's state, unlike SGD's, must be carried along.
+    for tx, label in ((optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05)), "clip_by_global_norm(1.0) + "
+                       "sgd(0.05)"), (optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.1)),
+                                      "clip_by_global_norm(0.5) + adam(0.1)")):
+        _check_curve_with(curve, params, batches, tx, describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
+                                                               optimizer=label))
+
+
+def _check_curve_with(curve, params: dict, batches: list, tx: optax.GradientTransformation, inputs: str) -> None:
+    """One curve: the raw gradient norms of the steps `tx` takes from `params` over `batches`."""
     returned = attempt(curve, params, batches, tx, name="grad_norm_curve", inputs=inputs)
     if not hasattr(returned, "shape"):
         raise CheckFailed("curve_not_array", _(
