@@ -2,7 +2,7 @@
 
 Not loaded by default: `JAXINTRO_COMPILE_EVENTS=events.jsonl PYTHONPATH=tests .venv/bin/python -m pytest -p compile_events`
 appends one JSON line per test: its id, wall seconds, seconds in JAX's backend compile (a cache hit's lookup
-included), and the persistent cache's hits and misses (docs/testing.md, "the compile cache every test had missed").
+included), and the persistent cache's hits and misses (how a cache every test missed was found: git log -S compile_events).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # How the suite's processes compile, beside JAX's `jax_disable_most_optimizations` (isolated_session), for what the
 # tests run: many small programs, each for a moment. XLA emits element-wise code with its older emitter, whose programs
 # compile with less CPU and run as correctly, a little slower; `torch.compile` (the benchmark's PyTorch row) writes
-# plain loops instead of SIMD ones, which g++ compiles faster (docs/testing.md has the measurements). Every process of
+# plain loops instead of SIMD ones, which g++ compiles faster (measured in commit 648c44a's message). Every process of
 # the suite keeps the flag, a user's compile too (`as_users_compile`): XLA reads it once per process, and a run trained
 # in a test's own process is compared bit for bit with one trained in a process it starts. So the documented numbers
 # the suite checks are computed with it (every check passed), and its trainings on full MNIST run a little slower
