@@ -308,6 +308,15 @@ def check_jit_timing(ns: dict) -> None:
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
     if seconds > 1.5 * work_s:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
+    # Another count of repeats: a division by a number written in the code (or by repeats + 1) shows there.
+    other = _FakeJitted(compile_s, work_s)
+    seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
+        f"repeats={repeats}", "repeats=3")))
+    if not 0.85 * work_s <= seconds <= 1.5 * work_s:
+        raise CheckFailed("not_per_call", _(
+            "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
+            "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
+            seconds=seconds, work_s=work_s))
     runs = []
 
     def f(x):
