@@ -19,8 +19,8 @@ from jaxintro.errors import ConfigError
 from jaxintro.grid import diverged_in, headline_accuracy
 from jaxintro.i18n import N_, _, ngettext, printable
 from jaxintro.runs import (CLAIM_FILE, CONFIG_FILE, RESOLVED_DATASET, RESULT_FILE, claim_is_live, committed_epochs,
-                           foreign_entries, has_checkpoint, is_finished, is_own_config, locked, read_config,
-                           read_metrics, read_result, read_run_file, remove_own_files)
+                           foreign_entries, has_checkpoint, is_finished, is_own_config, locked, read_claim,
+                           read_config, read_metrics, read_result, remove_own_files)
 
 
 def describe_run(run_dir: Path) -> dict[str, Any] | None:
@@ -190,6 +190,6 @@ def newest_finished_run(root: Path = Path("runs"), now: dt.datetime | None = Non
 def claimed_here(run_dir: Path) -> bool:
     """Whether `run_dir` was claimed by a process of this machine (its claim names this host)."""
     try:
-        return (read_run_file(run_dir / CLAIM_FILE, 4096) or "").strip().partition(" ")[2] == socket.gethostname()
+        return read_claim(run_dir)[1] == socket.gethostname()
     except ValueError:
         return False

@@ -127,41 +127,37 @@ def json_safe(value: Any) -> Any:
 def read_run_file(path: Path, limit: int = MAX_RUN_FILE_BYTES) -> str | None:
     """A text file of a run folder (None: absent), or a ValueError that says why not; never a hang.
 
-    Regular files only, not followed through a link (a FIFO would block, a link to /dev/zero never end),
-    and at most `limit` bytes.
+    `read_bounded`, not followed through a link: a file of the folder is the folder's, not what it points to.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_bounded(path, limit, follow_links=False)
     except FileNotFoundError:
         return None
     except OSError as exc:
         why = _("a symbolic link") if exc.errno == errno.ELOOP else exc.strerror
         raise ValueError(_("{name}: {why}").format(name=path.name, why=why)) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(_("{name}: not a regular file").format(name=path.name))
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ValueError(_("{name}: larger than {limit:,} bytes").format(name=path.name, limit=limit))
-    try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(_("{name}: not UTF-8 text").format(name=path.name)) from None
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
-    """A file's bytes, a regular file only (a FIFO would block, /dev/zero never end) and at most `limit` (else an
-    OSError): the rule for a file a run names outside its folder (its dataset's, which are verified once read)."""
-    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as f:  # a FIFO: no wait
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
+    """A file's bytes, a regular file only (a FIFO would block, /dev/zero never end) and at most `limit`, or an
+    OSError saying why not: the read rule, for a run folder's files (links not followed) and for a dataset's
+    that a run names (followed: the user's own data folder may link its files; they are verified once read)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags)  # O_NONBLOCK: a FIFO opens at once, then the check below refuses it
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, _("not a regular file"), str(path))
-        raw = f.read(limit + 1)
-    if len(raw) > limit:
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
         raise OSError(errno.EFBIG, _("larger than {limit:,} bytes").format(limit=limit), str(path))
-    return raw
+    return data
 
 
 def parse_json(text: str, name: str) -> Any:
@@ -257,10 +253,16 @@ def _write_claim(marker: Path) -> None:
             raise
 
 
+def read_claim(run_dir: Path) -> tuple[str, str]:
+    """The claim's `(pid, host)` as written (`12345 host`; empty where there is none), or a ValueError."""
+    pid, _space, host = (read_run_file(run_dir / CLAIM_FILE, 4096) or "").strip().partition(" ")
+    return pid, host
+
+
 def claim_is_live(run_dir: Path) -> bool:
     """Whether the process that claimed `run_dir` still runs (on this host; another host's claim counts as live)."""
     try:
-        pid_text, _space, host = (read_run_file(run_dir / CLAIM_FILE, 4096) or "").strip().partition(" ")
+        pid_text, host = read_claim(run_dir)
         pid = int(pid_text)
     except (OSError, ValueError):
         return False  # no marker, or one from an older version: nobody holds it
