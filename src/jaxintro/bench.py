@@ -90,13 +90,18 @@ def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: floa
     one holds no device."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "matmul.json"
-        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "matmul", str(n or 0), str(repeats), str(out)],
-                              capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0 or not out.exists():
-            raise JaxintroError(_("bench: measuring the matmul rate failed (exit {code}): {line}").format(
-                code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
+        in_child(N_("measuring the matmul rate"), ["matmul", str(n or 0), str(repeats), str(out)], out, timeout)
         rate = json.loads(out.read_text())
         return float(rate["gflops"]), int(rate["n"])
+
+
+def in_child(what: str, args: list[str], out: Path, timeout: float) -> None:
+    """`python -m jaxintro.bench ARGS` in a child process, which writes `out`; a JaxintroError naming `what` if not."""
+    proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", *args], capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0 or not out.exists():
+        raise JaxintroError(_("bench: {what} failed (exit {code}): {line}").format(
+            what=_(what), code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
 
 
 def matmul_gflops(n: int | None = None, repeats: int = 10) -> float:
@@ -154,11 +159,8 @@ def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repe
     """`make_plan` in a child process, on the backend the rows run on (its draws are that backend's bits)."""
     data, out = folder / "data.npz", folder / "plan.npz"
     np.savez(data, x=x, y=y)
-    proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", "plan", str(data), str(out), str(seed), str(repeats),
-                           str(nojit_steps)], capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0 or not out.exists():
-        raise JaxintroError(_("bench: making the plan failed (exit {code}): {line}").format(
-            code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
+    in_child(N_("making the plan"), ["plan", str(data), str(out), str(seed), str(repeats), str(nojit_steps)], out,
+             timeout)
     return Plan.load(out)
 
 
