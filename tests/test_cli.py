@@ -153,3 +153,35 @@ def test_matmul_precision_is_a_runs_own_and_reaches_its_compiled_dots(tmp_path, 
         state, train, _test = trainer.place(trainer.init_state(), digits)
         text = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, *train).as_text()
         assert (dots in text) if dots else ("HIGHEST" not in text), precision
+
+
+# What JAX raised on a TPU machine while another process held the chip (jaxintro train, 6 December 2026).
+CHIP_HELD = ("Unable to initialize backend 'tpu': ABORTED: Internal error when accessing libtpu multi-process lockfile. "
+             "Run \"$ sudo rm /tmp/libtpu_lockfile\". (set JAX_PLATFORMS='' to automatically choose an available backend)")
+
+
+@pytest.mark.parametrize("message, said", [(CHIP_HELD, "the TPU is held by another process"),
+                                           ("Unable to initialize backend 'cuda': INTERNAL: no CUDA devices. ",
+                                            "JAX could not open the CUDA (INTERNAL: no CUDA devices.)")])
+def test_a_device_that_cannot_be_opened_is_one_line(message, said, monkeypatch, capsys, tmp_path, digits_run):
+    def refuse(*args, **kwargs):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr("jax.devices", refuse)
+    monkeypatch.setattr("jax.default_backend", refuse)
+    for argv in (["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(tmp_path / "run")],
+                 ["evaluate", str(digits_run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and "JAX_PLATFORMS=cpu" in err and "sudo" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_any_other_runtime_error_is_not_mistaken_for_a_device(monkeypatch, tmp_path):
+    def fail(*args, **kwargs):
+        raise RuntimeError("Unable to initialize the plot")
+
+    monkeypatch.setattr("jax.devices", fail)
+    monkeypatch.setattr("jax.default_backend", fail)
+    with pytest.raises(RuntimeError, match="the plot"):
+        main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(tmp_path / "run")])

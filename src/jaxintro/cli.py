@@ -20,7 +20,7 @@ from typing import Sequence
 from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, LOOPS, MATMUL_PRECISIONS, MODELS, OPTIMIZERS,
                              PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
-from jaxintro.errors import JaxintroError, TrainingDivergedError
+from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
 from jaxintro.runs import stopped_line
@@ -480,6 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_WRITE_FAULT
     except JaxintroError as exc:
         print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
+        return EXIT_ERROR
+    except RuntimeError as exc:
+        if (line := device_unavailable(exc)) is None:
+            raise
+        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=line), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(_("jaxintro {command}: interrupted").format(command=args.command), file=sys.stderr)
