@@ -19,7 +19,7 @@ from jaxintro import bench
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import JaxintroError
-from jaxintro.hlo import op_flops, parse_hlo
+from jaxintro.hlo import op_flops, op_kind, parse_hlo
 from jaxintro.profile import (
     TraceOp,
     attribute_wall_time,
@@ -96,6 +96,33 @@ def test_op_table_is_per_step_and_counts_dot_flops_from_the_hlo():
     assert (row.calls_per_step, row.us_per_step, row.wall_us_per_step) == (1.0, 10.0, 10.0)
     assert row.gflops == pytest.approx(2 * 32 * 16 * 64 / 10e3)
     assert (table.gaps_us_per_step, table.window_us_per_step, table.outside_us_per_step) == (2.5, 12.5, 2.5)
+
+
+# A TPU's compiled step writes its matmuls as convolutions with no spatial dimensions, inside fusions (cut from the
+# optimized HLO of `jit_train_epoch` on a TPU v5e, 6 December 2026): the first layer's forward product.
+TPU_FUSION = """HloModule jit_train_epoch, entry_computation_layout={()->f32[128,256]{1,0}}
+
+%fused_computation.13.clone.1 (param_0.665: f32[784,256], param_1.903: f32[128,784]) -> f32[128,256] {
+  %param_1.903 = f32[128,784]{1,0:T(8,128)} parameter(1)
+  %param_0.665 = f32[784,256]{1,0:T(8,128)S(1)} parameter(0)
+  ROOT %convolution.25 = f32[128,256]{1,0:T(8,128)} convolution(%param_1.903, %param_0.665), dim_labels=bf_io->bf, metadata={op_name="jit(train_epoch)/while/body/closed_call/jvp()/dot_general" stack_frame_id=86}
+}
+
+ENTRY %main.1 () -> f32[128,256] {
+  %a = f32[784,256]{1,0:T(8,128)} parameter(0)
+  %b = f32[128,784]{1,0:T(8,128)} parameter(1)
+  ROOT %fusion.172 = f32[128,256]{1,0:T(8,128)} fusion(%a, %b), kind=kOutput, calls=%fused_computation.13.clone.1
+}
+"""
+
+
+def test_a_tpus_matmul_convolution_counts_its_flops():
+    module = parse_hlo(TPU_FUSION)
+    assert op_flops(module, "fusion.172") == 2 * 128 * 256 * 784  # 2*M*N*K, K the kernel's input features
+    assert op_kind(module, "fusion.172") == "fusion (dot)"
+    spatial = parse_hlo(TPU_FUSION.replace("dim_labels=bf_io->bf", "dim_labels=b0f_0io->b0f").replace(
+        "%param_0.665 = f32[784,256]{1,0:T(8,128)S(1)}", "%param_0.665 = f32[3,784,256]{2,1,0}"))
+    assert op_flops(spatial, "fusion.172") == 0  # a real convolution is not a matmul: not counted as one
 
 
 def test_roofline_takes_the_lower_of_compute_and_memory():

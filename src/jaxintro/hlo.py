@@ -165,7 +165,7 @@ def shape_dims(shape: str) -> tuple[int, ...]:
 
 
 def op_flops(module: HloModule, name: str) -> int:
-    """Matmul FLOPs of one execution of an op: 2*M*N*K per dot, summed over the dots a fusion holds."""
+    """Matmul FLOPs of one execution of an op: 2*M*N*K per dot (or a TPU's matmul convolution), summed over a fusion."""
     op = module.ops.get(name)
     if op is None:
         return 0
@@ -177,9 +177,26 @@ def op_flops(module: HloModule, name: str) -> int:
         contracted = math.prod(lhs[int(d)] for d in found.group(1).split(",") if d) if found else 1
         # Every output element is a K-long dot product: K multiplies and K adds.
         return 2 * math.prod(shape_dims(op.shape)) * contracted
+    if op.opcode == "convolution":
+        return matmul_convolution_flops(module, op)
     if op.opcode == "fusion":
         return sum(op_flops(module, inner) for comp in op.called for inner in module.computations.get(comp, []))
     return 0
+
+
+def matmul_convolution_flops(module: HloModule, op: HloOp) -> int:
+    """A TPU writes a matmul as a convolution with no spatial dimensions (`dim_labels=bf_io->bf`): 2*M*N*K, K the
+    kernel's input-feature size. A convolution with spatial dimensions (none in an MLP) counts 0."""
+    found = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", op.attrs)
+    if found is None or any(ch.isdigit() for ch in found.group(0)) or len(op.operands) < 2:
+        return 0
+    kernel_shape = op.operand_shapes[1] if len(op.operand_shapes) > 1 and op.operand_shapes[1] else \
+        getattr(module.ops.get(op.operands[1]), "shape", "")
+    kernel = shape_dims(kernel_shape)
+    labels = found.group(2)
+    if len(kernel) != len(labels) or "i" not in labels:
+        return 0
+    return 2 * math.prod(shape_dims(op.shape)) * kernel[labels.index("i")]
 
 
 def op_kind(module: HloModule, name: str) -> str:
