@@ -408,8 +408,8 @@ def test_memory_estimate_refuses_what_would_not_fit():
     config = TrainConfig(seeds=8)
     sizes = (784, 256, 128, 10)
     need = estimate_memory_bytes(config, sizes, 60_000)
-    # Parameters, moments, gradients: 235,146 floats per member, ten copies; the data once.
-    assert need > 8 * 10 * 4 * 235_146 + 60_000 * 784
+    # Parameters, moments, gradients, update, new values: 235,146 floats per member, six copies; the data once.
+    assert need > 8 * 6 * 4 * 235_146 + 60_000 * 784
     assert check_memory(config, sizes, 60_000, available=64 * 2**30) == need
     with pytest.raises(ConfigError, match=r"8 members need about .* GiB.*at most about 4 at once"):
         check_memory(config, sizes, 60_000, available=int(need / 0.6 / 2 + 1))
@@ -423,9 +423,9 @@ def test_too_many_members_for_memory_is_refused_before_anything_is_written(tmp_p
 
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2 * 2**30)  # whatever this machine has
     run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits", "--seeds", "500", "--run-dir", str(run)]) == 2
+    assert main(["train", "--dataset", "digits", "--seeds", "5000", "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "500 members need about" in err and "GiB available" in err and len(err.strip().splitlines()) == 1
+    assert "5000 members need about" in err and "GiB available" in err and len(err.strip().splitlines()) == 1
     assert not run.exists()
 
 

@@ -339,7 +339,7 @@ def test_a_model_too_big_for_memory_is_refused_before_anything_is_allocated(tmp_
     proc = subprocess.run(["sh", "-c", f"ulimit -v {8 << 20} && exec " + shlex.join(argv)], capture_output=True,
                           text=True, timeout=300)
     line = the_one_line(proc, 2)
-    assert "this model needs about 13" in line and "3,604,560,010 parameters" in line
+    assert "this model needs about 81.6 GiB" in line and "3,604,560,010 parameters" in line
     assert "GiB available; use narrower layers (--hidden) or a smaller --batch-size" in line
     assert not run.exists()
 

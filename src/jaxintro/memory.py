@@ -32,17 +32,18 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
                           copies: int = 1) -> int:
     """What training `config.members` MLPs of `sizes` over `devices` needs, from shapes alone (nothing compiled).
 
-    Per model: parameters, gradients, the optimizer's two moments and the update (five copies),
-    twice over because the epoch's inputs are donated while its outputs are written; the step's
-    activations and their gradients; an evaluation chunk's activations; the epoch's permutation.
-    `copies`: how many times each model is held in this memory (one model replicated over N CPU
-    devices: N). Once per device: the data, as uint8. An upper bound: members train in groups
-    (`--member-group`), so only a group's activations live at once.
+    Per model: six copies of the parameters while a step runs (the parameters and the optimizer's two
+    moments, donated to the step, beside the gradients, the update and the new values), the step's
+    activations and their gradients, and the epoch's permutation. `copies`: how many times each model
+    is held in this memory (one model replicated over N CPU devices: N). Once per device: the data, as
+    uint8, and an evaluation chunk's inputs and activations. On a TPU v5e this came to 1.1 to 1.5
+    times the chip's measured peak for 1 to 256 lesson MLPs (docs/accelerators.md): an upper bound
+    that is not a wild one.
     """
     activations = sum(sizes)
-    per_model = BYTES * (10 * param_total(sizes) + 3 * config.batch_size * activations + 2 * EVAL_CHUNK * activations)
-    per_model += BYTES * num_train
-    return config.members * copies * per_model + devices * num_train * sizes[0]
+    per_model = BYTES * (6 * param_total(sizes) + 3 * config.batch_size * activations + num_train)
+    per_device = num_train * sizes[0] + BYTES * EVAL_CHUNK * (sizes[0] + activations)
+    return config.members * copies * per_model + devices * per_device
 
 
 def available_memory_bytes() -> int:
