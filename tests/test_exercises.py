@@ -282,6 +282,41 @@ def test_a_wrong_in_axes_is_told_what_in_axes_means_not_its_answer(lang, says, t
     assert "(None, None, 0)" not in verdict.message  # the answer itself is the learner's to write
 
 
+def wrong_verdict(number: int, wrong: str, lang: str, tmp_path: Path) -> Verdict:
+    """The verdict on the reference with the wrong answer `wrong` (a file of tests/exercises_wrong) after it."""
+    exercise = by_number(number)
+    path = write(tmp_path, exercise, exercise.reference() + "\n\n" + (WRONG / wrong).read_text())
+    i18n.set_language(lang)
+    return check_file(exercise, path)
+
+
+@pytest.mark.parametrize("lang, says, where", [("en", "use jax.lax.cond (jnp.where would compute both", "jnp.where or"),
+                                               ("es", "usa jax.lax.cond (jnp.where calcularía las dos", "o jnp.where")])
+def test_exercise_9s_python_if_is_told_lax_cond_not_the_where_it_rejects(lang, says, where, tmp_path):
+    verdict = wrong_verdict(9, "09_python_if.py", lang, tmp_path)
+    assert verdict.key == "python_if_on_traced" and says in verdict.message and where not in verdict.message
+    elsewhere = wrong_verdict(2, "02_python_if.py", lang, tmp_path)  # any other exercise keeps both ways
+    assert "jax.lax.cond" in elsewhere.message and "jnp.where" in elsewhere.message
+
+
+@pytest.mark.parametrize("lang, one, both", [
+    ("en", "the branch for x < 0 takes the square root of a negative number", "the branches are swapped"),
+    ("es", "la rama para x < 0 saca la raíz cuadrada de un número negativo", "las ramas están intercambiadas")])
+def test_a_wrong_negative_branch_is_not_called_swapped_branches(lang, one, both, tmp_path):
+    verdict = wrong_verdict(9, "09_sqrt_of_negative.py", lang, tmp_path)
+    assert verdict.key == "branch_sqrt_of_negative" and one in verdict.message and both not in verdict.message
+    swapped = wrong_verdict(9, "09_swapped.py", lang, tmp_path)
+    assert swapped.key == "branches_swapped" and both in swapped.message
+
+
+@pytest.mark.parametrize("lang, says, never", [("en", "split that key into one key per copy", "also split"),
+                                               ("es", "divide esa clave en una por copia", "también")])
+def test_one_draw_with_the_key_is_not_told_it_split_the_key(lang, says, never, tmp_path):
+    for wrong in ("10_one_draw_with_the_key.py", "10_parent_key.py"):
+        verdict = wrong_verdict(10, wrong, lang, tmp_path)
+        assert verdict.key == "parent_key_used" and says in verdict.message and never not in verdict.message
+
+
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])

@@ -47,8 +47,12 @@ def learner_line(exc: BaseException) -> int | None:
     return lines[-1] if lines else None
 
 
-def attempt(fn: Callable, *args: Any, name: str, inputs: str, **kwargs: Any) -> Any:
-    """Call the learner's `fn`; turn what it raises into a `CheckFailed` that says what to look at."""
+def attempt(fn: Callable, *args: Any, name: str, inputs: str, branch_fix: str | None = None, **kwargs: Any) -> Any:
+    """Call the learner's `fn`; turn what it raises into a `CheckFailed` that says what to look at.
+
+    `branch_fix`: what replaces a Python `if` on a traced value here (default: `jax.lax.cond` or `jnp.where`;
+    exercise 9, whose gradient `jnp.where` poisons, says only `jax.lax.cond`).
+    """
     try:
         return fn(*args, **kwargs)
     except CheckFailed:
@@ -59,8 +63,9 @@ def attempt(fn: Callable, *args: Any, name: str, inputs: str, **kwargs: Any) -> 
     except (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError) as exc:
         raise CheckFailed("python_if_on_traced", _(
             "{name}({inputs}) under jax.jit: line {line} needs a concrete value (a Python `if`, `bool()`, "
-            "`float()` or `int()` on a traced array); under jit an array is a tracer: use jax.lax.cond or "
-            "jnp.where").format(name=name, inputs=inputs, line=learner_line(exc) or "?")) from exc
+            "`float()` or `int()` on a traced array); under jit an array is a tracer: use {fix}").format(
+            name=name, inputs=inputs, line=learner_line(exc) or "?",
+            fix=branch_fix or _("jax.lax.cond or jnp.where"))) from exc
     except jax.errors.TracerArrayConversionError as exc:
         raise CheckFailed("numpy_on_traced", _(
             "{name}({inputs}) under jax.jit: line {line} turns a traced array into a NumPy array; use jax.numpy "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -203,23 +205,23 @@ def check_cond(ns: dict) -> None:
     signed_sqrt = ns["signed_sqrt"]
     jitted = jax.jit(signed_sqrt)
 
+    only_cond = _("jax.lax.cond (jnp.where would compute both branches, and the gradient of the one not taken is "
+                  "NaN)")
+
+    def at(x: float) -> float:
+        return float(attempt(jitted, jnp.float32(x), name="signed_sqrt", inputs=f"x={x}", branch_fix=only_cond))
+
     @examples(st.sampled_from([4.0, -9.0, 0.0, 2.25, -0.25, 100.0]), n=6)
     def agrees(x):
-        got = attempt(jitted, jnp.float32(x), name="signed_sqrt", inputs=f"x={x}")
+        got = at(x)
         want = np.sign(x) * np.sqrt(abs(x))
         if not close(got, want):
-            key = ("lost_sign" if close(got, np.sqrt(abs(x))) else "branches_swapped" if not np.isfinite(float(got))
-                   else "mismatch")
-            why = {"lost_sign": _(" (the sign is lost)"),
-                   "branches_swapped": _(" (the branches are swapped: sqrt of a negative number is NaN)"),
-                   "mismatch": ""}[key]
-            raise CheckFailed(key, _("signed_sqrt({x}) = {got}, expected {want}{why}").format(
-                x=x, got=float(got), want=want, why=why))
+            raise CheckFailed(*sqrt_mistake(x, got, want, at))
 
     agrees()
     # 0.25: between 0 and 1, where a condition on x >= 1 (not x >= 0) would take the wrong branch.
     xs = jnp.asarray([4.0, -4.0, 0.25])
-    got = attempt(jax.vmap(signed_sqrt), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs))
+    got = attempt(jax.vmap(signed_sqrt), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs), branch_fix=only_cond)
     if not close(got, np.asarray([2.0, -2.0, 0.5])):
         raise CheckFailed("mismatch", _("jax.vmap(signed_sqrt)([4, -4, 0.25]) = {got}, expected [2, -2, 0.5]").format(
             got=numbers(got)))
@@ -232,6 +234,23 @@ def check_cond(ns: dict) -> None:
             ).format(x=x, grad=grad))
         if not close(grad, 0.25):
             raise CheckFailed("mismatch", _("jax.grad(signed_sqrt)({x}) = {grad}, expected 0.25").format(x=x, grad=grad))
+
+
+def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]) -> tuple[str, str]:
+    """The key and message of a wrong `signed_sqrt(x)`: a NaN on both sides is swapped branches, on one side that
+    side's branch alone (e.g. -jnp.sqrt(v) for a negative v)."""
+    if close(got, np.sqrt(abs(x))):
+        key, why = "lost_sign", _(" (the sign is lost)")
+    elif np.isfinite(got):
+        key, why = "mismatch", ""
+    elif not (np.isfinite(at(4.0)) or np.isfinite(at(-4.0))):
+        key, why = "branches_swapped", _(" (the branches are swapped: each takes the square root of a negative number, "
+                                         "which is NaN)")
+    else:
+        key, why = "branch_sqrt_of_negative", _(" (the branch for x < 0 takes the square root of a negative number, "
+                                                "which is NaN: take it of -x there)") if x < 0 else _(
+            " (the branch for x >= 0 takes the square root of a negative number, which is NaN: take it of x there)")
+    return key, _("signed_sqrt({x}) = {got}, expected {want}{why}").format(x=x, got=got, want=want, why=why)
 
 
 def check_split_keys(ns: dict) -> None:
@@ -259,8 +278,9 @@ def check_split_keys(ns: dict) -> None:
     parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape))
     if any(np.allclose(row, parent, atol=1e-5) for row in noise):
         raise CheckFailed("parent_key_used", _(
-            "noisy_copies({inputs}): a copy's noise was drawn with the key you were given, which you also split: "
-            "after a split, use only the new keys").format(inputs=inputs))
+            "noisy_copies({inputs}): a copy's noise is what the key you were given draws by itself: split that key "
+            "into one key per copy (jax.random.split(key, n)) and draw each copy's noise with its own; the key you "
+            "were given draws nothing").format(inputs=inputs))
     if abs(noise.mean()) > 0.15 or not 0.85 < noise.std() < 1.15:
         raise CheckFailed("not_standard_normal", _(
             "noisy_copies({inputs}): the noise has mean {mean:.2f} and std {std:.2f}; jax.random.normal gives mean 0 "
