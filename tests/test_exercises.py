@@ -317,6 +317,18 @@ def test_one_draw_with_the_key_is_not_told_it_split_the_key(lang, says, never, t
         assert verdict.key == "parent_key_used" and says in verdict.message and never not in verdict.message
 
 
+@pytest.mark.parametrize("number, wrong, en, es", [
+    (2, "02_reshape_one_image.py", "a reshape that keeps the batch axis", "un reshape que conserva el eje del lote"),
+    (3, "03_one_hot_without_classes.py", "needs the number of classes", "necesita el número de clases"),
+    (5, "05_one_d_mask.py", "needs a last axis of 1 first, mask[:, None]", "necesita antes un último eje de 1"),
+    (13, "13_from_layer0.py", "the dictionary has no key 'layer0'", "el diccionario no tiene la clave 'layer0'")])
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_a_raw_error_of_jax_or_python_comes_with_what_to_look_at(number, wrong, en, es, lang, tmp_path):
+    verdict = wrong_verdict(number, wrong, lang, tmp_path)
+    assert verdict.key == "raised" and {"en": en, "es": es}[lang] in verdict.message, verdict.message
+    assert "of your file" in verdict.message or "de tu archivo" in verdict.message  # the line is still named
+
+
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])

@@ -84,8 +84,28 @@ def attempt(fn: Callable, *args: Any, name: str, inputs: str, branch_fix: str | 
 
 def _raised(exc: Exception, name: str, inputs: str) -> CheckFailed:
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return CheckFailed("raised", _("{name}({inputs}) raised {error}: {detail} (line {line} of your file)").format(
-        name=name, inputs=inputs, error=type(exc).__name__, detail=first, line=learner_line(exc) or "?"))
+    said = _("{name}({inputs}) raised {error}: {detail} (line {line} of your file)").format(
+        name=name, inputs=inputs, error=type(exc).__name__, detail=first, line=learner_line(exc) or "?")
+    look = what_to_look_at(exc)
+    return CheckFailed("raised", f"{said}; {look}" if look else said)
+
+
+def what_to_look_at(exc: Exception) -> str:
+    """A sentence on where a common error of JAX or Python comes from in a learner's code ("" for any other)."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and text.startswith("cannot reshape array"):
+        return _("a reshape keeps the number of elements: the x above is a whole batch (batch, features), which "
+                 "the layers take as it is; a reshape that keeps the batch axis is x.reshape(x.shape[0], -1)")
+    if isinstance(exc, TypeError) and "one_hot() missing" in text:
+        return _("jax.nn.one_hot(labels, num_classes) needs the number of classes: the logits' last axis, "
+                 "logits.shape[-1]")
+    if "Incompatible shapes for broadcasting" in text:
+        return _("shapes broadcast from their last axis: one value per row (shape (n,)) against rows (shape (n, m)) "
+                 "needs a last axis of 1 first, mask[:, None]")
+    if isinstance(exc, KeyError):
+        return _("the dictionary has no key {key}: print its keys (sorted(params)) to see how they are named and "
+                 "numbered").format(key=text)
+    return ""
 
 
 def examples(strategy: Any, n: int = 6) -> Callable[[Callable], Callable[[], None]]:
