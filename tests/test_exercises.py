@@ -68,6 +68,8 @@ def test_each_typical_wrong_answer_fails_with_the_hint_it_deserves(path, number,
     verdict = check_file(exercise, write(tmp_path, exercise, exercise.reference() + "\n\n" + path.read_text()))
     assert (verdict.passed, verdict.key) == (False, key), verdict.message
     assert verdict.message and "\n" not in verdict.message
+    # Numbers a learner compares are printed alike: never 16 digits beside 5 (a float's repr beside a format).
+    assert not re.search(r"\d\.\d{7,}", verdict.message), verdict.message
 
 
 def test_every_exercise_has_at_least_three_typical_wrong_answers():
@@ -327,6 +329,15 @@ def test_a_raw_error_of_jax_or_python_comes_with_what_to_look_at(number, wrong, 
     verdict = wrong_verdict(number, wrong, lang, tmp_path)
     assert verdict.key == "raised" and {"en": en, "es": es}[lang] in verdict.message, verdict.message
     assert "of your file" in verdict.message or "de tu archivo" in verdict.message  # the line is still named
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+@pytest.mark.parametrize("number, wrong", [(4, "04_loss_after_step.py"), (9, "09_lost_sign.py"),
+                                           (15, "15_norm_leaf_sum.py")])
+def test_a_value_and_its_expected_value_are_printed_alike(number, wrong, lang, tmp_path):
+    verdict = wrong_verdict(number, wrong, lang, tmp_path)
+    decimals = {len(found) for found in re.findall(r"\d\.(\d+)", verdict.message.split("=", 1)[-1])}
+    assert len(decimals) == 1 and decimals <= {4, 5}, verdict.message
 
 
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):

@@ -275,9 +275,9 @@ def check_train_step(ns: dict) -> None:
                                            "{what}").format(what=type(out).__name__))
         want_params, want_state, want_loss, grads = reference(params, state, x, y)
         if not close(out[2], want_loss):
-            raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got}; the loss at the "
+            raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got:.5f}; the loss at the "
                                                    "params it was given is {want:.5f}").format(
-                inputs=inputs, got=out[2], want=float(want_loss)))
+                inputs=inputs, got=float(np.asarray(out[2])), want=float(want_loss)))
         if not close(out[0], want_params, tol=1e-5):
             rates = (1e-3, 1e-2, 1e-1, 1.0)
             sgd = [jax.tree.map(lambda p, g: p - lr * g, params, grads) for lr in rates]

@@ -367,8 +367,9 @@ def check_clipping(ns: dict) -> None:
         if not close(got, want):
             key = ("norm_not_global" if close(got, sum(np.linalg.norm(g) for g in leaves))
                    else "norm_squared" if close(got, want ** 2) else "mismatch")
-            raise CheckFailed(key, _("global_norm({inputs}) = {got}; the norm of all the leaves together is "
-                                     "{want:.4f}").format(inputs=describe(grads=grads), got=got, want=want))
+            raise CheckFailed(key, _("global_norm({inputs}) = {got:.4f}; the norm of all the leaves together is "
+                                     "{want:.4f}").format(inputs=describe(grads=grads), got=float(np.asarray(got)),
+                                                          want=want))
 
     norms()
     _check_clipped(clipped)
