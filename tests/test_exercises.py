@@ -320,9 +320,10 @@ def test_one_draw_with_the_key_is_not_told_it_split_the_key(lang, says, never, t
 
 
 @pytest.mark.parametrize("number, wrong, en, es", [
-    (2, "02_reshape_one_image.py", "a reshape that keeps the batch axis", "un reshape que conserva el eje del lote"),
+    (2, "02_reshape_one_image.py", "take sizes from the arrays (x.shape[0], -1)",
+     "toma los tamaños de los propios arrays (x.shape[0], -1)"),
     (3, "03_one_hot_without_classes.py", "needs the number of classes", "necesita el número de clases"),
-    (5, "05_one_d_mask.py", "needs a last axis of 1 first, mask[:, None]", "necesita antes un último eje de 1"),
+    (5, "05_one_d_mask.py", "needs a last axis of 1 first, v[:, None]", "necesita antes un último eje de 1"),
     (13, "13_from_layer0.py", "the dictionary has no key 'layer0'", "el diccionario no tiene la clave 'layer0'")])
 @pytest.mark.parametrize("lang", ["en", "es"])
 def test_a_raw_error_of_jax_or_python_comes_with_what_to_look_at(number, wrong, en, es, lang, tmp_path):

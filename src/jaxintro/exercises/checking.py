@@ -94,17 +94,18 @@ def what_to_look_at(exc: Exception) -> str:
     """A sentence on where a common error of JAX or Python comes from in a learner's code ("" for any other)."""
     text = str(exc)
     if isinstance(exc, TypeError) and text.startswith("cannot reshape array"):
-        return _("a reshape keeps the number of elements: the x above is a whole batch (batch, features), which "
-                 "the layers take as it is; a reshape that keeps the batch axis is x.reshape(x.shape[0], -1)")
+        return _("a reshape keeps the number of elements, and a size written into the code holds only for the "
+                 "inputs you had in mind: take sizes from the arrays (x.shape[0], -1), so that the batch axis and "
+                 "every other size follow the inputs above")
     if isinstance(exc, TypeError) and "one_hot() missing" in text:
         return _("jax.nn.one_hot(labels, num_classes) needs the number of classes: the logits' last axis, "
                  "logits.shape[-1]")
     if "Incompatible shapes for broadcasting" in text:
-        return _("shapes broadcast from their last axis: one value per row (shape (n,)) against rows (shape (n, m)) "
-                 "needs a last axis of 1 first, mask[:, None]")
+        return _("shapes broadcast from their last axis: compare the shapes above from the right; one value per row "
+                 "(shape (n,)) against rows (shape (n, m)) needs a last axis of 1 first, v[:, None]")
     if isinstance(exc, KeyError):
-        return _("the dictionary has no key {key}: print its keys (sorted(params)) to see how they are named and "
-                 "numbered").format(key=text)
+        return _("the dictionary has no key {key}: print its keys to see how they are named and numbered (code "
+                 "meant for any pytree walks its leaves, jax.tree.leaves, instead of naming them)").format(key=text)
     return ""
 
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
@@ -126,10 +127,13 @@ def check_per_example_grads(ns: dict) -> None:
     """vmap(grad) equals a Python loop of grads, has a batch axis, is one program for any batch; the norms are global."""
     per_example, norms = ns["per_example_grads"], ns["grad_norms"]
 
-    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([1, 3])), n=3)
+    # Two models of other sizes: a size written into the answer (5 features, say) holds for one of them only.
+    @example((0, 3, (7, 3, 5, 2)))
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([1, 3]), st.sampled_from([(5, 4, 6, 3), (7, 3, 5, 2)])),
+              n=3)
     def agrees(case):
-        seed, batch = case
-        params, (x, y) = make_params(seed, (5, 4, 6, 3)), make_batch(seed, batch, 5, 3)
+        seed, batch, sizes = case
+        params, (x, y) = make_params(seed, sizes), make_batch(seed, batch, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
         try:
             got = attempt(jax.jit(per_example), params, x, y, name="per_example_grads", inputs=inputs)
@@ -166,6 +170,13 @@ def check_per_example_grads(ns: dict) -> None:
         _check_norms(got_norms, want, inputs)
 
     agrees()
+    # grad_norms of any pytree of per-example gradients, not only the 3 layers of the lesson's MLP.
+    rng = np.random.default_rng(5)
+    tree = {"encoder": [jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
+                        jnp.asarray(rng.normal(size=(4, 2, 2)), jnp.float32)],
+            "scale": jnp.asarray(rng.normal(size=(4,)), jnp.float32)}
+    got_norms = attempt(jax.jit(norms), tree, name="grad_norms", inputs=describe(grads=tree))
+    _check_norms(got_norms, tree, describe(grads=tree))
     params = make_params(0, (5, 4, 6, 3))
     sizes = [len(jax.make_jaxpr(per_example)(params, *make_batch(0, b, 5, 3)).eqns) for b in (2, 6)]
     if sizes[0] != sizes[1]:
@@ -204,12 +215,14 @@ def _check_norms(got, grads: dict, inputs: str) -> None:
 
 
 def check_any_depth(ns: dict) -> None:
-    """Agrees with the lesson's 3-layer forward, then with the reference at depths 1 to 6 and at 12 layers."""
+    """Agrees with the lesson's 3-layer forward, then with the reference at depths 1 to 6, 12 and 25 layers."""
     mlp_forward = jax.jit(ns["mlp_forward"])
     cases = [(depth, (4, *[5 + (i % 2) for i in range(depth - 1)], 3)) for depth in (3, 1, 2, 4, 5, 6)]
     # Twelve layers, whose keys sort as strings in another order than their numbers (layer10 before layer2):
     # square first, so that walking them in jax.tree.leaves order runs and gives numbers that name the mistake.
     cases += [(12, (4,) * 13), (12, (4, *[5 + (i % 2) for i in range(11)], 3))]
+    # And deeper than any cap an answer might write into its loop (range(1, 13), say).
+    cases += [(25, (4, *[5 + (i % 2) for i in range(24)], 3))]
     for depth, sizes in cases:
         params, (x, _y) = make_params(depth, sizes), make_batch(depth, 2, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x)
@@ -221,6 +234,11 @@ def check_any_depth(ns: dict) -> None:
                     "mlp_forward works with 3 layers but not with {depth}: {error}; loop over however many "
                     "layers the params hold").format(depth=depth, error=exc.message)) from exc
             raise
+        if np.shape(got) != (x.shape[0], sizes[-1]):  # not every layer ran (a loop with a cap), or too many did
+            raise CheckFailed("depth_hard_coded" if depth != 3 else "mismatch", _(
+                "mlp_forward({inputs}), {depth} layers: the output has shape {got}, not {want}; loop over however "
+                "many layers the params hold").format(inputs=inputs, depth=depth, got=np.shape(got),
+                                                      want=(x.shape[0], sizes[-1])))
         if not close(got, _reference_forward(params, x)):
             key = ("layers_in_string_order" if close(got, _reference_forward(params, x, string_order=True))
                    else diagnose_forward(got, params, x))

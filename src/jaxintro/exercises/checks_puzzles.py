@@ -7,6 +7,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, numbers, snapshot,
@@ -27,6 +28,10 @@ def check_immutable_update(ns: dict) -> None:
     """Equal to a NumPy copy with row i replaced, under jit with i and value traced; `a` unchanged."""
     set_row = jax.jit(ns["set_row"])
 
+    # The explicit cases pair each row with each value: an answer that reads the value from the index (or the
+    # index from the value) cannot match them both.
+    @example((1, (4,), 0, -1.5))
+    @example((2, (3, 2), 2, 5.0))
     @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([(4,), (3, 2)]), st.integers(0, 2),
                         st.sampled_from([5.0, -1.5])), n=4)
     def agrees(case):
@@ -122,10 +127,12 @@ def check_vmap_in_axes(ns: dict) -> None:
     """Equal to `predict` on each row, under jit; one program for any batch (vmap, not a Python loop)."""
     batched = ns["batched_predict"]
 
-    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([3, 4])), n=3)
+    # Other class counts too: an answer that assumes the 2 outputs of the first case is told so.
+    @example((0, 3, 3))
+    @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([3, 4]), st.sampled_from([2, 4])), n=3)
     def agrees(case):
-        seed, batch = case
-        w, b, xs = _array(seed, (5, 2)), _array(seed + 1, (2,)), _array(seed + 2, (batch, 5))
+        seed, batch, classes = case
+        w, b, xs = _array(seed, (5, classes)), _array(seed + 1, (classes,)), _array(seed + 2, (batch, 5))
         inputs = describe(w=w, b=b, xs=xs)
         try:
             got = attempt(jax.jit(batched), w, b, xs, name="batched_predict", inputs=inputs)
@@ -211,6 +218,12 @@ def check_cond(ns: dict) -> None:
     def at(x: float) -> float:
         return float(attempt(jitted, jnp.float32(x), name="signed_sqrt", inputs=f"x={x}", branch_fix=only_cond))
 
+    # Small values on both sides of 0: a condition at any other threshold than 0 (x > 0.2, x >= 0.25) puts them
+    # in the other branch, whose result is NaN or of the other sign.
+    @example(0.1)
+    @example(1e-8)
+    @example(1e-30)
+    @example(-1e-8)
     @examples(st.sampled_from([4.0, -9.0, 0.0, 2.25, -0.25, 100.0]), n=6)
     def agrees(x):
         got = at(x)
@@ -237,10 +250,14 @@ def check_cond(ns: dict) -> None:
 
 
 def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]) -> tuple[str, str]:
-    """The key and message of a wrong `signed_sqrt(x)`: a NaN on both sides is swapped branches, on one side that
-    side's branch alone (e.g. -jnp.sqrt(v) for a negative v)."""
+    """The key and message of a wrong `signed_sqrt(x)`: right further from 0 but wrong here is a condition that does
+    not split at 0; a NaN on both sides is swapped branches, on one side that side's branch alone."""
+    far = 4.0 if x > 0 else -4.0
     if close(got, np.sqrt(abs(x))):
         key, why = "lost_sign", _(" (the sign is lost)")
+    elif x != 0 and abs(x) < 1 and close(at(far), np.sign(far) * 2.0):
+        key, why = "condition_not_at_zero", _(" (signed_sqrt({far:g}) is right: {x:g} went to the other branch, so "
+                                              "the condition must compare x with 0)").format(far=far, x=x)
     elif np.isfinite(got):
         key, why = "mismatch", ""
     elif not (np.isfinite(at(4.0)) or np.isfinite(at(-4.0))):
