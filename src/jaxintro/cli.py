@@ -274,6 +274,8 @@ def _add_speedrun(sub: Commands) -> None:
     p.add_argument("--track", choices=("time", "accuracy"), default="time",
                    help=_("time: the fastest recipe to the target; accuracy: the best mean within 60 s of training"))
     p.add_argument("--seeds", type=positive_int, default=8, help=_("models trained together for the evidence"))
+    p.add_argument("--first-seed", type=natural_int, default=100,
+                   help=_("the evidence's first seed: the recipes were tuned on seeds 0-7, so the evidence is other seeds"))
     p.add_argument("--target", type=fraction, default=0.98, help=_("the mean test accuracy to reach (a fraction)"))
     p.add_argument("--alpha", type=significance, default=0.01, help=_("the one-sided t-test's level"))
     p.add_argument("--rounds", type=positive_int, default=3, help=_("timed runs of each row, in turns (median)"))

@@ -96,7 +96,10 @@ def make_program(recipe: Recipe, dataset: Dataset) -> dict[str, Callable]:
         return optax.softmax_cross_entropy(mlp_forward(params, features(x_u8)), labels).mean()
 
     def init(key: jax.Array) -> tuple[Any, Any]:
-        params = init_params(key, sizes)
+        # Split first, as `jaxintro train` does: the weights' key is used once, and the key the epochs split again
+        # (the shuffles) is another one.
+        init_key, key = jax.random.split(key)
+        params = init_params(init_key, sizes)
         return (params, tx.init(params), params), key
 
     def step(state: tuple, batch: Batch) -> tuple[tuple, jax.Array]:
@@ -134,11 +137,11 @@ def accuracy(correct: Any, dataset: Dataset) -> np.ndarray:
     return np.asarray(correct, np.float64) / len(dataset.y_test)
 
 
-def evidence(recipe: Recipe, dataset: Dataset, seeds: int) -> np.ndarray:
-    """The test accuracy after every epoch of `seeds` models (seed 0, 1, ...) trained as one vmapped program:
-    an array (seeds, epochs)."""
+def evidence(recipe: Recipe, dataset: Dataset, seeds: int, first_seed: int = 0) -> np.ndarray:
+    """The test accuracy after every epoch of `seeds` models (seeds first_seed, first_seed + 1, ...) trained as one
+    vmapped program: an array (seeds, epochs)."""
     program = make_program(dataset=dataset, recipe=dataclasses.replace(recipe, program="run"))
-    carry = jax.vmap(program["init"])(jax.vmap(jax.random.key)(jnp.arange(seeds)))
+    carry = jax.vmap(program["init"])(jax.vmap(jax.random.key)(jnp.arange(first_seed, first_seed + seeds)))
     data = device_data(dataset)
     run = jax.jit(jax.vmap(program["run"], in_axes=(0, None)))
     _carry, curves = run(carry, data)
@@ -233,14 +236,6 @@ def one_sided_test(accuracies: np.ndarray, target: float) -> tuple[float, float]
     return t, float(stats.t.sf(t, n - 1))
 
 
-def target_epoch(curves: np.ndarray, target: float, alpha: float) -> int | None:
-    """The first epoch (1-based) whose seeds pass the one-sided test at level `alpha`; None if none does."""
-    for epoch in range(curves.shape[1]):
-        if one_sided_test(curves[:, epoch], target)[1] < alpha:
-            return epoch + 1
-    return None
-
-
 def first_epoch_at(curve: list[float], target: float) -> int | None:
     """The first epoch (1-based) at which one model's test accuracy reaches `target`; None if none does."""
     return next((i + 1 for i, accuracy in enumerate(curve) if accuracy >= target), None)
@@ -256,7 +251,8 @@ def torch_run(recipe: Recipe, dataset: Dataset, seed: int = 0) -> dict[str, Any]
     step by step), label smoothing, weight average and input scaling; its curve and training seconds."""
     import torch
 
-    params = init_params(jax.random.key(seed), model_sizes(dataset))
+    init_key, _carried = jax.random.split(jax.random.key(seed))  # the JAX recipe's initial weights (`make_program`)
+    params = init_params(init_key, model_sizes(dataset))
     layers = [(np.asarray(params[name]["w"]), np.asarray(params[name]["b"])) for name in layer_names(params)]
     model, average = torch_mlp(layers), torch_mlp(layers)
     steps = steps_per_epoch(recipe, len(dataset.x_train))
