@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +54,29 @@ def check_dropout(ns: dict) -> None:
     half = describe(x=ones, rate=0.5) + ", key=" + key_text(0)
     _check_masks(np.asarray(attempt(jax.jit(lambda k: forward(probe, ones, key=k, rate=0.5)), jax.random.key(0),
                                     name="forward", inputs=half)), half, 0.5)
+    _check_placement(forward)
+
+
+def _check_placement(forward: Callable) -> None:
+    """Where the masks go, which the identity probe cannot tell: zero inputs and a bias of 1 in layer 1 (a mask
+    must multiply a layer's output, after its bias and ReLU, not its input or its product alone), layers of three
+    widths (a mask of another layer's shape does not fit), and a bias of 1 on the logits (which take no mask)."""
+    probe = {"layer1": {"w": jnp.zeros((3, 5)), "b": jnp.ones(5)}, "layer2": {"w": jnp.eye(5, 4), "b": jnp.zeros(4)},
+             "layer3": {"w": jnp.eye(4, 2), "b": jnp.ones(2)}}
+    zeros = jnp.zeros((512, 3))
+    inputs = _("x of zeros (512, 3), layers 3-5-4-2 whose first bias and last bias are 1, rate={rate}, key={key}"
+               ).format(rate=RATE, key=key_text(2))
+    out = np.asarray(attempt(jax.jit(lambda k: forward(probe, zeros, key=k, rate=RATE)), jax.random.key(2),
+                             name="forward", inputs=inputs), np.float64)
+    kept_value = 1.0 + 1.0 / (1.0 - RATE) ** 2  # 1 through both masks, scaled twice, plus the logits' bias
+    kept = np.isclose(out, kept_value, rtol=1e-4)
+    if np.shape(out) != (512, 2) or not np.all(kept | np.isclose(out, 1.0, rtol=1e-4)) \
+            or abs(float(np.mean(kept)) - (1 - RATE) ** 2) > 0.08:
+        raise CheckFailed("mask_placement", _(
+            "forward({inputs}) gave {values}: each hidden layer's mask multiplies that layer's output, after its bias "
+            "and its ReLU, in the layer's own shape, and the logits get none; expected only 1 (a unit dropped) and "
+            "{want:.4f} (kept through both layers)").format(
+            inputs=inputs, values=numbers(np.unique(np.round(out, 4))[:6]), want=kept_value))
 
 
 def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:

@@ -1,0 +1,11 @@
+# expect: mask_placement
+def forward(params, x, *, key=None, rate=0.5):
+    keys = jax.random.split(key, 2) if key is not None else [None, None]
+    h = x
+    for name, k in zip(["layer1", "layer2"], keys):
+        h = h @ params[name]["w"]
+        if k is not None:
+            keep = jax.random.bernoulli(k, 1.0 - rate, h.shape)
+            h = jnp.where(keep, h / (1.0 - rate), 0.0)
+        h = jax.nn.relu(h + params[name]["b"])
+    return h @ params["layer3"]["w"] + params["layer3"]["b"]
