@@ -51,6 +51,14 @@ def check_dropout(ns: dict) -> None:
             "forward({inputs}): both examples of the batch got the same mask: draw a mask of h.shape, "
             "(batch, units), not (units,)").format(inputs=inputs))
     _check_masks(a, inputs)
+    # A mask drawn with the key forward was given (bernoulli's, or uniform's either way) keeps every unit the
+    # output kept; one drawn from a split key agrees with it on 80% of them only.
+    uniform = np.asarray(jax.random.uniform(jax.random.key(0), a.shape))
+    if any(np.all(parent[a != 0]) for parent in (uniform < 1 - RATE, uniform > RATE)):
+        raise CheckFailed("parent_key_used", _(
+            "forward({inputs}): a layer's mask is what the key forward was given draws by itself: split that key "
+            "into one key per layer (jax.random.split(key, 2)) and draw each mask with its own; the key you were "
+            "given draws nothing").format(inputs=inputs + ", key=" + key_text(0)))
     half = describe(x=ones, rate=0.5) + ", key=" + key_text(0)
     _check_masks(np.asarray(attempt(jax.jit(lambda k: forward(probe, ones, key=k, rate=0.5)), jax.random.key(0),
                                     name="forward", inputs=half)), half, 0.5)
