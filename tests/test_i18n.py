@@ -112,9 +112,20 @@ def test_messages_are_not_marked_inside_f_strings():
     assert found == []
 
 
-def test_the_per_epoch_line_is_not_translated(extracted):
-    # "Epoch N | Loss: ..." mirrors the lesson's own English print; numbers and flags are not translated either.
-    assert not [m for m in extracted if isinstance(m, str) and m.startswith("Epoch ")]
+def test_the_per_epoch_line_is_a_message_and_reads_spanish(extracted):
+    # "Epoch N | Loss: ..." is the lesson's print in English; in Spanish its labels and its numbers are Spanish.
+    assert [m for m in extracted if isinstance(m, str) and m.startswith("Epoch {epoch}")]
+    from jaxintro.record import EpochMetrics
+
+    row = EpochMetrics(3, 0.25, 0.9123, 0.97571, 0.08, 1e-3, 0.64, 1.0)
+    i18n.set_language("en")
+    assert row.line(10) == "Epoch   3 | Loss: 0.2500 | Train Acc: 0.9123 | Test Acc: 0.9757 | lr 1.00e-03 | 0.64s"
+    i18n.set_language("es")
+    try:
+        assert row.line(10) == ("Época   3 | Pérdida: 0,2500 | Exact. entren.: 0,9123 | Exact. prueba: 0,9757 | "
+                                "lr 1,00e-03 | 0,64s")
+    finally:
+        i18n.set_language("en")
 
 
 @pytest.mark.parametrize(("environment", "flag", "expected"), [
@@ -251,8 +262,12 @@ def test_train_reads_spanish_and_resumes_under_the_same_flag(tmp_path, capsys, e
     assert main(["--lang", "es", "train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Entrenando el MLP jax 64-256-128-10 sobre digits (1437 de entrenamiento"), out
-    assert re.search(r"^Epoch +1 \| Loss: ", out, re.M), out  # the lesson's own line stays English
-    assert "Hecho: exactitud en prueba " in out and "tras 1 época," in out, out
+    # The epoch line in Spanish, its numbers as Spanish writes them: a decimal comma, a point between thousands.
+    assert re.search(r"^Época +1 \| Pérdida: \d,\d{4} \| Exact\. entren\.: 0,\d{4} \| Exact\. prueba: 0,\d{4} \| "
+                     r"lr 1,00e-03 \| \d+,\d\ds$", out, re.M), out
+    assert re.search(r"Hecho: exactitud en prueba \d\d,\d\d % tras 1 época, \d+,\ds de entrenamiento \(\d+(\.\d{3})* "
+                     r"muestras/s\)", out), out
+    assert re.search(r"^Tiempo: preparación \d+,\ds, ", out, re.M), out
     assert main(["--lang", "es", "train", "--resume", str(run), "--epochs", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"Reanudando {run} desde la época 1 hasta la 2"), out

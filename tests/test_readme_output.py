@@ -220,7 +220,7 @@ def test_every_time_line_names_the_phases_train_prints(doc):
     for language in ("en", "es"):
         phases, head = time_line(language)
         for line in (line for line in lines if line.startswith(head)):
-            named = [re.sub(r" [\d.]+s$", "", part) for part in line[len(head):].split(";")[0].split(", ")]
+            named = [re.sub(r" [\d.,]+s$", "", part) for part in line[len(head):].split(";")[0].split(", ")]
             assert named == phases, line
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.grid import mean_std
-from jaxintro.i18n import _
+from jaxintro.i18n import _, number
 from jaxintro.runs import json_safe
 
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
@@ -40,22 +40,25 @@ class EpochMetrics(NamedTuple):
     def line(self, total_epochs: int, *, used: Sequence[int] | None = None, label: str = "") -> str:
         """The lesson's per-epoch line, plus the epoch's seconds. Several members: mean +- std over `used` (default
         all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one."""
-        width = len(str(total_epochs))
+        epoch = f"{self.epoch:{len(str(total_epochs)) + 1}d}"
         if self.members is None:
-            return (f"Epoch {self.epoch:{width + 1}d} | Loss: {self.loss:.4f} | Train Acc: {self.train_accuracy:.4f} | "
-                    f"Test Acc: {self.test_accuracy:.4f} | lr {self.learning_rate:.2e} | {self.seconds:.2f}s")
+            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f} | lr {lr:.2e} | "
+                     "{seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
+                                              test=self.test_accuracy, lr=self.learning_rate, seconds=self.seconds)
         chosen = range(len(self.members["loss"])) if used is None else used
 
         def mean_and_std(name: str) -> str:
-            return "{:.4f} ± {:.4f}".format(*mean_std([self.members[name][k] for k in chosen]))
+            mean, std = mean_std([self.members[name][k] for k in chosen])
+            return f"{number(mean, '.4f')} ± {number(std, '.4f')}"
 
         lrs = [self.members["learning_rate"][k] for k in chosen]
-        lr = f"{min(lrs):.2e}" if min(lrs) == max(lrs) else f"{min(lrs):.2e}..{max(lrs):.2e}"
-        average = "" if self.ensemble_test_accuracy is None else f" | Ensemble: {self.ensemble_test_accuracy:.4f}"
-        setting = f" | {label}" if label else ""
-        return (f"Epoch {self.epoch:{width + 1}d}{setting} | Loss: {mean_and_std('loss')} | "
-                f"Train Acc: {mean_and_std('train_accuracy')} | Test Acc: {mean_and_std('test_accuracy')}{average} | "
-                f"lr {lr} | {self.seconds:.2f}s")
+        lr = number(min(lrs), ".2e") if min(lrs) == max(lrs) else f"{number(min(lrs), '.2e')}..{number(max(lrs), '.2e')}"
+        average = "" if self.ensemble_test_accuracy is None else _(" | Ensemble: {accuracy:.4f}").format(
+            accuracy=self.ensemble_test_accuracy)
+        return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble} | lr {lr} | "
+                 "{seconds:.2f}s").format(epoch=epoch, setting=f" | {label}" if label else "", loss=mean_and_std("loss"),
+                                          train=mean_and_std("train_accuracy"), test=mean_and_std("test_accuracy"),
+                                          ensemble=average, lr=lr, seconds=self.seconds)
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
