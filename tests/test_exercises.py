@@ -337,7 +337,7 @@ def test_a_raw_error_of_jax_or_python_comes_with_what_to_look_at(number, wrong, 
                                            (15, "15_norm_leaf_sum.py")])
 def test_a_value_and_its_expected_value_are_printed_alike(number, wrong, lang, tmp_path):
     verdict = wrong_verdict(number, wrong, lang, tmp_path)
-    decimals = {len(found) for found in re.findall(r"\d\.(\d+)", verdict.message.split("=", 1)[-1])}
+    decimals = {len(found) for found in re.findall(r"\d[.,](\d+)", verdict.message.split("=", 1)[-1])}
     assert len(decimals) == 1 and decimals <= {4, 5}, verdict.message
 
 
