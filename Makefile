@@ -64,9 +64,12 @@ test-fast: test-setup
 # process at a time may hold the chip, so no workers and no child holds it. `make test` runs them on the CPU with
 # the rest. On an accelerator machine whose JAX is that accelerator's build, name its Python:
 # make test-accelerator ACCEL_PYTHON=python3 (docs/accelerators.md).
+# Only the files that hold such tests are collected: pytest imports every file it collects, and the others need
+# packages (Babel, Selenium) an accelerator's Python may lack.
 ACCEL_PYTHON ?=
+BACKEND_TESTS = $(shell grep -l "mark.backend" tests/test_*.py)
 test-accelerator: $(if $(ACCEL_PYTHON),,$(TESTING))
-	$(or $(ACCEL_PYTHON),$(BIN)/python) -m pytest -p no:xdist -m backend $(ARGS)
+	$(or $(ACCEL_PYTHON),$(BIN)/python) -m pytest -p no:xdist -m backend $(BACKEND_TESTS) $(ARGS)
 
 # The tests' two set-ups side by side (-j2): .venv (uv) and the browser (apt-get, on a fresh Debian run as root).
 # Each waits mostly on its downloads; one after the other, a fresh `make test` would wait for both in turn.
