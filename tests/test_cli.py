@@ -160,9 +160,14 @@ CHIP_HELD = ("Unable to initialize backend 'tpu': ABORTED: Internal error when a
              "Run \"$ sudo rm /tmp/libtpu_lockfile\". (set JAX_PLATFORMS='' to automatically choose an available backend)")
 
 
-@pytest.mark.parametrize("message, said", [(CHIP_HELD, "the TPU is held by another process"),
-                                           ("Unable to initialize backend 'cuda': INTERNAL: no CUDA devices. ",
-                                            "JAX could not open the CUDA (INTERNAL: no CUDA devices.)")])
+@pytest.mark.parametrize("message, said", [
+    (CHIP_HELD, "the TPU is held by another process (ABORTED: Internal error when accessing libtpu"),
+    ("Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 1234. Not attempting "
+     "to load libtpu.so in this process.", "the TPU is held by another process (ABORTED: The TPU is already in use"),
+    ("Unable to initialize backend 'tpu': INTERNAL: Failed to get global TPU topology",  # no full stop
+     "JAX could not open the TPU (INTERNAL: Failed to get global TPU topology)"),
+    ("Unable to initialize backend 'cuda': INTERNAL: no CUDA devices. ", "JAX could not open the CUDA (INTERNAL: no "
+                                                                         "CUDA devices)")])
 def test_a_device_that_cannot_be_opened_is_one_line(message, said, monkeypatch, capsys, tmp_path, digits_run):
     def refuse(*args, **kwargs):
         raise RuntimeError(message)

@@ -265,7 +265,7 @@ def test_train_reads_spanish_and_resumes_under_the_same_flag(tmp_path, capsys, e
     # The epoch line in Spanish, its numbers as Spanish writes them: a decimal comma, a point between thousands.
     assert re.search(r"^Época +1 \| Pérdida: \d,\d{4} \| Exact\. entren\.: 0,\d{4} \| Exact\. prueba: 0,\d{4} \| "
                      r"lr 1,00e-03 \| \d+,\d\ds$", out, re.M), out
-    assert re.search(r"Hecho: exactitud en prueba \d\d,\d\d % tras 1 época, \d+,\ds de entrenamiento \(\d+(\.\d{3})* "
+    assert re.search(r"Hecho: exactitud en prueba \d\d,\d\d% tras 1 época, \d+,\ds de entrenamiento \(\d+(\.\d{3})* "
                      r"muestras/s\)", out), out
     assert re.search(r"^Tiempo: preparación \d+,\ds, ", out, re.M), out
     assert main(["--lang", "es", "train", "--resume", str(run), "--epochs", "2"]) == 0

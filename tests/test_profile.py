@@ -120,9 +120,10 @@ def test_a_tpus_matmul_convolution_counts_its_flops():
     module = parse_hlo(TPU_FUSION)
     assert op_flops(module, "fusion.172") == 2 * 128 * 256 * 784  # 2*M*N*K, K the kernel's input features
     assert op_kind(module, "fusion.172") == "fusion (dot)"
+    # A convolution with a window of 3: each output element is 3 times as many multiply-adds.
     spatial = parse_hlo(TPU_FUSION.replace("dim_labels=bf_io->bf", "dim_labels=b0f_0io->b0f").replace(
         "%param_0.665 = f32[784,256]{1,0:T(8,128)S(1)}", "%param_0.665 = f32[3,784,256]{2,1,0}"))
-    assert op_flops(spatial, "fusion.172") == 0  # a real convolution is not a matmul: not counted as one
+    assert op_flops(spatial, "fusion.172") == 2 * 128 * 256 * 784 * 3
 
 
 def test_roofline_takes_the_lower_of_compute_and_memory():

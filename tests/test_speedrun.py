@@ -139,6 +139,8 @@ def test_the_report_holds_every_field_and_its_arithmetic(capsys, tmp_path):
     assert report["p_value"] < 0.01
     record = report["rows"]["speedrun"]
     assert report["target_epoch"] == 4  # the fixed recipe's last epoch: the evidence is where it ends
+    # The record's recipe, JAX's row and PyTorch's, reaches the target where its evidence does: at its end.
+    assert report["rows"]["speedrun"]["reached_epoch"] == report["rows"]["torch-eager"]["reached_epoch"] == 4
     assert seeds[0] == pytest.approx(record["curve"][-1], abs=2 / 360)  # 360 test digits
     assert report["train_seconds"] == pytest.approx(record["train_seconds_all_epochs"] * report["target_epoch"] / 4)
     assert report["seconds_with_compile"] == pytest.approx(report["load_seconds"] + record["setup_seconds"]
@@ -167,6 +169,13 @@ def test_without_pytorch_the_row_is_skipped_once_before_the_rounds_naming_make_b
     said = "torch-eager: skipped, torch is not installed (`make bench` installs it into .venv)"
     assert out.count(said) == 1 and out.index(said) < out.index("round 1 of 2")
     assert "timing torch-eager" not in out and "pip install" not in out
+
+
+def test_evidence_seeds_past_the_largest_seed_are_refused(capsys, tmp_path):
+    """jax.random.key keeps a seed's low 32 bits: --first-seed 2**32 would train the tuning seeds 0, 1, ... again."""
+    assert main(["speedrun", "--dataset", "digits", "--first-seed", str(2**32 - 4), "--seeds", "8", "--out",
+                 str(tmp_path)]) == 2
+    assert "goes past the largest seed, 4294967295" in capsys.readouterr().err
 
 
 def test_a_recipe_that_cannot_be_is_refused(capsys, tmp_path):

@@ -33,7 +33,8 @@ class TrainingDivergedError(JaxintroError):
 
 # How JAX words a device it could not open, e.g. "Unable to initialize backend 'tpu': ABORTED: Internal error when
 # accessing libtpu multi-process lockfile. Run ..." when another process holds the TPU chip.
-BACKEND_FAILED = re.compile(r"Unable to initialize backend '(\w+)': ([^\n]*?\.)(?:\s|$)")
+BACKEND_FAILED = re.compile(r"Unable to initialize backend '(\w+)': ([^\n]*?)(?:\.(?=\s|$)|\n|$)")
+HELD = ("lockfile", "in use", "already being used")  # the words of a chip another process holds
 
 
 def device_unavailable(exc: RuntimeError) -> str | None:
@@ -42,7 +43,7 @@ def device_unavailable(exc: RuntimeError) -> str | None:
     if found is None:
         return None
     backend, reason = found.group(1).upper(), found.group(2)
-    if "lockfile" in reason:
+    if any(word in reason for word in HELD):
         return _("the {backend} is held by another process ({reason}); one process at a time may hold it: wait for "
                  "that process to end, or run on the CPU with JAX_PLATFORMS=cpu").format(backend=backend, reason=reason)
     return _("JAX could not open the {backend} ({reason}); check that its driver is ready and no other process holds it, "

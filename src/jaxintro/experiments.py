@@ -18,7 +18,7 @@ from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
-from jaxintro.i18n import _
+from jaxintro.i18n import Code, _
 from jaxintro.lesson import scale_images
 from jaxintro.models import model_for
 from jaxintro.models.mlp import layer_names
@@ -82,7 +82,7 @@ def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip:
     """Train with and without `clip_by_global_norm(clip)`; record every step's gradient norm before clipping."""
     unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, _("without clipping"), log)
     clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset,
-                   _("with clip_by_global_norm({clip:g})").format(clip=clip), log)
+                   _("with clip_by_global_norm({clip:g})").format(clip=Code(clip)), log)
     unclipped_norms = np.concatenate([m["grad_norm"] for m in unclipped.step_metrics])
     clipped_norms = np.concatenate([m["grad_norm"] for m in clipped.step_metrics])
     plot_series({_("without clipping"): unclipped_norms,

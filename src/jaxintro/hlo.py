@@ -185,18 +185,18 @@ def op_flops(module: HloModule, name: str) -> int:
 
 
 def matmul_convolution_flops(module: HloModule, op: HloOp) -> int:
-    """A TPU writes a matmul as a convolution with no spatial dimensions (`dim_labels=bf_io->bf`): 2*M*N*K, K the
-    kernel's input-feature size. A convolution with spatial dimensions (none in an MLP) counts 0."""
+    """A convolution's multiply-adds, 2 per kernel element per output element: 2 * prod(output) * K * prod(window),
+    K the kernel's input features. A TPU writes a matmul as one with no window (`dim_labels=bf_io->bf`): 2*M*N*K."""
     found = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", op.attrs)
-    if found is None or any(ch.isdigit() for ch in found.group(0)) or len(op.operands) < 2:
+    if found is None or len(op.operands) < 2:
         return 0
     kernel_shape = op.operand_shapes[1] if len(op.operand_shapes) > 1 and op.operand_shapes[1] else \
         getattr(module.ops.get(op.operands[1]), "shape", "")
-    kernel = shape_dims(kernel_shape)
-    labels = found.group(2)
+    kernel, labels = shape_dims(kernel_shape), found.group(2)
     if len(kernel) != len(labels) or "i" not in labels:
         return 0
-    return 2 * math.prod(shape_dims(op.shape)) * kernel[labels.index("i")]
+    window = math.prod(size for size, label in zip(kernel, labels) if label.isdigit())
+    return 2 * math.prod(shape_dims(op.shape)) * kernel[labels.index("i")] * window
 
 
 def op_kind(module: HloModule, name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gettext
 import numbers
 import os
@@ -39,20 +40,28 @@ def set_language(flag: str | None = None) -> str:
     return _language
 
 
-# Languages that write a decimal comma and group thousands with a point (CLDR: 78.821 muestras/s, 82,78 %).
+# Languages that write a decimal comma and group thousands with a point (78.821 muestras/s, 82,78%; the percent
+# sign stays where the messages put it, next to the number, so the catalog's own "{x:.2f}%" reads the same).
 DECIMAL_COMMA = frozenset({"es"})
 _language = "en"
 
 
 class _NumberFormatter(string.Formatter):
-    """str.format, but a number given a format spec is written as the chosen language writes numbers."""
+    """str.format, but a number given a format spec is written as the chosen language writes numbers.
+
+    A value a learner types back (a flag's value like --lr 0.001, a Python literal) is given bare, `{lr}`, or
+    formatted before, and stays as Python writes it."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        if not format_spec:  # a bare {x} is code-like (a flag's value, a version, a tracer): as Python writes it
+            return super().format_field(value, format_spec)
+        if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d array (NumPy's, JAX's): its number
+            with contextlib.suppress(Exception):  # a tracer has no number to give
+                value = value.item()
         text = super().format_field(value, format_spec)
-        if not format_spec or isinstance(value, (bool, str)) or not isinstance(value, (int, float, numbers.Number)):
-            return text  # a bare {x} is code-like (a flag's value, a version): as Python writes it
-        text = text.translate(_SWAP_SEPARATORS)
-        return text[:-1] + " %" if format_spec.endswith("%") and text.endswith("%") else text
+        if isinstance(value, (bool, str)) or not isinstance(value, numbers.Number):
+            return text
+        return text.translate(_SWAP_SEPARATORS)
 
 
 _SWAP_SEPARATORS = str.maketrans({",": ".", ".": ","})
@@ -66,6 +75,17 @@ class Localized(str):
         if _language in DECIMAL_COMMA:
             return _FORMATTER.vformat(self, args, kwargs)
         return str.format(self, *args, **kwargs)
+
+
+class Code:
+    """A number a learner may type back (a flag's value such as --lr 0.001, a Python literal): in any language it
+    is written as Python writes it, e.g. `_("Best: lr {lr:g}").format(lr=Code(lr))`."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __format__(self, format_spec: str) -> str:
+        return format(self.value, format_spec)
 
 
 def number(value: Any, spec: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
 from jaxintro.grid import best_setting, choose_members, diverged_in, mean_std, member_grid, settings_of
-from jaxintro.i18n import N_, _, ngettext, number
+from jaxintro.i18n import N_, Code, _, ngettext, number
 from jaxintro.runs import json_safe
 
 # What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one); translated when printed.
@@ -293,7 +293,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
         return _("diverged") if value is None or not math.isfinite(value) else number(value, "7.2%")
 
     def decay(value: float) -> str:  # a weight decay means something only to an optimizer that decays the weights
-        return number(value, ".2g") if config.decays_weights else "-"
+        return f"{value:.2g}" if config.decays_weights else "-"  # a flag's value: as it is typed
 
     # Column headings, each translated alone; a column widens to fit a longer translation.
     heads = [_("member"), _("seed"), "lr", "wd", _("test acc"), _("train acc"), _("loss")]
@@ -301,7 +301,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
     print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
     for k, m in enumerate(summary["members"]):
         loss = "-" if m["final_loss"] is None else number(m["final_loss"], ".4f")
-        cells = [k, m["seed"], number(m["lr"], ".2g"), decay(m["weight_decay"]), pct(m["test_accuracy"]),
+        cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
                  pct(m["train_accuracy"]), loss]
         print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
     if not config.sweep:
@@ -325,7 +325,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
         line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
     else:  # the optimizer does not decay the weights: naming a weight decay would mislead
         line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-    print(line.format(lr=best["lr"], weight_decay=best["weight_decay"], mean=100 * best["test_accuracy"],
+    print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]), mean=100 * best["test_accuracy"],
                       std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
     if config.seeds > 1:  # what `predict`, `serve` and `evaluate` use: the best setting's seeds, averaged
         print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "

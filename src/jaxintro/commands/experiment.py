@@ -8,7 +8,7 @@ import json
 from jaxintro.config import config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
-from jaxintro.i18n import _, number
+from jaxintro.i18n import Code, _, number
 from jaxintro.runs import writable_dir, write_json
 
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + _("Test accuracy without clipping: {accuracy:.2f}%").format(
             accuracy=100 * report["accuracy_unclipped"]))
         print(_("Test accuracy with clip_by_global_norm({clip:g}): {accuracy:.2f}%").format(
-            clip=args.clip, accuracy=100 * report["accuracy_clipped"]))
+            clip=Code(args.clip), accuracy=100 * report["accuracy_clipped"]))
         # "%" is never followed by a letter here: gettext tools would read "% o" as a %-format placeholder.
         print(_("Steps whose gradient norm exceeded {clip:g} (and were clipped): overall {overall:.1f}%, "
                 "in the first epoch {first:.1f}%").format(clip=args.clip, overall=100 * report["clipped_fraction"],

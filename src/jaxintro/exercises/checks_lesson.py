@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
                                          make_params, numbers)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
-from jaxintro.i18n import _
+from jaxintro.i18n import Code, _
 
 EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
 RATE, WIDTH = 0.2, 1024  # with 1024 units a kept fraction is known to +-0.015: 0.64 and 0.8 never mix up
@@ -84,7 +84,7 @@ def _check_placement(forward: Callable) -> None:
             "forward({inputs}) gave {values}: each hidden layer's mask multiplies that layer's output, after its bias "
             "and its ReLU, in the layer's own shape, and the logits get none; expected only 1 (a unit dropped) and "
             "{want:.4f} (kept through both layers)").format(
-            inputs=inputs, values=numbers(np.unique(np.round(out, 4))[:6]), want=kept_value))
+            inputs=inputs, values=numbers(np.unique(np.round(out, 4))[:6]), want=Code(kept_value)))
 
 
 def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:
@@ -202,13 +202,13 @@ def check_per_example_grads(ns: dict) -> None:
         _check_norms(got_norms, want, inputs)
 
     agrees()
-    # grad_norms of any pytree of per-example gradients, not only the 3 layers of the lesson's MLP.
+    # grad_norms of every layer's w and b, for an MLP of two layers too, not only the lesson's three.
     rng = np.random.default_rng(5)
-    tree = {"encoder": [jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
-                        jnp.asarray(rng.normal(size=(4, 2, 2)), jnp.float32)],
-            "scale": jnp.asarray(rng.normal(size=(4,)), jnp.float32)}
-    got_norms = attempt(jax.jit(norms), tree, name="grad_norms", inputs=describe(grads=tree))
-    _check_norms(got_norms, tree, describe(grads=tree))
+    tree = {f"layer{i + 1}": {"w": jnp.asarray(rng.normal(size=(4, a, b)), jnp.float32),
+                              "b": jnp.asarray(rng.normal(size=(4, b)), jnp.float32)}
+            for i, (a, b) in enumerate(((3, 2), (2, 1)))}
+    inputs = _("the per-example gradients of a {sizes} MLP for {n} examples").format(sizes="3-2-1", n=4)
+    _check_norms(attempt(jax.jit(norms), tree, name="grad_norms", inputs=inputs), tree, inputs)
     params = make_params(0, (5, 4, 6, 3))
     sizes = [len(jax.make_jaxpr(per_example)(params, *make_batch(0, b, 5, 3)).eqns) for b in (2, 6)]
     if sizes[0] != sizes[1]:
@@ -389,8 +389,8 @@ def check_jit_timing(ns: dict) -> None:
         raise CheckFailed("times_swapped", _(
             "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager} s "
             "whenever it runs without jit: the two times are swapped, or not f's own; \"nojit\" is time_call(f, "
-            "...), \"jit\" is time_call(jax.jit(f), ...)").format(nojit=float(result["nojit"]),
-                                                                   jit=float(result["jit"]), eager=EAGER_S))
+            "...), \"jit\" is time_call(jax.jit(f), ...)").format(nojit=Code(float(result["nojit"])),
+                                                                   jit=Code(float(result["jit"])), eager=EAGER_S))
 
 
 def _tree_st():
