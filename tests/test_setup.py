@@ -70,9 +70,15 @@ def test_make_test_accelerator_runs_the_backend_tests_in_one_process():
     """No workers (one process holds a TPU chip), the marked tests only; an accelerator's own Python when named."""
     plan = make_plan("test-accelerator")
     assert ".venv/bin/python -m pytest -p no:xdist -m backend" in plan and " -n " not in plan
-    named = subprocess.run(["make", "--no-print-directory", "-n", "-B", "test-accelerator", "ACCEL_PYTHON=python3"],
-                           cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
-    assert named.strip() == "python3 -m pytest -p no:xdist -m backend"  # nothing installed over the machine's JAX
+    words = accelerator_command()
+    assert words[:7] == ["python3", "-m", "pytest", "-p", "no:xdist", "-m", "backend"]  # nothing installed first
+    assert words[7:] and all(w.startswith("tests/test_") and w.endswith(".py") for w in words[7:])  # files only
+
+
+def accelerator_command() -> list[str]:
+    """What `make test-accelerator ACCEL_PYTHON=python3` runs, word by word."""
+    return subprocess.run(["make", "--no-print-directory", "-n", "-B", "test-accelerator", "ACCEL_PYTHON=python3"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout.split()
 
 
 def test_the_backend_tests_cover_what_must_hold_everywhere():
@@ -86,6 +92,9 @@ def test_the_backend_tests_cover_what_must_hold_everywhere():
                     "test_members.py::test_members_start_stacked_each_as_its_single_run_bit_for_bit",
                     "test_speedrun.py::test_the_one_sided_test_is_students_t"):
         assert covered in listed, covered
+    # `make test-accelerator` collects only some files (the others need Babel, Selenium): every backend test's.
+    files = {line.split("::")[0] for line in listed.splitlines() if "::" in line}
+    assert files and files <= set(accelerator_command()[7:]), files
 
 
 def test_a_failed_set_up_says_what_failed_and_how_to_retry(tmp_path):
