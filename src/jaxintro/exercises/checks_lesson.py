@@ -294,8 +294,8 @@ class _FakeJitted:
     per call; one without a warm-up adds compile_s / repeats; one that never waits measures ~0.
     """
 
-    def __init__(self, compile_s: float, work_s: float) -> None:
-        self.compile_s, self.work_s = compile_s, work_s
+    def __init__(self, compile_s: float, work_s: float, spread: tuple[float, ...] = (1.0,)) -> None:
+        self.compile_s, self.work_s, self.spread = compile_s, work_s, spread  # call k works work_s * spread[k % n]
         self.calls = self.waits = 0
         self.busy_until = 0.0
         self.first: _FakeResult | None = None
@@ -307,7 +307,7 @@ class _FakeJitted:
             time.sleep(self.compile_s)
         elif self.calls == 2:
             self.warm_up_waited = self.first is not None and self.first.waited
-        self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s * self.spread[self.calls % len(self.spread)]
         result = _FakeResult(self, self.busy_until)
         self.first = self.first or result
         return result
@@ -358,10 +358,21 @@ def check_jit_timing(ns: dict) -> None:
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
     if seconds > 1.5 * work_s:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
-    # Another count of repeats: a division by a number written in the code (or by repeats + 1) shows there.
-    other = _FakeJitted(compile_s, work_s)
+    # Another count of repeats, and calls that take 0.1, 1 and 1.9 times work_s in turn (a mean of work_s): a count
+    # or a division written in the code, or the fastest call instead of the mean, shows there.
+    other = _FakeJitted(compile_s, work_s, spread=(1.0, 0.1, 1.9))
     seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
         f"repeats={repeats}", "repeats=3")))
+    if other.calls != 4:
+        raise CheckFailed("repeats_ignored", _(
+            "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
+            "here 3").format(calls=other.calls))
+    if seconds < 0.2 * work_s:  # the fastest call is 0.1 work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75
+        raise CheckFailed("min_not_mean", _(
+            "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {low} to {high} s, "
+            "{work_s} s on average: return the mean time per call (the total over the repeats), not the fastest "
+            "call").format(seconds=seconds, low=Code(round(0.1 * work_s, 6)), high=Code(round(1.9 * work_s, 6)),
+                           work_s=work_s))
     if not 0.85 * work_s <= seconds <= 1.5 * work_s:
         raise CheckFailed("not_per_call", _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
@@ -385,6 +396,10 @@ def check_jit_timing(ns: dict) -> None:
     if all(runs):
         raise CheckFailed("nojit_missing", _("compare_jit only ran f under jax.jit: time f itself too, "
                                              "without jit"))
+    if runs.count(False) != 2 + 1:  # time_call(f, repeats=2): a warm-up and 2 timed calls run f's Python
+        raise CheckFailed("repeats_ignored", _(
+            "compare_jit(f, x, repeats=2) ran f {n} times without jit: one warm-up and 2 timed calls are 3; pass "
+            "repeats on to time_call").format(n=runs.count(False)))
     if not result["jit"] < EAGER_S <= result["nojit"]:
         raise CheckFailed("times_swapped", _(
             "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager} s "
