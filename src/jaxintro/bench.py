@@ -78,16 +78,14 @@ def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
 
 
 def matmul_size() -> int:
-    """The side of the product that fills this backend: 2048 on a CPU, 8192 on an accelerator (a TPU v5e's
-    2048-square product runs at a sixth of its rate, its dispatch timed with it)."""
+    """The side of a product that fills this backend: 2048 on a CPU, 8192 on an accelerator (2048 underfills a TPU)."""
     import jax
 
     return 2048 if jax.default_backend() == "cpu" else 8192
 
 
 def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: float = 600.0) -> tuple[float, int]:
-    """The machine's float32 matmul rate (`matmul_gflops`) and the product's side, measured in a child process: this
-    one holds no device."""
+    """The machine's float32 matmul rate (`matmul_gflops`) and the product's side, measured in a child process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "matmul.json"
         in_child(N_("measuring the matmul rate"), ["matmul", str(n or 0), str(repeats), str(out)], out, timeout)
@@ -95,11 +93,15 @@ def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: floa
         return float(rate["gflops"]), int(rate["n"])
 
 
+def child(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`python -m jaxintro.bench ARGS` in a fresh process (its own memory, caches, threads and device)."""
+    command = [sys.executable, "-m", "jaxintro.bench", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
 def in_child(what: str, args: list[str], out: Path, timeout: float) -> None:
-    """`python -m jaxintro.bench ARGS` in a child process, which writes `out`; a JaxintroError naming `what` if not."""
-    proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", *args], capture_output=True, text=True,
-                          timeout=timeout)
-    if proc.returncode != 0 or not out.exists():
+    """`child(ARGS)`, which writes `out`; a JaxintroError naming `what` if it does not."""
+    if (proc := child(args, timeout)).returncode != 0 or not out.exists():
         raise JaxintroError(_("bench: {what} failed (exit {code}): {line}").format(
             what=_(what), code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
 
@@ -522,11 +524,10 @@ def run_row(name: str, plan: Plan) -> RowResult:
 
 
 def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> RowResult:
-    """Run one row in a fresh Python process (its own memory, caches and threads)."""
+    """Run one row in a fresh Python process (`child`); a failure is the row's error, not the benchmark's."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        proc = subprocess.run([sys.executable, "-m", "jaxintro.bench", name, str(plan_path), str(out)],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = child([name, str(plan_path), str(out)], timeout)
         if proc.returncode != 0 or not out.exists():
             return RowResult(name, error=_("exit {code}: {line}").format(code=proc.returncode,
                                                                         line=last_line(proc.stderr or proc.stdout)))
