@@ -16,7 +16,7 @@ from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset, DatasetInfo
 from jaxintro.errors import CheckpointError
 from jaxintro.grid import mean_std, member_grid, refuse_setting_of_no_sweep, setting_name
-from jaxintro.i18n import _, ngettext, number
+from jaxintro.i18n import _, format_number, ngettext
 from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
 from jaxintro.models import Model, model_for
@@ -133,7 +133,7 @@ def evaluation_lines(run: LoadedRun, report: dict[str, Any], run_dir: Path, data
         run_dir=run_dir, members=run.config.members, model=run.config.model, epochs=run.epoch, dataset=dataset.name)]
     accuracies = report["member_test_accuracy"]
     for k, (member, acc) in enumerate(zip(member_grid(run.config), accuracies)):
-        score = _("diverged") if not math.isfinite(acc) else number(acc, "7.2%")
+        score = _("diverged") if not math.isfinite(acc) else format_number(acc, "7.2%")
         lines.append(_("  member {k:>3} (seed {seed}, lr {lr:g}): {accuracy}").format(
             k=k, seed=member.seed, lr=member.lr, accuracy=score))
     setting = run.choice.setting

@@ -88,7 +88,7 @@ class Code:
         return format(self.value, format_spec)
 
 
-def number(value: Any, spec: str) -> str:
+def format_number(value: Any, spec: str) -> str:
     """`format(value, spec)` as the chosen language writes numbers (0.9757 in English, 0,9757 in Spanish)."""
     return Localized("{:" + spec + "}").format(value)
 

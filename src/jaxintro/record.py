@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.grid import mean_std
-from jaxintro.i18n import _, number
+from jaxintro.i18n import _, format_number
 from jaxintro.runs import json_safe
 
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
@@ -49,10 +49,11 @@ class EpochMetrics(NamedTuple):
 
         def mean_and_std(name: str) -> str:
             mean, std = mean_std([self.members[name][k] for k in chosen])
-            return f"{number(mean, '.4f')} ± {number(std, '.4f')}"
+            return f"{format_number(mean, '.4f')} ± {format_number(std, '.4f')}"
 
         lrs = [self.members["learning_rate"][k] for k in chosen]
-        lr = number(min(lrs), ".2e") if min(lrs) == max(lrs) else f"{number(min(lrs), '.2e')}..{number(max(lrs), '.2e')}"
+        low, high = (format_number(value, ".2e") for value in (min(lrs), max(lrs)))
+        lr = low if low == high else f"{low}..{high}"
         average = "" if self.ensemble_test_accuracy is None else _(" | Ensemble: {accuracy:.4f}").format(
             accuracy=self.ensemble_test_accuracy)
         return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble} | lr {lr} | "

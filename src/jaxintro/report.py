@@ -17,7 +17,7 @@ from typing import Any
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
 from jaxintro.grid import best_setting, choose_members, diverged_in, mean_std, member_grid, settings_of
-from jaxintro.i18n import N_, Code, _, ngettext, number
+from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.runs import json_safe
 
 # What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one); translated when printed.
@@ -25,9 +25,9 @@ CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),
                "miss": N_("training program compiled, then stored in the persistent cache"),
                "off": N_("persistent cache off")}
 # The phases of `time_breakdown`, as the summary line names them.
-TIME_WORDS = {"setup": N_("set-up"), "start": N_("device start"), "data": N_("data"), "init": N_("init"), "compile": N_("compile"),
-              "train": N_("training"),
-              "eval": N_("evaluation"), "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
+TIME_WORDS = {"setup": N_("set-up"), "start": N_("device start"), "data": N_("data"), "init": N_("init"),
+              "compile": N_("compile"), "train": N_("training"), "eval": N_("evaluation"),
+              "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
 
 def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
@@ -137,7 +137,8 @@ def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_di
     times = summary["time_breakdown"]
     labels = {name: _(word) for name, word in TIME_WORDS.items()}
     print(_("Time: {parts}; {total:.1f}s in all").format(
-        parts=", ".join(f"{labels[name]} {number(times[name], '.1f')}s" for name in TIME_WORDS), total=times["total"]))
+        parts=", ".join(f"{labels[name]} {format_number(times[name], '.1f')}s"
+                        for name in TIME_WORDS), total=times["total"]))
 
 
 def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpoint_seconds: float) -> dict[str, float]:
@@ -215,7 +216,7 @@ def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
         return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(
             mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=config.members,
             ensemble=100 * summary["ensemble_test_accuracy"])
-    return number(summary["test_accuracy"], ".2%")
+    return format_number(summary["test_accuracy"], ".2%")
 
 
 def describe_members(config: TrainConfig) -> str:
@@ -290,7 +291,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
         return
 
     def pct(value: float | None) -> str:
-        return _("diverged") if value is None or not math.isfinite(value) else number(value, "7.2%")
+        return _("diverged") if value is None or not math.isfinite(value) else format_number(value, "7.2%")
 
     def decay(value: float) -> str:  # a weight decay means something only to an optimizer that decays the weights
         return f"{value:.2g}" if config.decays_weights else "-"  # a flag's value: as it is typed
@@ -300,7 +301,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
     widths = [max(width, len(head)) for head, width in zip(heads, (6, 6, 8, 8, 9, 9, 8))]
     print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
     for k, m in enumerate(summary["members"]):
-        loss = "-" if m["final_loss"] is None else number(m["final_loss"], ".4f")
+        loss = "-" if m["final_loss"] is None else format_number(m["final_loss"], ".4f")
         cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
                  pct(m["train_accuracy"]), loss]
         print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
@@ -314,7 +315,7 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
     print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
     for s in summary["settings"]:
         cell = _("diverged") if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
-            f"{number(100 * s['test_accuracy'], '.2f')} ± {number(s['test_accuracy_std'], '.2%')}")
+            f"{format_number(100 * s['test_accuracy'], '.2f')} ± {format_number(s['test_accuracy_std'], '.2%')}")
         survivors = config.seeds - s["diverged"]
         note = "  " + ngettext("({n} diverged; the mean is of the other {m})", "({n} diverged; the mean is of the "
                                "other {m})", s["diverged"]).format(n=s["diverged"], m=survivors) \

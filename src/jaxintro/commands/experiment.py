@@ -8,7 +8,7 @@ import json
 from jaxintro.config import config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
-from jaxintro.i18n import Code, _, number
+from jaxintro.i18n import Code, _, format_number
 from jaxintro.runs import writable_dir, write_json
 
 
@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
         heads = [_("model"), _("params"), _("test acc"), _("s/epoch"), _("compile s")]
         print("\n" + f"{heads[0]:<10}" + "".join(f"{h:>{w}}" for h, w in zip(heads[1:], (10, 10, 10, 11))))
         for r in report["rows"]:
-            print(f"{r['model']:<10}{number(r['param_count'], '>10,')}{number(r['test_accuracy'], '>10.2%')}"
-                  f"{number(r['seconds_per_epoch'], '>10.2f')}{number(r['compile_seconds'], '>11.2f')}")
+            print(f"{r['model']:<10}{format_number(r['param_count'], '>10,')}"
+                  f"{format_number(r['test_accuracy'], '>10.2%')}"
+                  f"{format_number(r['seconds_per_epoch'], '>10.2f')}{format_number(r['compile_seconds'], '>11.2f')}")
     else:
         report = experiments.clipping_experiment(config, dataset, out_dir, clip=args.clip, log=print)
         print("\n" + _("Test accuracy without clipping: {accuracy:.2f}%").format(

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from jaxintro.errors import ConfigError
-from jaxintro.i18n import _, ngettext, number, printable
+from jaxintro.i18n import _, format_number, ngettext, printable
 from jaxintro.listing import keep_reason, kind_text, list_runs, remove_run_dir, status_text
 
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     # The words between the columns, each translated alone (outside the f-string, where extraction finds them).
     epochs_word, test_word = _("epochs"), _("test")
     for r, s, kind, state in zip(runs, shown, kinds, status):
-        acc = number(r["test_accuracy"], ".2%") if r["test_accuracy"] is not None else "-"
+        acc = format_number(r["test_accuracy"], ".2%") if r["test_accuracy"] is not None else "-"
         print(f"{s['run_dir']:<{width}}  {s['dataset']:<13} {s['model']:<8} {kind:<{kind_width}}  "
               f"{r['epochs']:>3}/{r['planned_epochs']:<3} {epochs_word}  {test_word} {acc:>7}  {state}")
     if not args.remove_unfinished:
