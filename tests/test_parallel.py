@@ -514,3 +514,30 @@ def test_more_devices_than_jax_sees_is_refused_with_what_it_sees():
     platform = jax.devices()[0].platform
     assert str(raised.value) == (f"--devices {seen + 1} but JAX sees {seen} {platform} device(s); on a CPU, jaxintro "
                                  f"creates them when --devices is given before JAX starts; elsewhere use at most {seen}")
+
+
+HOST_INIT_CHECK = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)
+    jax.config.update("jax_default_device", jax.devices()[1])  # as an accelerator would be: not the host's CPU
+    sys.path.insert(0, sys.argv[1])
+    from conftest import synthetic_dataset
+    from jaxintro.config import TrainConfig
+    from jaxintro.train import Trainer
+    out = {}
+    for seeds in (1, 3):
+        state = Trainer.create(TrainConfig(seeds=seeds), synthetic_dataset()).init_state()
+        out[seeds] = sorted({str(device) for leaf in jax.tree.leaves(state[:3]) for device in leaf.devices()})
+    print(json.dumps(out))
+""")
+
+
+def test_the_initial_weights_are_drawn_on_the_host_cpu_not_on_the_default_device():
+    """On an accelerator each op of the init would be a program compiled for the chip; on the host's CPU it is the
+    same bits on every backend. Here the default device is a second CPU device, standing in for the chip."""
+    env = {**os.environ, "PYTHONPATH": str(Path(jaxintro.__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-c", HOST_INIT_CHECK, os.path.dirname(__file__)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"1": ["cpu:0"], "3": ["cpu:0"]}

@@ -11,10 +11,9 @@ Rows:
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
 Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
-The parent never opens a device: on a TPU one process at a time may hold the chip, and on a GPU a
-parent's preallocated memory would starve its children. The plan (the initial parameters, drawn on
-the rows' own backend) and the machine's float32 matmul rate come from child processes too, and the
-parent converts each row's time per step into a fraction of that rate.
+The parent never opens a device (one process at a time may hold a TPU chip; a GPU's preallocated
+memory would starve the children): the plan (the initial weights, drawn on the host's CPU as `train`
+draws them) and the float32 matmul rate come from children; the parent turns times into rates.
 """
 
 from __future__ import annotations
@@ -172,10 +171,11 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     import jax
 
     from jaxintro.lesson import plan_epoch
-
-    init_key, key = jax.random.split(jax.random.key(seed))
-    params = init_params(init_key, (x.shape[1], *SIZES[1:]))
-    _next_key, perm, _dropout_key = plan_epoch(key, len(x), batch)
+    from jaxintro.parallel import host_device
+    with jax.default_device(host_device()):  # where `Trainer.init_state` draws them: the same bits
+        init_key, key = jax.random.split(jax.random.key(seed))
+        params = init_params(init_key, (x.shape[1], *SIZES[1:]))
+        _next_key, perm, _dropout_key = plan_epoch(key, len(x), batch)
     flat = {f"{name}.{leaf}": np.asarray(v) for name, layer in params.items() for leaf, v in layer.items()}
     return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 

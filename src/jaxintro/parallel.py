@@ -70,6 +70,15 @@ def usable_cores() -> int:
     return cores
 
 
+def host_device() -> jax.Device:
+    """This process's first CPU device, where the run's initial weights are drawn (the default device if JAX
+    was started without its CPU backend, `JAX_PLATFORMS=tpu`)."""
+    try:
+        return jax.local_devices(backend="cpu")[0]
+    except RuntimeError:
+        return jax.local_devices()[0]
+
+
 def replicated_sharding(mesh: Mesh) -> NamedSharding:
     """The sharding of an array copied on every device of `mesh`."""
     return NamedSharding(mesh, P())

@@ -33,7 +33,7 @@ from jaxintro.members import Members
 from jaxintro.memory import check_memory
 from jaxintro.models import Model, Params, model_for, param_count
 from jaxintro.optim import build_optimizer, build_schedule
-from jaxintro.parallel import to_host
+from jaxintro.parallel import host_device, to_host
 from jaxintro.record import EpochMetrics
 from jaxintro.runtime import compile_cache_counts, release_free_memory
 
@@ -93,8 +93,14 @@ class Trainer:
 
     def init_state(self) -> TrainState:
         """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state; several
-        members each start as their single run does, stacked on a leading axis (`members.init_members`)."""
-        return TrainState(*self.layout.init(self._init_member), 0)
+        members each start as their single run does, stacked on a leading axis (`members.init_members`).
+
+        Drawn op by op on the host's CPU, then placed on the devices by `place`: on an accelerator each of
+        the initialisation's small ops would be its own program, compiled for the chip (seconds on a TPU),
+        and the same seed gives the same initial weights, bit for bit, on every backend.
+        """
+        with jax.default_device(host_device()):
+            return TrainState(*self.layout.init(self._init_member), 0)
 
     def _init_member(self, seed: int | Array) -> tuple[Params, optax.OptState, jax.Array]:
         init_key, key = jax.random.split(jax.random.key(seed))
