@@ -23,13 +23,19 @@ from jaxintro.members import ensemble_accuracy
 from jaxintro.train import Trainer, fit
 
 
+def log_rtol() -> float:
+    """How close a float32 loss built from `exp` and `log` must be to the exact value: a CPU's are correctly rounded
+    to about an ulp; a TPU's are fast approximations (0.4903905 for 0.4904146 on a TPU v5e, 5e-5 relative)."""
+    return 1e-6 if jax.default_backend() == "cpu" else 2e-4
+
+
 @pytest.mark.backend
 def test_cross_entropy_by_hand():
     logits = jnp.array([[0.0, 0.0], [np.log(3.0), 0.0]])
     labels = jnp.array([0, 0])
     # -log(1/2) and -log(3/4)
     expected = (np.log(2.0) + np.log(4.0 / 3.0)) / 2
-    assert float(cross_entropy(logits, labels)) == pytest.approx(expected, rel=1e-6)
+    assert float(cross_entropy(logits, labels)) == pytest.approx(expected, rel=log_rtol())
 
 
 @pytest.mark.backend
@@ -44,7 +50,7 @@ def test_loss_fn_is_the_cross_entropy_of_the_models_logits_with_its_key():
     x, y = jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([0, 0])
     key = jax.random.key(0)
     # Logits [log 3, 0] and [0, 0]: -log(3/4) and -log(1/2).
-    assert float(loss_fn(params, apply, x, y, key)) == pytest.approx((np.log(4 / 3) + np.log(2)) / 2, rel=1e-6)
+    assert float(loss_fn(params, apply, x, y, key)) == pytest.approx((np.log(4 / 3) + np.log(2)) / 2, rel=log_rtol())
     assert seen == [key]
     loss, logits = loss_and_logits(params, apply, x, y)
     np.testing.assert_allclose(logits, x @ params)
