@@ -1,0 +1,66 @@
+"""The lesson's step at batch 128 in two programs, side by side in one process: `train`'s epoch program and the
+speedrun's whole-run program (every epoch in one `lax.scan`), each timed over 10 epochs after its compile.
+
+    python scripts/step_times.py --data-dir DIR [--rounds 3]
+
+Prints one JSON line: per program, the median seconds of a step over the rounds and the spread (min, max), and
+their ratio. docs/accelerators.md quotes it on a TPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+
+import jax
+
+from jaxintro import speedrun
+from jaxintro.config import TrainConfig
+from jaxintro.data import load_dataset
+from jaxintro.train import Trainer
+
+
+def epoch_program_step(dataset, epochs: int) -> float:
+    """Seconds per step of `train`'s epoch program (compiled first), over `epochs` epochs."""
+    trainer = Trainer.create(TrainConfig(dataset="mnist", epochs=epochs), dataset)
+    state, train, _test = trainer.place(trainer.init_state(), dataset)
+    epoch = trainer.compile_epoch(state, train)
+    state, metrics = epoch.run(state)
+    jax.block_until_ready((state.params, metrics))
+    start = time.perf_counter()
+    for _ in range(epochs):
+        state, metrics = epoch.run(state)
+    jax.block_until_ready((state.params, metrics))
+    return (time.perf_counter() - start) / (epochs * trainer.steps_per_epoch)
+
+
+def whole_run_step(dataset, epochs: int) -> float:
+    """Seconds per step of the speedrun's whole-run program on the lesson's recipe (batch 128, Adam 1e-3)."""
+    recipe = dataclasses.replace(speedrun.LESSON, epochs=epochs, program="run")
+    timed = speedrun.timed_run(recipe, dataset)
+    return timed["train_seconds"] / (epochs * (len(dataset.x_train) // recipe.batch_size))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=10)
+    args = parser.parse_args()
+    dataset = load_dataset("mnist", args.data_dir)
+    times: dict[str, list[float]] = {"epoch_program": [], "whole_run_program": []}
+    for _round in range(args.rounds):  # alternating, so a slow moment of the machine hits both
+        times["epoch_program"].append(epoch_program_step(dataset, args.epochs))
+        times["whole_run_program"].append(whole_run_step(dataset, args.epochs))
+    row = {name: {"median_us": statistics.median(ts) * 1e6, "min_us": min(ts) * 1e6, "max_us": max(ts) * 1e6}
+           for name, ts in times.items()}
+    row["ratio"] = row["epoch_program"]["median_us"] / row["whole_run_program"]["median_us"]
+    row["backend"] = jax.default_backend()
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
