@@ -182,3 +182,23 @@ def test_the_offline_warning_gives_its_fix_once(recwarn):
     assert load_dataset("auto").name == "digits"  # the mirrors are unreachable in tests
     message = str(next(w.message for w in recwarn if "MNIST is not available" in str(w.message)))
     assert message.count("--data-dir") == 1 and message.count("internet") == 1
+
+
+@pytest.mark.parametrize("backend, trims", [("cpu", 1), ("tpu", 0), ("gpu", 0)])
+def test_freed_heap_pages_are_returned_only_where_the_model_lives_in_host_memory(monkeypatch, backend, trims):
+    """On a CPU a trim returns the compiler's and Orbax's garbage; on an accelerator it walks the runtime's heap
+    (1.1 s of a `train` on a TPU v5e) for nothing of the model's."""
+    import ctypes
+
+    from jaxintro import runtime
+
+    calls = []
+
+    class Process:
+        def malloc_trim(self, pad):
+            calls.append(pad)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Process())
+    monkeypatch.setattr(runtime.jax, "default_backend", lambda: backend)
+    runtime.release_free_memory()
+    assert len(calls) == trims
