@@ -203,3 +203,30 @@ def test_no_function_is_longer_than_80_lines():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80]
     assert not long, long
+
+
+# A branch on what kind of run it is: the member count, the seed count, or sweep or not, read off a config.
+MEMBER_COUNT_BRANCH = re.compile(r"\bif\b.*\bconfig\.(?:(?:members|seeds)\s*(?:==|!=|>=|<=|>|<)|sweep\b)")
+# Where that choice is made: the layouts (one model, members), the grid (`grid.kind_of`) and the flags' rules.
+CHOOSERS = {"layout.py", "members.py", "grid.py", "config.py"}
+
+
+def member_count_branches(root: Path = PACKAGE) -> list[str]:
+    """Every line outside the choosers that branches on the kind of run, as `module:line`."""
+    return [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py")) if path.name not in CHOOSERS
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if MEMBER_COUNT_BRANCH.search(line.split("#")[0])]
+
+
+def test_one_model_and_many_are_read_through_one_interface():
+    """Readers ask the run's kind once (`report.report_for`, the layout): at most 5 branches elsewhere (20 before)."""
+    found = member_count_branches()
+    assert len(found) <= 5, found
+
+
+def test_the_member_count_branch_pattern_sees_each_form_of_the_question(tmp_path):
+    (tmp_path / "reader.py").write_text("if config.members == 1:\n    pass\nx = 1 if run.config.seeds > 1 else 2\n"
+                                        "if not self.config.sweep:\n    pass\n# if config.sweep: (a comment)\n"
+                                        "config.members\n")
+    (tmp_path / "grid.py").write_text("if config.sweep:\n    pass\n")
+    assert member_count_branches(tmp_path) == ["reader.py:1", "reader.py:3", "reader.py:4"]

@@ -35,6 +35,7 @@ from jaxintro.data import Dataset
 from jaxintro.errors import JaxintroError
 from jaxintro.i18n import N_, _
 from jaxintro.models.mlp import init_params
+from jaxintro.parallel import host_device
 from jaxintro.runtime import configure_jax, peak_rss_mb
 from jaxintro.timed import last_line
 
@@ -171,7 +172,7 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
     import jax
 
     from jaxintro.lesson import plan_epoch
-    from jaxintro.parallel import host_device
+
     with jax.default_device(host_device()):  # where `Trainer.init_state` draws them: the same bits
         init_key, key = jax.random.split(jax.random.key(seed))
         params = init_params(init_key, (x.shape[1], *SIZES[1:]))
@@ -194,7 +195,7 @@ def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True, loop: str 
                          loop=loop)
     trainer = Trainer.create(config, dataset)
     state = trainer.init_state()
-    first = state.params if seeds == 1 else {n: {k: v[0] for k, v in layer.items()} for n, layer in state.params.items()}
+    first = trainer.layout.member(state.params, 0)
     init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
     if not all(np.array_equal(init[k], plan.params[k]) for k in plan.params):
         # The rows compare speeds of the same function: a different start would make them incomparable.
@@ -262,13 +263,12 @@ def row_jit_step(plan: Plan) -> RowResult:
     return _trainer_row("jit-step", plan, *jax_trainer(plan, loop="python"))
 
 
-def row_scan_epoch(plan: Plan, seeds: int = 1, *, spread: bool = False) -> RowResult:
+def row_scan_epoch(plan: Plan, name: str = "scan-epoch", seeds: int = 1, *, spread: bool = False) -> RowResult:
     """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8.
 
     With `seeds`, the same epoch over that many members: all vmapped on one device, or (`spread`) placed
     and grouped as `jaxintro train --seeds` does it.
     """
-    name = "scan-epoch" if seeds == 1 else f"{'spread' if spread else 'vmap'}-seeds-{seeds}"
     result = _trainer_row(name, plan, *jax_trainer(plan, seeds, vmap_all=not spread))
     result.models = seeds
     return result
@@ -506,8 +506,8 @@ ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
     row_nojit,
     row_jit_step,
     row_scan_epoch,
-    lambda plan: row_scan_epoch(plan, seeds=8),
-    lambda plan: row_scan_epoch(plan, seeds=8, spread=True),
+    lambda plan: row_scan_epoch(plan, "vmap-seeds-8", seeds=8),
+    lambda plan: row_scan_epoch(plan, "spread-seeds-8", seeds=8, spread=True),
     row_matmul_only,
     lambda plan: row_torch(plan, compile=False),
     lambda plan: row_torch(plan, compile=True),

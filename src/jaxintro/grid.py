@@ -33,6 +33,26 @@ def member_grid(config: TrainConfig) -> list[Member]:
     return [Member(config.seed + k, lr, wd) for lr in lrs for wd in decays for k in range(config.seeds)]
 
 
+def kind_of(config: TrainConfig) -> str:
+    """What a run is: "single" (one model), "seeds" (several seeds of one setting) or "sweep" (several settings)."""
+    return "sweep" if config.sweep else "seeds" if config.members > 1 else "single"
+
+
+def describe_members(config: TrainConfig) -> str:
+    """`seed 0`, `seeds 0..7`, or a sweep's grid in words."""
+    if config.seeds == 1:
+        seeds = _("seed {seed}").format(seed=config.seed)
+    else:
+        seeds = _("seeds {first}..{last}").format(first=config.seed, last=config.seed + config.seeds - 1)
+    if not config.sweep:
+        return seeds
+    lrs = ", ".join(f"{v:g}" for v in config.lr_grid or (config.lr,))
+    if not config.weight_decay_grid:
+        return _("lr {lrs}; {seeds} each").format(lrs=lrs, seeds=seeds)
+    return _("lr {lrs} x weight decay {decays}; {seeds} each").format(
+        lrs=lrs, decays=", ".join(f"{v:g}" for v in config.weight_decay_grid), seeds=seeds)
+
+
 def mean_std(values: Sequence[float | None]) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof=1; 0 for one value) over the finite values (NaN if none)."""
     finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)

@@ -118,6 +118,10 @@ class OneModel:
         return (state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh),
                 replicate(test, self.mesh))
 
+    def member(self, tree: Any, k: int) -> Any:
+        """Member `k`'s leaves of a state tree: one model is member 0, its own tree."""
+        return tree
+
     def jit_eval(self) -> Callable:
         """`score(params, x, y, diverged)`: correct count and summed loss over a chunked set, compiled (one model
         never goes on diverged: `diverged` is always empty)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import diverged_in, headline_accuracy
+from jaxintro.grid import diverged_in, headline_accuracy, kind_of
 from jaxintro.i18n import N_, _, ngettext, printable
 from jaxintro.runs import (CLAIM_FILE, CONFIG_FILE, RESOLVED_DATASET, RESULT_FILE, claim_is_live, committed_epochs,
                            foreign_entries, has_checkpoint, is_finished, is_own_config, locked, read_claim,
@@ -77,8 +77,7 @@ def run_kind(config: dict[str, Any], row: dict[str, Any] | None) -> dict[str, An
             train_config = TrainConfig.from_json({k: v for k, v in fields.items() if k in MEMBER_FIELDS})
         except (ConfigError, TypeError, ValueError) as exc:
             raise ValueError(_("{name}: {error}").format(name=CONFIG_FILE, error=exc)) from None
-    kind = "sweep" if train_config.sweep else "seeds" if train_config.members > 1 else "single"
-    return {"kind": kind, "member_count": train_config.members, "diverged": len(diverged_in(row or {})),
+    return {"kind": kind_of(train_config), "member_count": train_config.members, "diverged": len(diverged_in(row or {})),
             "test_accuracy": headline_accuracy(train_config, row) if row else None}
 
 

@@ -151,6 +151,10 @@ class Members:
         return (state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh),
                 jax.device_put(test, self.mesh.devices.flat[0]))
 
+    def member(self, tree: Any, k: int) -> Any:
+        """Member `k`'s leaves of a state tree (every leaf stacked on a leading member axis)."""
+        return jax.tree.map(lambda leaf: leaf[k], tree)
+
     def jit_eval(self) -> Callable:
         """`score(params, x, y, diverged)`: one row per member and a last row for their ensemble (correct count and
         summed loss), compiled; the members in `diverged` are scored as NaN weights, so the ensemble leaves them out.

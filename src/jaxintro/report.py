@@ -16,7 +16,8 @@ from typing import Any
 
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
-from jaxintro.grid import best_setting, choose_members, diverged_in, mean_std, member_grid, settings_of
+from jaxintro.grid import (best_setting, choose_members, describe_members, diverged_in, kind_of, mean_std, member_grid,
+                           settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.runs import json_safe
 
@@ -75,19 +76,14 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
         "run_dir": str(run_dir),
         "finished": not result.stopped_early,
     }
-    if config.members > 1:
-        summary.update(members_fields(config, last, result, dataset, run_dir, spread=spread, primary=primary,
-                                      clock=clock))
+    summary.update(report_for(config).fields(last, result, dataset, run_dir, spread=spread, primary=primary,
+                                             clock=clock))
     return summary
 
 
 def used_members(config: TrainConfig, row: dict[str, Any]) -> list[int]:
     """The members a run's numbers are about (one model: itself; seeds: every one; a sweep: its best setting's)."""
-    members = member_grid(config)
-    if not config.sweep:
-        return list(range(len(members)))
-    best = best_setting(settings_of(config, row))
-    return [k for k, m in enumerate(members) if (m.lr, m.weight_decay) == (best.lr, best.weight_decay)]
+    return report_for(config).used_members(row)
 
 
 def member_values(row: dict[str, Any], name: str) -> list[float | None]:
@@ -99,18 +95,16 @@ def member_values(row: dict[str, Any], name: str) -> list[float | None]:
 def headline_fields(config: TrainConfig, last: dict[str, Any]) -> dict[str, Any]:
     """`test_accuracy`, `train_accuracy` and `final_loss`: means over the members the run is used through (their
     diverged members left out); several members add the test accuracy's standard deviation."""
-    used = used_members(config, last)
+    kind = report_for(config)
+    used = kind.used_members(last)
 
     def mean_and_std(name: str) -> tuple[float, float]:
         values = member_values(last, name)
         return mean_std([values[k] for k in used])
 
     test, test_std = mean_and_std("test_accuracy")
-    fields = {"test_accuracy": test, "train_accuracy": mean_and_std("train_accuracy")[0],
-              "final_loss": mean_and_std("loss")[0]}
-    if config.members > 1:
-        fields["test_accuracy_std"] = test_std
-    return fields
+    return {"test_accuracy": test, "train_accuracy": mean_and_std("train_accuracy")[0],
+            "final_loss": mean_and_std("loss")[0], **kind.spread_fields(test_std)}
 
 
 def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_dir: Path) -> None:
@@ -161,41 +155,156 @@ def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpo
 
 
 # ---------------------------------------------------------------- what a run's report says about its members
+# One class per kind of run (`grid.kind_of`): each answers the same questions, so no reader asks the member count.
 
 
-def header(config: TrainConfig, facts: dict[str, Any]) -> tuple[str, int]:
-    """The line that opens a run (what trains on what), and the devices its members spread over (one model: 1)."""
-    if config.members == 1:
+class SingleReport:
+    """One model: its own numbers, no spread, no table."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+
+    def used_members(self, row: dict[str, Any]) -> list[int]:
+        """The members the run's numbers are about: the one model."""
+        return [0]
+
+    def spread_fields(self, test_std: float) -> dict[str, Any]:
+        """The headline's spread over members: none for one model."""
+        return {}
+
+    def header(self, facts: dict[str, Any]) -> tuple[str, int]:
+        """The line that opens the run, and the devices its members spread over (1)."""
         return _("Training {model} MLP {layers} on {dataset} ({train} train / {test} test, from {source}); "
                  "loop={loop}; run folder {run_dir}").format(**facts), 1
-    import jax
 
-    from jaxintro.members import member_devices
+    def curves_title(self, dataset: Any) -> str:
+        """`curves.png`'s title."""
+        return _("{model} MLP on {dataset}").format(model=self.config.model, dataset=dataset.name)
 
-    spread = member_devices(config)
-    platform = jax.default_backend().upper()
-    where = (_("all on one {platform} device").format(platform=platform) if spread == 1 else
-             ngettext("spread over {devices} {platform} device", "spread over {devices} {platform} devices",
-                      spread).format(devices=spread, platform=platform))
-    return _("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
-             "from {source}); {where}; loop={loop}; run folder {run_dir}").format(
-        members=config.members, grid=describe_members(config), where=where, **facts), spread
+    def accuracy_text(self, summary: dict[str, Any]) -> str:
+        """The test accuracy as the Done line says it."""
+        return format_number(summary["test_accuracy"], ".2%")
+
+    def fields(self, last: dict[str, Any], result: Any, dataset: Any, run_dir: Path, *, spread: int, primary: bool,
+               clock: dict[str, float]) -> dict[str, Any]:
+        """The summary's fields beyond the headline: none for one model."""
+        return {}
+
+    def print_table(self, summary: dict[str, Any]) -> None:
+        """The final table: nothing for one model."""
 
 
-def curves_title(config: TrainConfig, dataset: Any) -> str:
-    """`curves.png`'s title (several members: each drawn faint, their mean bold)."""
-    if config.members == 1:
-        return _("{model} MLP on {dataset}").format(model=config.model, dataset=dataset.name)
-    if config.sweep:  # the bold curve is the seeds of the setting best at each epoch, as its epoch line says
+class SeedsReport(SingleReport):
+    """Several seeds of one setting: every member, their mean ± std and their ensemble."""
+
+    def used_members(self, row: dict[str, Any]) -> list[int]:
+        """Every member."""
+        return list(range(self.config.members))
+
+    def spread_fields(self, test_std: float) -> dict[str, Any]:
+        """The test accuracy's standard deviation over the used members."""
+        return {"test_accuracy_std": test_std}
+
+    def header(self, facts: dict[str, Any]) -> tuple[str, int]:
+        """The line that opens the run (how many models, which grid, on which devices), and the devices they spread
+        over."""
+        import jax
+
+        from jaxintro.members import member_devices
+
+        config = self.config
+        spread = member_devices(config)
+        platform = jax.default_backend().upper()
+        where = (_("all on one {platform} device").format(platform=platform) if spread == 1 else
+                 ngettext("spread over {devices} {platform} device", "spread over {devices} {platform} devices",
+                          spread).format(devices=spread, platform=platform))
+        return _("Training {members} {model} MLPs ({grid}) {layers} on {dataset} ({train} train / {test} test, "
+                 "from {source}); {where}; loop={loop}; run folder {run_dir}").format(
+            members=config.members, grid=describe_members(config), where=where, **facts), spread
+
+    def curves_title(self, dataset: Any) -> str:
+        """`curves.png`'s title: each member faint, their mean bold."""
+        return _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
+            members=self.config.members, model=self.config.model, dataset=dataset.name)
+
+    def accuracy_text(self, summary: dict[str, Any]) -> str:
+        """The mean ± std of the members that trained, and their ensemble's accuracy."""
+        members = self.config.members
+        trained = sum(member["test_accuracy"] is not None for member in summary["members"])
+        if trained < members:  # the numbers are those of the members that trained: say how many
+            return ngettext("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
+                            "its own accuracy is the ensemble's, {ensemble:.2f}%)",
+                            "{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
+                            "their ensemble {ensemble:.2f}%)", trained).format(
+                mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], trained=trained,
+                members=members, ensemble=100 * summary["ensemble_test_accuracy"])
+        return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(
+            mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=members,
+            ensemble=100 * summary["ensemble_test_accuracy"])
+
+    def fields(self, last: dict[str, Any], result: Any, dataset: Any, run_dir: Path, *, spread: int, primary: bool,
+               clock: dict[str, float]) -> dict[str, Any]:
+        """Each member, their ensemble, the member count and the rate per model."""
+        config = self.config
+        per = last["members"]
+        decays = config.decays_weights  # another optimizer's members and settings have no weight decay (null)
+        members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay if decays else None,
+                    "test_accuracy": per["test_accuracy"][k], "train_accuracy": per["train_accuracy"][k],
+                    "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
+                   for k, m in enumerate(member_grid(config))]
+        return json_safe({
+            "members": members, "ensemble_test_accuracy": last.get("ensemble_test_accuracy"),
+            "member_count": config.members,
+            "samples_per_second_per_model": result.samples_per_second / config.members, "member_devices": spread,
+        })
+
+    def print_table(self, summary: dict[str, Any]) -> None:
+        """Every member, then their ensemble's accuracy."""
+        self.print_members(summary)
+        print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
+            accuracy=self.pct(summary["ensemble_test_accuracy"]).strip()))
+
+    def print_members(self, summary: dict[str, Any]) -> None:
+        """The members' table: seed, learning rate, weight decay, accuracies and loss of each."""
+        # Column headings, each translated alone; a column widens to fit a longer translation.
+        heads = [_("member"), _("seed"), "lr", "wd", _("test acc"), _("train acc"), _("loss")]
+        widths = [max(width, len(head)) for head, width in zip(heads, (6, 6, 8, 8, 9, 9, 8))]
+        print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
+        for k, m in enumerate(summary["members"]):
+            loss = "-" if m["final_loss"] is None else format_number(m["final_loss"], ".4f")
+            cells = [k, m["seed"], f"{m['lr']:.2g}", self.decay(m["weight_decay"]), self.pct(m["test_accuracy"]),
+                     self.pct(m["train_accuracy"]), loss]
+            print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
+
+    @staticmethod
+    def pct(value: float | None) -> str:
+        """An accuracy in the tables' column, or "diverged"."""
+        return _("diverged") if value is None or not math.isfinite(value) else format_number(value, "7.2%")
+
+    def decay(self, value: float) -> str:
+        """A weight decay as it is typed; "-" where the optimizer does not decay the weights."""
+        return f"{value:.2g}" if self.config.decays_weights else "-"
+
+
+class SweepReport(SeedsReport):
+    """Several settings: every member, every setting's mean ± std, and the best setting (what the run is used
+    through)."""
+
+    def used_members(self, row: dict[str, Any]) -> list[int]:
+        """The best setting's members."""
+        best = best_setting(settings_of(self.config, row))
+        return [k for k, m in enumerate(member_grid(self.config))
+                if (m.lr, m.weight_decay) == (best.lr, best.weight_decay)]
+
+    def curves_title(self, dataset: Any) -> str:
+        """`curves.png`'s title: the bold curve is the seeds of the setting best at each epoch, as its epoch line
+        says."""
         return _("{members} x {model} MLP on {dataset} (each faint, the best setting's mean bold)").format(
-            members=config.members, model=config.model, dataset=dataset.name)
-    return _("{members} x {model} MLP on {dataset} (each faint, mean bold)").format(
-        members=config.members, model=config.model, dataset=dataset.name)
+            members=self.config.members, model=self.config.model, dataset=dataset.name)
 
-
-def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
-    """The run's test accuracy as the Done line says it: one model's, the mean of several, a sweep's best setting."""
-    if config.sweep:
+    def accuracy_text(self, summary: dict[str, Any]) -> str:
+        """The best setting's mean ± std, the setting, and its seeds' ensemble."""
+        config = self.config
         best = summary["best"]
         # The whole setting: two settings of a weight-decay grid share a learning rate.
         setting = f"lr {best['lr']:g}" + (f", wd {best['weight_decay']:g}" if config.decays_weights else "")
@@ -204,34 +313,106 @@ def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
                         "{ensemble:.2f}%)", config.seeds).format(
             mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], setting=setting,
             seeds=config.seeds, ensemble=100 * summary["ensemble_test_accuracy"])
-    if config.members > 1:
-        trained = sum(member["test_accuracy"] is not None for member in summary["members"])
-        if trained < config.members:  # the numbers are those of the members that trained: say how many
-            return ngettext("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
-                            "its own accuracy is the ensemble's, {ensemble:.2f}%)",
-                            "{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
-                            "their ensemble {ensemble:.2f}%)", trained).format(
-                mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], trained=trained,
-                members=config.members, ensemble=100 * summary["ensemble_test_accuracy"])
-        return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(
-            mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], members=config.members,
-            ensemble=100 * summary["ensemble_test_accuracy"])
-    return format_number(summary["test_accuracy"], ".2%")
+
+    def fields(self, last: dict[str, Any], result: Any, dataset: Any, run_dir: Path, *, spread: int, primary: bool,
+               clock: dict[str, float]) -> dict[str, Any]:
+        """The seeds' fields, every setting and the best one; scores the ensemble the run is used through (its best
+        setting's seeds, timed into `clock["eval_after"]`) and draws `sweep.png`."""
+        config = self.config
+        fields = super().fields(last, result, dataset, run_dir, spread=spread, primary=primary, clock=clock)
+        decays = config.decays_weights
+        settings = settings_of(config, last)
+        fields["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay if decays else None, "test_accuracy": s.mean,
+                               "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
+        best = best_setting(settings)
+        fields["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
+                          "test_accuracy": best.mean, "test_accuracy_std": best.std}
+        start = time.perf_counter()
+        fields["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
+        clock["eval_after"] = time.perf_counter() - start
+        if primary:
+            from jaxintro.plots import plot_sweep
+
+            title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
+                             last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
+            with run_write("sweep.png", run_dir):
+                fields["sweep_png"] = str(plot_sweep(settings, run_dir / "sweep.png", title=title))
+        return json_safe(fields)  # a setting whose members all diverged has a NaN mean: null in the JSON
+
+    def print_table(self, summary: dict[str, Any]) -> None:
+        """Every member, every setting, the best one; with several seeds a setting, their ensemble and the verdict
+        against the lesson's learning rate."""
+        config = self.config
+        self.print_members(summary)
+        spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
+                          config.seeds).format(n=config.seeds)
+        col = max(40, len(spread))  # a longer translation widens the column
+        print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
+        for s in summary["settings"]:
+            print(f"{s['lr']:>8.2g} {self.decay(s['weight_decay']):>8} {self.setting_cell(s):>{col}}"
+                  f"{self.diverged_note(s)}")
+        best = summary["best"]
+        if config.decays_weights:
+            line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
+        else:  # the optimizer does not decay the weights: naming a weight decay would mislead
+            line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
+        print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]),
+                          mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"],
+                          path=summary["sweep_png"]))
+        if config.seeds > 1:  # one seed a setting: no ensemble to speak of, and no spread to compare with
+            print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
+                    "test accuracy").format(seeds=config.seeds,
+                                            accuracy=self.pct(summary["ensemble_test_accuracy"]).strip()))
+            verdict = compare_with_lesson(summary["settings"], best)
+            if verdict:
+                print(verdict)
+
+    @staticmethod
+    def setting_cell(setting: dict[str, Any]) -> str:
+        """A setting's mean ± std over its seeds, or "diverged"."""
+        if setting["test_accuracy"] is None or not math.isfinite(setting["test_accuracy"]):
+            return _("diverged")
+        return (f"{format_number(100 * setting['test_accuracy'], '.2f')} ± "
+                f"{format_number(setting['test_accuracy_std'], '.2%')}")
+
+    def diverged_note(self, setting: dict[str, Any]) -> str:
+        """After a setting's cell: how many of its seeds diverged (nothing if none)."""
+        survivors = self.config.seeds - setting["diverged"]
+        if not setting["diverged"]:
+            return ""
+        if not survivors:
+            return "  " + _("(every seed diverged)")
+        return "  " + ngettext("({n} diverged; the mean is of the other {m})", "({n} diverged; the mean is of the "
+                               "other {m})", setting["diverged"]).format(n=setting["diverged"], m=survivors)
 
 
-def describe_members(config: TrainConfig) -> str:
-    """`seeds 0..7`, or a sweep's grid in words."""
-    if config.seeds == 1:
-        seeds = _("seed {seed}").format(seed=config.seed)
-    else:
-        seeds = _("seeds {first}..{last}").format(first=config.seed, last=config.seed + config.seeds - 1)
-    if not config.sweep:
-        return seeds
-    lrs = ", ".join(f"{v:g}" for v in config.lr_grid or (config.lr,))
-    if not config.weight_decay_grid:
-        return _("lr {lrs}; {seeds} each").format(lrs=lrs, seeds=seeds)
-    return _("lr {lrs} x weight decay {decays}; {seeds} each").format(
-        lrs=lrs, decays=", ".join(f"{v:g}" for v in config.weight_decay_grid), seeds=seeds)
+REPORTS = {"single": SingleReport, "seeds": SeedsReport, "sweep": SweepReport}
+
+
+def report_for(config: TrainConfig) -> SingleReport:
+    """How `config`'s kind of run is reported (`grid.kind_of`: one model, seeds, or a sweep)."""
+    return REPORTS[kind_of(config)](config)
+
+
+def header(config: TrainConfig, facts: dict[str, Any]) -> tuple[str, int]:
+    """The line that opens a run (what trains on what), and the devices its members spread over (one model: 1)."""
+    return report_for(config).header(facts)
+
+
+def curves_title(config: TrainConfig, dataset: Any) -> str:
+    """`curves.png`'s title (several members: each drawn faint, their mean bold)."""
+    return report_for(config).curves_title(dataset)
+
+
+def accuracy_text(config: TrainConfig, summary: dict[str, Any]) -> str:
+    """The run's test accuracy as the Done line says it: one model's, the mean of several, a sweep's best setting."""
+    return report_for(config).accuracy_text(summary)
+
+
+def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
+    """The final table of a run of several models: every member, then (a sweep) every setting and the best one;
+    nothing for one model."""
+    report_for(config).print_table(summary)
 
 
 def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
@@ -245,95 +426,6 @@ def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any
         return accuracies[choice.used[0]]
     model = model_for(config, dataset.num_features, dataset.num_classes)
     return ensemble_accuracy(model, params, choice.used, dataset.x_test, dataset.y_test)
-
-
-def members_fields(config: TrainConfig, last: dict[str, Any], result: Any, dataset: Any, run_dir: Path, *,
-                   spread: int, primary: bool, clock: dict[str, float]) -> dict[str, Any]:
-    """The summary's fields of a run of several members: each member, their ensemble, and a sweep's settings and best
-    setting; a sweep's run also draws `sweep.png` and scores the ensemble it is used through, its best setting's
-    seeds (timed into `clock["eval_after"]`)."""
-    per = last["members"]
-    decays = config.decays_weights  # another optimizer's members and settings have no weight decay (null)
-    members = [{"seed": m.seed, "lr": m.lr, "weight_decay": m.weight_decay if decays else None,
-                "test_accuracy": per["test_accuracy"][k],
-                "train_accuracy": per["train_accuracy"][k], "final_loss": per["loss"][k], "test_loss": per["test_loss"][k]}
-               for k, m in enumerate(member_grid(config))]
-    fields: dict[str, Any] = {
-        "members": members, "ensemble_test_accuracy": last.get("ensemble_test_accuracy"),
-        "member_count": config.members,
-        "samples_per_second_per_model": result.samples_per_second / config.members, "member_devices": spread,
-    }
-    if not config.sweep:
-        return json_safe(fields)
-    settings = settings_of(config, last)
-    fields["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay if decays else None, "test_accuracy": s.mean,
-                           "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
-    best = best_setting(settings)
-    fields["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
-                      "test_accuracy": best.mean, "test_accuracy_std": best.std}
-    start = time.perf_counter()
-    fields["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
-    clock["eval_after"] = time.perf_counter() - start
-    if primary:
-        from jaxintro.plots import plot_sweep
-
-        title = ngettext("{model} MLP on {dataset}, {epochs} epoch", "{model} MLP on {dataset}, {epochs} epochs",
-                         last["epoch"]).format(model=config.model, dataset=dataset.name, epochs=last["epoch"])
-        with run_write("sweep.png", run_dir):
-            fields["sweep_png"] = str(plot_sweep(settings, run_dir / "sweep.png", title=title))
-    return json_safe(fields)  # a setting whose members all diverged has a NaN mean: null in the JSON
-
-
-def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
-    """The final table of a run of several models: every member, then (a sweep) every setting and the best one;
-    nothing for one model."""
-    if config.members == 1:
-        return
-
-    def pct(value: float | None) -> str:
-        return _("diverged") if value is None or not math.isfinite(value) else format_number(value, "7.2%")
-
-    def decay(value: float) -> str:  # a weight decay means something only to an optimizer that decays the weights
-        return f"{value:.2g}" if config.decays_weights else "-"  # a flag's value: as it is typed
-
-    # Column headings, each translated alone; a column widens to fit a longer translation.
-    heads = [_("member"), _("seed"), "lr", "wd", _("test acc"), _("train acc"), _("loss")]
-    widths = [max(width, len(head)) for head, width in zip(heads, (6, 6, 8, 8, 9, 9, 8))]
-    print(" ".join(f"{head:>{width}}" for head, width in zip(heads, widths)))
-    for k, m in enumerate(summary["members"]):
-        loss = "-" if m["final_loss"] is None else format_number(m["final_loss"], ".4f")
-        cells = [k, m["seed"], f"{m['lr']:.2g}", decay(m["weight_decay"]), pct(m["test_accuracy"]),
-                 pct(m["train_accuracy"]), loss]
-        print(" ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)))
-    if not config.sweep:
-        print(_("Ensemble (averaged probabilities of the members): {accuracy} test accuracy").format(
-            accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
-        return
-    spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
-                      config.seeds).format(n=config.seeds)
-    col = max(40, len(spread))  # a longer translation widens the column
-    print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
-    for s in summary["settings"]:
-        cell = _("diverged") if s["test_accuracy"] is None or not math.isfinite(s["test_accuracy"]) else (
-            f"{format_number(100 * s['test_accuracy'], '.2f')} ± {format_number(s['test_accuracy_std'], '.2%')}")
-        survivors = config.seeds - s["diverged"]
-        note = "  " + ngettext("({n} diverged; the mean is of the other {m})", "({n} diverged; the mean is of the "
-                               "other {m})", s["diverged"]).format(n=s["diverged"], m=survivors) \
-            if s["diverged"] and survivors else "  " + _("(every seed diverged)") if s["diverged"] else ""
-        print(f"{s['lr']:>8.2g} {decay(s['weight_decay']):>8} {cell:>{col}}{note}")
-    best = summary["best"]
-    if config.decays_weights:
-        line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-    else:  # the optimizer does not decay the weights: naming a weight decay would mislead
-        line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-    print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]), mean=100 * best["test_accuracy"],
-                      std=100 * best["test_accuracy_std"], path=summary["sweep_png"]))
-    if config.seeds > 1:  # what `predict`, `serve` and `evaluate` use: the best setting's seeds, averaged
-        print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
-                "test accuracy").format(seeds=config.seeds, accuracy=pct(summary["ensemble_test_accuracy"]).strip()))
-    verdict = compare_with_lesson(summary["settings"], best) if config.seeds > 1 else None  # one seed: no spread
-    if verdict:
-        print(verdict)
 
 
 def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
@@ -352,6 +444,3 @@ def compare_with_lesson(settings: list[dict[str, Any]], best: dict[str, Any]) ->
                  "({noise:.2f}).").format(best=best["lr"], lr=lesson_lr, gap=gap, noise=noise)
     return _("No setting beats the lesson's lr {lr:g} by more than the seeds' spread: the best is {gap:.2f} points "
              "higher, within {noise:.2f}.").format(lr=lesson_lr, gap=gap, noise=noise)
-
-
-# ---------------------------------------------------------------- a trained run's members
