@@ -509,3 +509,25 @@ def test_a_spanish_solution_is_commented_in_spanish(tmp_path, capsys, monkeypatc
     assert main(["--lang", "es", "exercises", "solution", "8", "--dir", str(folder), "--force"]) == 0
     shown = capsys.readouterr().out
     assert "# (el carry para el paso siguiente, la salida de este paso)" in shown and "carry to the next" not in shown
+
+
+@pytest.mark.parametrize("how", [
+    "exec(open(SOLUTION).read())",
+    "import importlib.util\n_spec = importlib.util.spec_from_file_location('s', SOLUTION)\n"
+    "_m = importlib.util.module_from_spec(_spec)\n_spec.loader.exec_module(_m)\nset_row = _m.set_row",
+    "import os\n_fd = os.open(SOLUTION, os.O_RDONLY)\nexec(os.read(_fd, 1 << 20).decode())",
+])
+def test_a_file_that_runs_the_shipped_solution_does_not_pass(tmp_path, how):
+    """The solutions sit in the package; a file that reads one and runs it passed every check (issue 61, point 10).
+    In the child the read is refused, and the verdict says why, whatever the file made of the refusal."""
+    from jaxintro.exercises.catalog import SOLUTIONS
+
+    exercise = by_number(5)
+    text = f"SOLUTION = {str(SOLUTIONS / exercise.filename)!r}\ntry:\n" + "".join(
+        f"    {line}\n" for line in how.splitlines()) + "except PermissionError:\n    pass\n"
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert not verdict.passed and verdict.key == "reads_solution", verdict
+    assert "05_immutable_update.py" in verdict.message and "jaxintro exercises solution 5" in verdict.message
+    # The same answer written out in the file is the learner's own: it passes.
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, exercise.reference()))], "en", timeout=60)
+    assert verdict.passed

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from jaxintro.data import default_cache_dir
-from jaxintro.exercises.catalog import EXERCISES, Exercise
+from jaxintro.exercises.catalog import EXERCISES, SOLUTIONS, Exercise
 from jaxintro.i18n import _, set_language
 
 OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
@@ -343,6 +343,36 @@ class _Drain(threading.Thread):
         return self.kept.decode("utf-8", "replace")
 
 
+class SolutionGuard:
+    """An audit hook (`sys.addaudithook`: once added, never removed) that refuses the learner's code any file of
+    the shipped solutions, and remembers the attempt, so that a pass by their text is no pass. The checks read none
+    of them; `exercises solution N` reads them in the parent process, where no learner's code runs."""
+
+    def __init__(self, folder: Path = SOLUTIONS) -> None:
+        self.folder = os.path.realpath(folder) + os.sep
+        self.opened: list[str] = []
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):  # an int: an open descriptor
+            return
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if path.startswith(self.folder):
+            self.opened.append(path)
+            raise PermissionError(_("the shipped solutions are not for the code being checked: {path}").format(
+                path=path))
+
+    def judge(self, exercise: Exercise, verdict: Verdict) -> Verdict:
+        """`verdict`, unless the learner's code tried to read a shipped solution since the last verdict."""
+        opened, self.opened = self.opened, []
+        if not opened:
+            return verdict
+        return dataclasses.replace(Verdict.failed(exercise, "reads_solution", _(
+            "your file opened the shipped solution {name}: write the function yourself (`jaxintro exercises "
+            "solution {n}` shows it to read, not to run)").format(name=Path(opened[0]).name.split(".")[0] + ".py",
+                                                          n=exercise.number)),  # a .pyc named as its source
+            printed=verdict.printed, output=verdict.output, notes=verdict.notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The child: check each `N=PATH`, writing one JSON verdict per line to the pipe `--out-fd`."""
     parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.runner")
@@ -357,10 +387,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder.
     set_hypothesis_home_dir(default_cache_dir() / "hypothesis")
+    guard = SolutionGuard()
+    sys.addaudithook(guard)
     with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
         for item in args.items:
             number, path = item.split("=", 1)
-            verdict = check_file(EXERCISES[int(number) - 1], Path(path))
+            exercise = EXERCISES[int(number) - 1]
+            verdict = guard.judge(exercise, check_file(exercise, Path(path)))
             out.write(f"{token} {json.dumps(dataclasses.asdict(verdict))}\n")
             out.flush()
     return 0
