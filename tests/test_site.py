@@ -116,3 +116,36 @@ def test_the_site_builds_both_languages_offline_with_a_language_switch(tmp_path)
             assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', text), html
     assert "Introduction to JAX" in (site / "notebook" / "index.html").read_text(encoding="utf-8")
     assert "Introducción a JAX" in (site / "es" / "notebook" / "index.html").read_text(encoding="utf-8")
+
+
+# Every code span of the exercises' table that the browser lays out on more than one line (a file or function name
+# broken mid-word), and whether the table is wider than the page's content column.
+TABLE_LAYOUT = """
+const table = document.querySelector('.exercise-table table');
+const broken = [...table.querySelectorAll('td code')].filter(code => {
+  const range = document.createRange();
+  range.selectNodeContents(code);
+  return range.getClientRects().length > 1;
+}).map(code => code.textContent);
+const box = table.closest('.md-typeset__scrollwrap') || table.parentElement;
+return {broken, overflows: box.scrollWidth > box.clientWidth + 1};
+"""
+
+
+def test_the_exercises_table_reads_whole_names_at_1280_pixels(tmp_path):
+    """At 1280 px the content column is about 690 px wide: a file name such as `12_per_example_grads.py` broke
+    into two lines of the table; each code span now stays whole, and the table does not scroll."""
+    from test_serve import browser_paths, open_browser
+
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], cwd=REPO,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    driver = open_browser(*browser_paths())
+    try:
+        for folder in ("", "es/"):
+            driver.get((site / folder / "exercises" / "index.html").as_uri())
+            assert driver.execute_script("return window.innerWidth") == 1280
+            assert driver.execute_script(TABLE_LAYOUT) == {"broken": [], "overflows": False}, folder
+    finally:
+        driver.quit()
