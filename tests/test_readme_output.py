@@ -87,15 +87,14 @@ def fstring_template(node: ast.JoinedStr) -> str:
 def templates(language: str) -> tuple[list[tuple[re.Pattern, int]], frozenset[str]]:
     """The program's message templates in `language` (and its f-strings), and every word they or its constants hold."""
     texts = program_texts(language)
-    # Numbers out first, as from a shown line: a row named `vmap-seeds-8` is the word `vmap-seeds` on both sides.
-    words = frozenset(w.lower() for text in texts for w in WORD.findall(NUMBER.sub(" ", text)))
+    words = frozenset(w.lower() for text in texts for w in WORD.findall(text))
     return [to_regex(text.strip()) for text in texts if len(text.strip()) >= 3], words
 
 
 @lru_cache(maxsize=None)
 def word_sets(language: str) -> tuple[frozenset[str], ...]:
     """The words of each of the program's texts, one set per message or constant."""
-    return tuple(frozenset(w.lower() for w in WORD.findall(NUMBER.sub(" ", text))) for text in program_texts(language))
+    return tuple(frozenset(w.lower() for w in WORD.findall(text)) for text in program_texts(language))
 
 
 @lru_cache(maxsize=None)

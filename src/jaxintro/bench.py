@@ -195,8 +195,8 @@ def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True, loop: str 
                          loop=loop)
     trainer = Trainer.create(config, dataset)
     state = trainer.init_state()
-    first = trainer.layout.member(state.params, 0)
-    init = {f"{n}.{leaf}": v for n, layer in first.items() for leaf, v in layer.items()}
+    init = {f"{n}.{leaf}": v for n, layer in trainer.layout.member(state.params, 0).items()  # the plan's member
+            for leaf, v in layer.items()}
     if not all(np.array_equal(init[k], plan.params[k]) for k in plan.params):
         # The rows compare speeds of the same function: a different start would make them incomparable.
         raise JaxintroError(_("bench: the plan's initial parameters differ from the trainer's; a bug, please report"))
@@ -263,13 +263,15 @@ def row_jit_step(plan: Plan) -> RowResult:
     return _trainer_row("jit-step", plan, *jax_trainer(plan, loop="python"))
 
 
-def row_scan_epoch(plan: Plan, name: str = "scan-epoch", seeds: int = 1, *, spread: bool = False) -> RowResult:
-    """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8.
+def row_scan_epoch(plan: Plan) -> RowResult:
+    """jaxintro's default (`--loop scan`): the epoch as one compiled `lax.scan`, data on device as uint8."""
+    return _trainer_row("scan-epoch", plan, *jax_trainer(plan))
 
-    With `seeds`, the same epoch over that many members: all vmapped on one device, or (`spread`) placed
-    and grouped as `jaxintro train --seeds` does it.
-    """
-    result = _trainer_row(name, plan, *jax_trainer(plan, seeds, vmap_all=not spread))
+
+def row_seeds(plan: Plan, layout: str, seeds: int = 8) -> RowResult:
+    """That epoch over `seeds` members: all vmapped on one device (`vmap`), or placed and grouped as `jaxintro
+    train --seeds` does it (`spread`)."""
+    result = _trainer_row(f"{layout}-seeds-{seeds}", plan, *jax_trainer(plan, seeds, vmap_all=layout == "vmap"))
     result.models = seeds
     return result
 
@@ -506,8 +508,8 @@ ROW_FUNCTIONS: dict[str, Callable[[Plan], RowResult]] = dict(zip(BENCH_ROWS, (
     row_nojit,
     row_jit_step,
     row_scan_epoch,
-    lambda plan: row_scan_epoch(plan, "vmap-seeds-8", seeds=8),
-    lambda plan: row_scan_epoch(plan, "spread-seeds-8", seeds=8, spread=True),
+    lambda plan: row_seeds(plan, "vmap"),
+    lambda plan: row_seeds(plan, "spread"),
     row_matmul_only,
     lambda plan: row_torch(plan, compile=False),
     lambda plan: row_torch(plan, compile=True),
@@ -543,10 +545,8 @@ def median_round(results: list[RowResult]) -> RowResult:
 
 
 def range_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
-    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round.
-
-    The speed-up compares time per sample, so a row that trains several models counts all of them.
-    """
+    """Per row, the min and max ms/step over rounds, and scan-epoch's speed-up over it within each round (per
+    sample: a row that trains several models counts all of them)."""
     spread: dict[str, Any] = {}
     for i, first in enumerate(rounds[0]):
         runs = [r[i] for r in rounds if not (r[i].skipped or r[i].error)]
