@@ -173,7 +173,7 @@ def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, 
 
     from jaxintro.lesson import plan_epoch
 
-    with jax.default_device(host_device()):  # where `Trainer.init_state` draws them: the same bits
+    with jax.default_device(host_device()):  # where `Trainer.init_state` draws the weights: the same bits
         init_key, key = jax.random.split(jax.random.key(seed))
         params = init_params(init_key, (x.shape[1], *SIZES[1:]))
         _next_key, perm, _dropout_key = plan_epoch(key, len(x), batch)

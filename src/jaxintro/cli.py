@@ -18,8 +18,8 @@ import warnings
 from typing import Sequence
 
 from jaxintro import __version__
-from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, DECAYING, LOOPS, MATMUL_PRECISIONS, MODELS,
-                             OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
+from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, DECAYING_OPTIMIZERS, LOOPS, MATMUL_PRECISIONS,
+                             MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
@@ -169,11 +169,11 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_fl
                        help=_("learning rates to compare, comma-separated (peak values, with a schedule)"))
         p.add_argument("--weight-decay", dest="weight_decay_grid", metavar="WD,WD,...", default=None,
                        help=_("weight decays to compare, comma-separated, for {decaying} (default: {weight_decay})")
-                       .format(decaying=DECAYING, weight_decay=d.weight_decay))
+                       .format(decaying=DECAYING_OPTIMIZERS, weight_decay=d.weight_decay))
     else:
         p.add_argument("--lr", type=number, default=d.lr, help=_("learning rate (peak, with a schedule)"))
         p.add_argument("--weight-decay", type=number, default=d.weight_decay,
-                       help=_("weight decay, for {decaying}").format(decaying=DECAYING))
+                       help=_("weight decay, for {decaying}").format(decaying=DECAYING_OPTIMIZERS))
     p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES, help=_("learning-rate schedule"))
     p.add_argument("--warmup-steps", type=natural_int, default=d.warmup_steps, help=_("warm-up steps of warmup-cosine"))
     p.add_argument("--clip-norm", type=number, default=None, help=_("clip_by_global_norm before the optimizer (off)"))

@@ -20,7 +20,7 @@ DECAYS_WEIGHTS = {"adam": False, "adamw": True, "sgd": False}
 MODELS = tuple(MODEL_OPTIONS)
 OPTIMIZERS = tuple(DECAYS_WEIGHTS)
 # The optimizers that use `--weight-decay`, as help strings and errors name them ("adamw").
-DECAYING = " | ".join(name for name, decays in DECAYS_WEIGHTS.items() if decays)
+DECAYING_OPTIMIZERS = " or ".join(name for name, decays in DECAYS_WEIGHTS.items() if decays)
 SCHEDULES = ("constant", "warmup-cosine")
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
@@ -99,7 +99,7 @@ class TrainConfig:
         if len(self.weight_decay_grid) > 1 and not self.decays_weights:
             raise ConfigError(_("--weight-decay only acts with --optimizer {decaying}, not {optimizer}; "
                                 "add --optimizer {decaying} or compare a single weight decay").format(
-                decaying=DECAYING, optimizer=self.optimizer))
+                decaying=DECAYING_OPTIMIZERS, optimizer=self.optimizer))
         _int_range("devices", self.devices, 1, 4096)
         if not isinstance(self.data_dir, (str, type(None))):  # a saved config is input: a path is text
             raise ConfigError(_("--data-dir must be a folder's path; got {value}").format(value=repr(self.data_dir)[:80]))

@@ -9,7 +9,7 @@ same everywhere. One model is the grid of one member.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def member_grid(config: TrainConfig) -> list[Member]:
     return [Member(config.seed + k, lr, wd) for lr in lrs for wd in decays for k in range(config.seeds)]
 
 
-def kind_of(config: TrainConfig) -> str:
+def kind_of(config: TrainConfig) -> Literal["single", "seeds", "sweep"]:
     """What a run is: "single" (one model), "seeds" (several seeds of one setting) or "sweep" (several settings)."""
     return "sweep" if config.sweep else "seeds" if config.members > 1 else "single"
 

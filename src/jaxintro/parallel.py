@@ -71,8 +71,8 @@ def usable_cores() -> int:
 
 
 def host_device() -> jax.Device:
-    """This process's first CPU device, where the run's initial weights are drawn (the default device if JAX
-    was started without its CPU backend, `JAX_PLATFORMS=tpu`)."""
+    """This process's first CPU device, where the run's initial weights are drawn (its first device of any kind
+    if JAX was started without its CPU backend, `JAX_PLATFORMS=tpu`)."""
     try:
         return jax.local_devices(backend="cpu")[0]
     except RuntimeError:

@@ -81,11 +81,6 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
     return summary
 
 
-def used_members(config: TrainConfig, row: dict[str, Any]) -> list[int]:
-    """The members a run's numbers are about (one model: itself; seeds: every one; a sweep: its best setting's)."""
-    return report_for(config).used_members(row)
-
-
 def member_values(row: dict[str, Any], name: str) -> list[float | None]:
     """A `metrics.jsonl` row's `name` (test_accuracy, train_accuracy, loss, test_loss) per member: one model's row
     is a row of one member."""
@@ -159,7 +154,7 @@ def time_breakdown(started: float, clock: dict[str, float], result: Any, checkpo
 
 
 class SingleReport:
-    """One model: its own numbers, no spread, no table."""
+    """One model: its own numbers, no spread, no table. Its methods are the interface every kind answers."""
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config

@@ -344,19 +344,21 @@ class _Drain(threading.Thread):
 
 
 class SolutionGuard:
-    """An audit hook (`sys.addaudithook`: once added, never removed) that refuses the learner's code any file of
-    the shipped solutions, and remembers the attempt, so that a pass by their text is no pass. The checks read none
-    of them; `exercises solution N` reads them in the parent process, where no learner's code runs."""
+    """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it, and
+    remembers the attempt, so that a pass by their text is no pass. The checks read none of them; `exercises
+    solution N` reads them in the parent process, where no learner's code runs. It stops the plain cheat (`open`,
+    `importlib`, `os.open`), not a file written to get round it (a `cat` it starts, libc through `ctypes`, the
+    guard itself found with `gc`): the checks share the learner's process (docs/reliability.md)."""
 
     def __init__(self, folder: Path = SOLUTIONS) -> None:
-        self.folder = os.path.realpath(folder) + os.sep
+        self.folder = os.path.realpath(folder)
         self.opened: list[str] = []
 
     def __call__(self, event: str, args: tuple) -> None:
         if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):  # an int: an open descriptor
             return
         path = os.path.realpath(os.fsdecode(args[0]))
-        if path.startswith(self.folder):
+        if path == self.folder or path.startswith(self.folder + os.sep):  # the folder too: `os.open(name, dir_fd=)`
             self.opened.append(path)
             raise PermissionError(_("the shipped solutions are not for the code being checked: {path}").format(
                 path=path))
@@ -366,10 +368,11 @@ class SolutionGuard:
         opened, self.opened = self.opened, []
         if not opened:
             return verdict
+        # The folder by its name; a file by its source's (a .pyc of it too).
+        name = "solutions/" if opened[0] == self.folder else Path(opened[0]).name.split(".")[0] + ".py"
         return dataclasses.replace(Verdict.failed(exercise, "reads_solution", _(
             "your file opened the shipped solution {name}: write the function yourself (`jaxintro exercises "
-            "solution {n}` shows it to read, not to run)").format(name=Path(opened[0]).name.split(".")[0] + ".py",
-                                                          n=exercise.number)),  # a .pyc named as its source
+            "solution {n}` shows it to read, not to run)").format(name=name, n=exercise.number)),
             printed=verdict.printed, output=verdict.output, notes=verdict.notes)
 
 
