@@ -619,3 +619,4 @@ def test_a_dataset_record_jaxintro_never_writes_is_refused_whole(record, message
     with pytest.raises(ValueError) as error:
         data.DatasetInfo.from_json(record)
     assert str(error.value) == message
+

@@ -565,3 +565,35 @@ def test_a_model_replicated_over_cpu_devices_counts_a_copy_per_device():
     assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = json.loads(proc.stdout.strip().splitlines()[-1])
     assert two > 1.8 * one  # the parameters, moments and activations twice; the data once per device
+
+
+def test_a_sweep_chooses_its_setting_on_held_out_images_and_evaluate_uses_it(tmp_path, capsys):
+    """The sweep trains on all but the last twelfth of the training set, scores those images after every epoch and
+    chooses on them; `evaluate` (and so `predict`, `serve`) uses that setting. `--validation 0` would let the test
+    set choose: refused."""
+    run = tmp_path / "sweep"
+    summary = run_json(capsys, "sweep", "--dataset", "digits", "--epochs", "2", "--lr", "1e-3,3e-3,1e-2", "--seeds",
+                       "1", "--run-dir", str(run), "--json")
+    held = 1437 // 12  # the digits' training set is 1,437 images
+    assert summary["validation_images"] == held and json.loads((run / "config.json").read_text())["validation"] == held
+    last = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    val, test = last["members"]["val_accuracy"], last["members"]["test_accuracy"]
+    lrs = [1e-3, 3e-3, 1e-2]
+    assert summary["best"]["lr"] == lrs[max(range(3), key=lambda k: (val[k], -k))]
+    assert summary["best"]["test_accuracy"] == test[lrs.index(summary["best"]["lr"])]
+    assert summary["test_chosen"]["lr"] == lrs[max(range(3), key=lambda k: (test[k], -k))]
+    assert summary["best_val_accuracy"] == max(val)
+    assert main(["evaluate", str(run)]) == 0
+    assert f"Setting used: lr={summary['best']['lr']:g}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["sweep", "--dataset", "digits", "--validation", "0"])
+    assert "--validation" in capsys.readouterr().err
+
+
+def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys):
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--validation", "200", "--run-dir",
+                 str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "Held out: the last 200 training images" in out and "1237 train" in out and "| Val Acc: " in out
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
+    assert 0.0 < row["val_accuracy"] <= 1.0 and row["val_loss"] > 0.0

@@ -235,3 +235,24 @@ def test_the_done_line_names_the_whole_best_setting():
     assert accuracy_text(SWEEP_WD, summary) == ("97.00 ± 0.10% at the best setting (lr 0.001, wd 0.0001; its 2 "
                                                 "seeds' ensemble 97.50%)")
     assert accuracy_text(SWEEP, summary) == "97.00 ± 0.10% at the best setting (lr 0.001; its 2 seeds' ensemble 97.50%)"
+
+
+def test_a_sweep_chooses_on_held_out_images_and_reports_its_choice_by_the_test_set():
+    """The test set chooses nothing: with held-out images the best setting is theirs, and what the run reports of it is
+    its test accuracy; the setting the test set would have chosen is another here (the lesson's point)."""
+    config = TrainConfig(lr_grid=(1e-3, 3e-3), seeds=2, validation=100)
+    row = {"members": {"test_accuracy": [0.90, 0.92, 0.95, 0.97], "val_accuracy": [0.96, 0.94, 0.91, 0.93]}}
+    assert grid.judged_by(row["members"]) == "val_accuracy"
+    best = grid.chosen_setting(config, row)
+    assert (best.lr, best.mean) == (1e-3, pytest.approx(0.91))
+    assert grid.headline_accuracy(config, row) == pytest.approx(0.91)
+    assert grid.best_setting(grid.settings_of(config, row, "test_accuracy")).lr == 3e-3
+    # A run without held-out images (before `--validation`, or `train` as the lesson runs it) chooses as it did.
+    del row["members"]["val_accuracy"]
+    assert grid.judged_by(row["members"]) == "test_accuracy" and grid.chosen_setting(config, row).lr == 3e-3
+
+
+def test_a_sweep_holds_out_a_twelfth_of_the_training_set_unless_told():
+    assert TrainConfig(lr_grid=(1e-3, 3e-3), validation=None).validation_images(60_000) == 5_000
+    assert TrainConfig(lr_grid=(1e-3, 3e-3), validation=300).validation_images(60_000) == 300
+    assert TrainConfig().validation_images(60_000) == 0  # `train`: all 60,000, as the lesson

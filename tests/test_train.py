@@ -408,3 +408,18 @@ def test_the_optimizer_s_schedule_spans_every_step_of_the_run(tiny):
         updates, state = trainer.tx.update({"w": jnp.ones(2)}, state, params)
         rate = optax.warmup_cosine_decay_schedule(0.0, config.lr, warmup_steps=2, decay_steps=total)(count)
         np.testing.assert_allclose(updates["w"], -rate * jnp.ones(2), rtol=1e-6, atol=1e-9)
+
+
+def test_held_out_images_are_the_last_of_the_training_set_and_leave_at_least_a_batch():
+    from jaxintro.data import Dataset
+    from jaxintro.train import hold_out
+
+    x = np.arange(50, dtype=np.uint8).reshape(50, 1)
+    dataset = Dataset("toy", x, np.arange(50, dtype=np.int32), x[:5], np.arange(5, dtype=np.int32), ("0",), (1, 1), "t")
+    trained, (x_val, y_val) = hold_out(dataset, 10, batch_size=8)
+    assert trained.x_train.tolist() == x[:40].tolist() and x_val.tolist() == x[40:].tolist()
+    assert y_val.tolist() == list(range(40, 50)) and trained.x_test is dataset.x_test
+    assert hold_out(dataset, 0, batch_size=8) == (dataset, None)
+    with pytest.raises(ConfigError, match=r"--validation 45 leaves 5 of the 50 training images of toy, fewer than a "
+                                          r"batch \(8\); hold out at most 42"):
+        hold_out(dataset, 45, batch_size=8)

@@ -19,7 +19,8 @@ from typing import Sequence
 
 from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, DECAYING_OPTIMIZERS, LOOPS, MATMUL_PRECISIONS,
-                             MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, TrainConfig)
+                             MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, VALIDATION_SHARE,
+                             TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
@@ -206,6 +207,9 @@ def _add_train(sub: Commands) -> None:
     """`jaxintro train` and its flags."""
     p = sub.add_parser("train", help=_("train the lesson's MLP (default: pure JAX + Optax on MNIST)"))
     add_train_flags(p)
+    p.add_argument("--validation", type=natural_int, default=TrainConfig().validation, metavar="N",
+                   help=_("the last N training images, held out and scored after every epoch (Val Acc), to choose "
+                          "with instead of the test set (default: 0: train on all of them, as the lesson)"))
     p.add_argument("--run-dir", default=None, help=_("where to write this run (default: runs/<timestamp>)"))
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT|auto",
                    help=_("multi-process training: address of process 0, or `auto` to take it from SLURM, "
@@ -224,6 +228,10 @@ def _add_sweep(sub: Commands) -> None:
                                        "program; mean +- std test accuracy per setting"))
     add_train_flags(p, grid=True)
     p.set_defaults(seeds=2)
+    p.add_argument("--validation", type=positive_int, default=None, metavar="N",
+                   help=_("the last N training images, held out: the sweep chooses its setting on them, never on the "
+                          "test set (default: the last 1/{share} of them, 5,000 of MNIST's)").format(
+                       share=VALIDATION_SHARE))
     p.add_argument("--run-dir", default=None, help=_("where to write the sweep (default: runs/<timestamp>)"))
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))

@@ -22,6 +22,9 @@ OPTIMIZERS = tuple(DECAYS_WEIGHTS)
 # The optimizers that use `--weight-decay`, as help strings and errors name them ("adamw").
 DECAYING_OPTIMIZERS = " or ".join(name for name, decays in DECAYS_WEIGHTS.items() if decays)
 SCHEDULES = ("constant", "warmup-cosine")
+# `sweep`'s held-out images by default, to choose its setting with (the test set chooses nothing): the last twelfth of
+# the training set, 5,000 of MNIST's 60,000.
+VALIDATION_SHARE = 12
 LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
 # `jax.default_matmul_precision` for float32 products: a TPU's default is one bfloat16 pass, a CPU's full float32.
@@ -69,6 +72,9 @@ class TrainConfig:
     devices: int = 1  # data-parallel devices; with several members, the devices they spread over (1: chosen)
     parallel: str = "shard_map"
     matmul_precision: str = "default"  # float32 matmuls: the backend's default, or JAX's "high" / "highest"
+    # The last training images held out to choose with (0: train on all of them, as the lesson); None, `sweep`'s
+    # default: the last VALIDATION_SHARE-th of them, counted once the data is loaded (`validation_images`).
+    validation: int | None = 0
 
     def __post_init__(self) -> None:
         # Checked on construction, so no copy (`dataclasses.replace`, `from_json`) escapes the rules.
@@ -101,6 +107,8 @@ class TrainConfig:
                                 "add --optimizer {decaying} or compare a single weight decay").format(
                 decaying=DECAYING_OPTIMIZERS, optimizer=self.optimizer))
         _int_range("devices", self.devices, 1, 4096)
+        if self.validation is not None:
+            _int_range("validation", self.validation, 0, 10_000_000)
         if not isinstance(self.data_dir, (str, type(None))):  # a saved config is input: a path is text
             raise ConfigError(_("--data-dir must be a folder's path; got {value}").format(value=repr(self.data_dir)[:80]))
         if not self.hidden:
@@ -153,6 +161,10 @@ class TrainConfig:
     def model_options(self) -> dict[str, Any]:
         """The options of this run's model style, by name, as its `build` takes them."""
         return {name: getattr(self, name) for name in MODEL_OPTIONS[self.model]}
+
+    def validation_images(self, train_images: int) -> int:
+        """How many of `train_images` this run holds out: as asked, or (None, `sweep`'s default) the last twelfth."""
+        return train_images // VALIDATION_SHARE if self.validation is None else self.validation
 
     @property
     def sweep(self) -> bool:

@@ -85,15 +85,31 @@ def summarize_settings(members: Sequence[Member], accuracies: Sequence[float | N
 
 
 def best_setting(settings: Sequence[Setting]) -> Setting:
-    """The setting with the highest mean test accuracy among those none of whose seeds diverged (a mean over the
+    """The setting with the highest mean accuracy (the one `settings` were summarised by) among those none of whose
+    seeds diverged (a mean over the
     survivors of a setting that diverged would reward it); only when every setting lost a seed, the highest mean
     over survivors. Ties go to the setting listed first (the grid's order: --lr, then --weight-decay)."""
     return max(settings, key=lambda s: (s.diverged == 0, s.mean if math.isfinite(s.mean) else -math.inf))
 
 
-def settings_of(config: TrainConfig, row: dict[str, Any]) -> list[Setting]:
-    """A sweep's settings, each summarised over its seeds, from a `metrics.jsonl` row."""
-    return summarize_settings(member_grid(config), row["members"]["test_accuracy"])
+def judged_by(members: dict[str, Any]) -> str:
+    """The accuracy a run chooses with, among a row's per-member numbers: the held-out training images' (a run
+    trained with `--validation N`), else the test set's (runs before it, and `train` as the lesson runs it)."""
+    return "val_accuracy" if "val_accuracy" in members else "test_accuracy"
+
+
+def settings_of(config: TrainConfig, row: dict[str, Any], accuracy: str | None = None) -> list[Setting]:
+    """A sweep's settings, each summarised over its seeds, from a `metrics.jsonl` row: by the accuracy the run
+    chooses with (`judged_by`), or by `accuracy` ("test_accuracy": what a chosen setting reports)."""
+    members = row["members"]
+    return summarize_settings(member_grid(config), members[accuracy or judged_by(members)])
+
+
+def chosen_setting(config: TrainConfig, row: dict[str, Any]) -> Setting:
+    """The best setting as the run chooses it (`judged_by`), summarised by its seeds' test accuracies."""
+    best = best_setting(settings_of(config, row))
+    return next(s for s in settings_of(config, row, "test_accuracy") if (s.lr, s.weight_decay) == (best.lr,
+                                                                                                  best.weight_decay))
 
 
 def diverged_in(row: dict[str, Any]) -> list[int]:
@@ -109,7 +125,7 @@ def headline_accuracy(config: TrainConfig, row: dict[str, Any]) -> float | None:
     """
     if not config.sweep or "members" not in row:
         return row.get("test_accuracy")
-    best = best_setting(settings_of(config, row))
+    best = chosen_setting(config, row)
     return best.mean if math.isfinite(best.mean) else None
 
 

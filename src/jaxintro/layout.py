@@ -26,7 +26,7 @@ from jaxintro.config import TrainConfig, check_batch_split
 from jaxintro.lesson import plan_epoch, scan_batches, train_epoch, train_step
 from jaxintro.models.base import Model
 from jaxintro.parallel import AXIS, make_mesh, replicate
-from jaxintro.record import EpochMetrics, check_finite, one_model_row
+from jaxintro.record import EpochMetrics, Scores, check_finite, one_model_row
 from jaxintro.scoring import jit_count_correct
 
 
@@ -111,12 +111,15 @@ class OneModel:
         The lesson's loop (`--loop python`) leaves the training set on the host, where it slices each
         batch: a device copy would only cost memory.
         """
-        train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
+        train, test = (dataset.x_train, dataset.y_train), self.place_eval((dataset.x_test, dataset.y_test))
         if self.config.loop != "scan":
-            return state, train, jax.device_put(test)
+            return state, train, test
         params, opt_state, key = replicate((state.params, state.opt_state, state.key), self.mesh)
-        return (state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh),
-                replicate(test, self.mesh))
+        return state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh), test
+
+    def place_eval(self, images: tuple[Any, Any]) -> tuple[Any, Any]:
+        """A set scored after every epoch (the test set, a validation split), where `jit_eval` reads it."""
+        return jax.device_put(images) if self.config.loop != "scan" else replicate(images, self.mesh)
 
     def member(self, tree: Any, k: int) -> Any:
         """Member `k`'s leaves of a state tree: one model is member 0, its own tree."""
@@ -135,10 +138,11 @@ class OneModel:
         check_finite(metrics, float(test_loss), epoch, steps)
 
     def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
-                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int]) -> EpochMetrics:
+                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int],
+                  validation: Scores | None = None) -> EpochMetrics:
         """The epoch's row of `metrics.jsonl`."""
         return one_model_row(epoch, metrics, test_correct, test_loss, learning_rate=learning_rate, seconds=seconds,
-                             n_test=n_test, batch_size=self.config.batch_size)
+                             n_test=n_test, batch_size=self.config.batch_size, validation=validation)
 
     def epoch_line(self, row: EpochMetrics) -> str:
         """The lesson's per-epoch line."""

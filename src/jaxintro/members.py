@@ -30,13 +30,13 @@ from jaxtyping import Array
 
 from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import Choice, choose_members, member_grid, setting_name
+from jaxintro.grid import Choice, choose_members, judged_by, member_grid, setting_name
 from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch
 from jaxintro.models.base import Model
 from jaxintro.optim import with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
-from jaxintro.record import EpochMetrics, check_members_finite, headline_over, members_row
+from jaxintro.record import EpochMetrics, Scores, check_members_finite, headline_over, members_row
 from jaxintro.scoring import jit_count_correct
 
 # ---------------------------------------------------------------- before JAX starts its devices
@@ -147,9 +147,14 @@ class Members:
         evaluates them all, `jit_eval`)."""
         params, opt_state, key = jax.device_put((state.params, state.opt_state, state.key),
                                                 NamedSharding(self.mesh, P(MEMBERS)))
-        train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
+        train = (dataset.x_train, dataset.y_train)
         return (state._replace(params=params, opt_state=opt_state, key=key), replicate(train, self.mesh),
-                jax.device_put(test, self.mesh.devices.flat[0]))
+                self.place_eval((dataset.x_test, dataset.y_test)))
+
+    def place_eval(self, images: tuple[Any, Any]) -> tuple[Any, Any]:
+        """A set scored after every epoch (the test set, a validation split): on the first device, which scores
+        every member."""
+        return jax.device_put(images, self.mesh.devices.flat[0])
 
     def member(self, tree: Any, k: int) -> Any:
         """Member `k`'s leaves of a state tree (every leaf stacked on a leading member axis)."""
@@ -182,12 +187,13 @@ class Members:
         check_members_finite(metrics, test_loss, epoch, steps, diverged)
 
     def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
-                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int]) -> EpochMetrics:
+                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int],
+                  validation: Scores | None = None) -> EpochMetrics:
         """The members' row: their means, each member's numbers, the ensemble's accuracy."""
         # A schedule is linear in its peak: member k's rate is the schedule's at `lr`, scaled to its own.
         lrs = [learning_rate * m.lr / self.config.lr for m in member_grid(self.config)]
         row = members_row(epoch, metrics, test_correct, test_loss, learning_rates=lrs, seconds=seconds,
-                          n_test=n_test, batch_size=self.config.batch_size, diverged=diverged)
+                          n_test=n_test, batch_size=self.config.batch_size, diverged=diverged, validation=validation)
         return headline_over(row, self.used_at(row).used) if self.config.sweep else row
 
     def epoch_line(self, row: EpochMetrics) -> str:
@@ -200,8 +206,8 @@ class Members:
 
     def used_at(self, row: EpochMetrics) -> Choice:
         """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
-        accuracies = row.members["test_accuracy"]
-        return choose_members(self.config, accuracies, [k for k, a in enumerate(accuracies) if not math.isfinite(a)])
+        diverged = [k for k, a in enumerate(row.members["test_accuracy"]) if not math.isfinite(a)]
+        return choose_members(self.config, row.members[judged_by(row.members)], diverged)
 
 
 # ---------------------------------------------------------------- the ensemble
@@ -281,7 +287,7 @@ def use_run(config: TrainConfig, model: Model, params: Any, meta: dict[str, Any]
     the one member's model, every member's parameters and the `Choice` of those used (a sweep: one setting's;
     never a diverged one)."""
     last = meta["metrics"][-1].get("members") or {} if meta.get("metrics") else {}
-    accuracies = last.get("test_accuracy")
+    accuracies = last.get(judged_by(last))  # the held-out images' when the run has them: the test set chooses nothing
     if not (isinstance(accuracies, list) and len(accuracies) == config.members):  # the meta is input: one per member
         accuracies = [None] * config.members
     choice = choose_members(config, accuracies, members_diverged(params, accuracies), setting)

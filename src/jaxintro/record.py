@@ -21,6 +21,15 @@ from jaxintro.runs import json_safe
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
 
 
+class Scores(NamedTuple):
+    """A scored set's correct counts and summed losses (one per member, and a last for their ensemble), and its
+    size."""
+
+    correct: np.ndarray
+    loss: np.ndarray
+    count: int
+
+
 class EpochMetrics(NamedTuple):
     """One epoch's summary, as written to `metrics.jsonl`."""
 
@@ -36,16 +45,23 @@ class EpochMetrics(NamedTuple):
     # diverged; a sweep: its best setting's seeds at this epoch, `headline_over`), these are per member.
     members: dict[str, list[float]] | None = None
     ensemble_test_accuracy: float | None = None
+    # With `--validation N`: the held-out training images' scores, what a run chooses with (means, as above).
+    val_accuracy: float | None = None
+    val_loss: float | None = None
 
     def line(self, total_epochs: int, *, used: Sequence[int] | None = None, label: str = "") -> str:
         """The lesson's per-epoch line, plus the epoch's seconds. Several members: mean +- std over `used` (default
         all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one."""
         epoch = f"{self.epoch:{len(str(total_epochs)) + 1}d}"
+        chosen = range(len(self.members["loss"])) if self.members is not None and used is None else used
+        validation = "" if self.val_accuracy is None else _(" | Val Acc: {accuracy}").format(
+            accuracy=format_number(self.val_accuracy if self.members is None else
+                                   mean_std([self.members["val_accuracy"][k] for k in chosen])[0], ".4f"))
         if self.members is None:
-            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f} | lr {lr:.2e} | "
-                     "{seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
-                                              test=self.test_accuracy, lr=self.learning_rate, seconds=self.seconds)
-        chosen = range(len(self.members["loss"])) if used is None else used
+            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f}{validation} | "
+                     "lr {lr:.2e} | {seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
+                                                            test=self.test_accuracy, validation=validation,
+                                                            lr=self.learning_rate, seconds=self.seconds)
 
         def mean_and_std(name: str) -> str:
             mean, std = mean_std([self.members[name][k] for k in chosen])
@@ -56,10 +72,11 @@ class EpochMetrics(NamedTuple):
         lr = low if low == high else f"{low}..{high}"
         average = "" if self.ensemble_test_accuracy is None else _(" | Ensemble: {accuracy:.4f}").format(
             accuracy=self.ensemble_test_accuracy)
-        return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble} | lr {lr} | "
-                 "{seconds:.2f}s").format(epoch=epoch, setting=f" | {label}" if label else "", loss=mean_and_std("loss"),
-                                          train=mean_and_std("train_accuracy"), test=mean_and_std("test_accuracy"),
-                                          ensemble=average, lr=lr, seconds=self.seconds)
+        return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble}{validation} | "
+                 "lr {lr} | {seconds:.2f}s").format(
+            epoch=epoch, setting=f" | {label}" if label else "", loss=mean_and_std("loss"),
+            train=mean_and_std("train_accuracy"), test=mean_and_std("test_accuracy"), ensemble=average,
+            validation=validation, lr=lr, seconds=self.seconds)
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
@@ -67,7 +84,8 @@ class EpochMetrics(NamedTuple):
 
 
 def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
-                  learning_rate: float, seconds: float, n_test: int, batch_size: int) -> EpochMetrics:
+                  learning_rate: float, seconds: float, n_test: int, batch_size: int,
+                  validation: Scores | None = None) -> EpochMetrics:
     """One model's epoch summary from its per-step metrics and the test set's counts.
 
     The loss and the training accuracy are the epoch's running means over its batches, as they were
@@ -75,14 +93,18 @@ def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.n
     """
     n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
     train_correct = np.sum(metrics["correct"], axis=-1)
-    return EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
-                        int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
-                        float(np.max(metrics["grad_norm"])))
+    row = EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
+                       int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
+                       float(np.max(metrics["grad_norm"])))
+    if validation is None:
+        return row
+    return row._replace(val_accuracy=int(validation.correct) / validation.count,
+                        val_loss=float(validation.loss) / validation.count)
 
 
 def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
                 learning_rates: Sequence[float], seconds: float, n_test: int, batch_size: int,
-                diverged: set[int]) -> EpochMetrics:
+                diverged: set[int], validation: Scores | None = None) -> EpochMetrics:
     """Several members' epoch summary: their means with each member's numbers (a diverged member's NaN, not a
     misleading accuracy) and the ensemble's accuracy (the test counts' last row)."""
     n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
@@ -93,6 +115,9 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.nda
         "test_loss": np.asarray(test_loss[:-1]) / n_test,
         "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
     }
+    if validation is not None:
+        per_member["val_accuracy"] = np.asarray(validation.correct[:-1]) / validation.count
+        per_member["val_loss"] = np.asarray(validation.loss[:-1]) / validation.count
     for name, values in per_member.items():
         values = values.astype(np.float64)
         values[list(diverged)] = np.nan
@@ -102,7 +127,8 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.nda
                         max(learning_rates), seconds, means["max_grad_norm"],
                         members={**{k: [float(x) for x in v] for k, v in per_member.items()},
                                  "learning_rate": list(learning_rates)},
-                        ensemble_test_accuracy=int(test_correct[-1]) / n_test)
+                        ensemble_test_accuracy=int(test_correct[-1]) / n_test,
+                        val_accuracy=means.get("val_accuracy"), val_loss=means.get("val_loss"))
 
 
 def headline_over(row: EpochMetrics, used: Sequence[int]) -> EpochMetrics:
@@ -112,9 +138,10 @@ def headline_over(row: EpochMetrics, used: Sequence[int]) -> EpochMetrics:
     def mean(name: str) -> float:
         return mean_std([row.members[name][k] for k in used])[0]
 
+    validation = {} if row.val_accuracy is None else {"val_accuracy": mean("val_accuracy"), "val_loss": mean("val_loss")}
     return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), test_accuracy=mean("test_accuracy"),
                         test_loss=mean("test_loss"), max_grad_norm=mean("max_grad_norm"),
-                        learning_rate=row.members["learning_rate"][used[0]], ensemble_test_accuracy=None)
+                        learning_rate=row.members["learning_rate"][used[0]], ensemble_test_accuracy=None, **validation)
 
 
 def first_divergence(losses: np.ndarray) -> int | None:

@@ -16,8 +16,8 @@ from typing import Any
 
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
-from jaxintro.grid import (best_setting, choose_members, describe_members, diverged_in, kind_of, mean_std, member_grid,
-                           settings_of)
+from jaxintro.grid import (best_setting, choose_members, chosen_setting, describe_members, diverged_in, judged_by,
+                           kind_of, mean_std, member_grid, settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.runs import json_safe
 
@@ -31,14 +31,18 @@ TIME_WORDS = {"setup": N_("set-up"), "start": N_("device start"), "data": N_("da
               "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
 
-def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
-    """The line that says what trains on what, and where it is written; return the devices members spread over."""
+def print_header(config: TrainConfig, dataset: Any, run_dir: Path, validation: Any = None) -> int:
+    """The line that says what trains on what, and where it is written (and the held-out images, with
+    `--validation`); return the devices members spread over."""
     facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
                                                                 dataset.num_classes))),
                  dataset=dataset.name, train=len(dataset.x_train), test=len(dataset.x_test), source=dataset.source,
                  loop=config.loop, run_dir=run_dir)
     line, spread = header(config, facts)
     print(line, flush=True)
+    if validation is not None:
+        print(_("Held out: the last {n:,} training images, scored after every epoch (Val Acc) to choose with; the test "
+                "set chooses nothing").format(n=len(validation[1])), flush=True)
     return spread
 
 
@@ -286,8 +290,8 @@ class SweepReport(SeedsReport):
     through)."""
 
     def used_members(self, row: dict[str, Any]) -> list[int]:
-        """The best setting's members."""
-        best = best_setting(settings_of(self.config, row))
+        """The best setting's members (chosen on the held-out images when the run has them)."""
+        best = chosen_setting(self.config, row)
         return [k for k, m in enumerate(member_grid(self.config))
                 if (m.lr, m.weight_decay) == (best.lr, best.weight_decay)]
 
@@ -316,12 +320,14 @@ class SweepReport(SeedsReport):
         config = self.config
         fields = super().fields(last, result, dataset, run_dir, spread=spread, primary=primary, clock=clock)
         decays = config.decays_weights
-        settings = settings_of(config, last)
+        settings = settings_of(config, last, "test_accuracy")  # what each setting reports; chosen on `judged_by`
         fields["settings"] = [{"lr": s.lr, "weight_decay": s.weight_decay if decays else None, "test_accuracy": s.mean,
                                "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
-        best = best_setting(settings)
+        best = chosen_setting(config, last)
         fields["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
                           "test_accuracy": best.mean, "test_accuracy_std": best.std}
+        if judged_by(last["members"]) == "val_accuracy":
+            fields.update(held_out_fields(config, last, settings))
         start = time.perf_counter()
         fields["ensemble_test_accuracy"] = best_setting_ensemble(config, last, result.state.params, dataset)
         clock["eval_after"] = time.perf_counter() - start
@@ -354,6 +360,8 @@ class SweepReport(SeedsReport):
         print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]),
                           mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"],
                           path=summary["sweep_png"]))
+        if "test_chosen" in summary:
+            print(held_out_line(config, summary))
         if config.seeds > 1:  # one seed a setting: no ensemble to speak of, and no spread to compare with
             print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
                     "test accuracy").format(seeds=config.seeds,
@@ -410,15 +418,37 @@ def print_table(config: TrainConfig, summary: dict[str, Any]) -> None:
     report_for(config).print_table(summary)
 
 
+def held_out_fields(config: TrainConfig, last: dict[str, Any], settings: list[Any]) -> dict[str, Any]:
+    """A sweep that chose on held-out images: how many, the chosen setting's accuracy on them, and the setting the
+    test set would have chosen, with the test accuracy it reads (higher, or equal: the lesson's point)."""
+    chosen = best_setting(settings_of(config, last))
+    by_test = best_setting(settings)
+    return {"validation_images": config.validation, "best_val_accuracy": chosen.mean,
+            "test_chosen": {"lr": by_test.lr, "weight_decay": by_test.weight_decay if config.decays_weights else None,
+                            "test_accuracy": by_test.mean}}
+
+
+def held_out_line(config: TrainConfig, summary: dict[str, Any]) -> str:
+    """The sweep's line on how it chose, and what choosing on the test set would have read."""
+    best, by_test = summary["best"], summary["test_chosen"]
+    facts = dict(n=summary["validation_images"], val=100 * summary["best_val_accuracy"], lr=Code(by_test["lr"]),
+                 test=100 * by_test["test_accuracy"], gap=100 * (by_test["test_accuracy"] - best["test_accuracy"]))
+    if (by_test["lr"], by_test["weight_decay"]) == (best["lr"], best["weight_decay"]):
+        return _("Chosen on {n:,} held-out training images ({val:.2f}% there), never on the test set; the test set "
+                 "would have chosen the same setting.").format(**facts)
+    return _("Chosen on {n:,} held-out training images ({val:.2f}% there), never on the test set. Chosen on the test "
+             "set, lr {lr:g} would read {test:.2f}%, {gap:+.2f} points: a number its own choice inflates.").format(**facts)
+
+
 def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
     """Test accuracy of the ensemble of the best setting's seeds that trained (one seed: that model's own)."""
     from jaxintro.members import ensemble_accuracy
     from jaxintro.models import model_for
 
-    accuracies = last["members"]["test_accuracy"]
-    choice = choose_members(config, accuracies, diverged_in(last))
+    members = last["members"]
+    choice = choose_members(config, members[judged_by(members)], diverged_in(last))
     if len(choice.used) == 1:
-        return accuracies[choice.used[0]]
+        return members["test_accuracy"][choice.used[0]]
     model = model_for(config, dataset.num_features, dataset.num_classes)
     return ensemble_accuracy(model, params, choice.used, dataset.x_test, dataset.y_test)
 

@@ -34,7 +34,7 @@ from jaxintro.memory import check_memory
 from jaxintro.models import Model, Params, model_for, param_count
 from jaxintro.optim import build_optimizer, build_schedule
 from jaxintro.parallel import host_device, to_host
-from jaxintro.record import EpochMetrics
+from jaxintro.record import EpochMetrics, Scores
 from jaxintro.runtime import compile_cache_counts, release_free_memory
 
 
@@ -192,14 +192,16 @@ def fit(
     should_stop: Callable[[int], bool] = lambda epoch: False,
     diverged_before: Sequence[int] = (),
     trainer: Trainer | None = None,
+    validation: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> FitResult:
-    """Train `config.epochs` epochs (from `state` when resuming, with the members `diverged_before` it), evaluating
-    on the test set after each (`trainer`: the one `Trainer.create(config, dataset)` gives, if already made)."""
+    """Train `config.epochs` epochs (from `state` when resuming, with the members `diverged_before` it), scoring the
+    test set and `validation` (held-out images, `hold_out`) after each (`trainer`: `Trainer.create`'s, if made)."""
     from tqdm import tqdm  # loaded when training, not when the trainer is imported
 
     trainer = trainer or Trainer.create(config, dataset)
     init_start = time.perf_counter()
     state, (x_train, y_train), (x_test, y_test) = trainer.place(state or trainer.init_state(), dataset)
+    held_out = None if validation is None else trainer.layout.place_eval(validation)
     jax.block_until_ready(state)
     init_seconds = time.perf_counter() - init_start
     eval_fn = trainer.jit_eval()
@@ -232,13 +234,15 @@ def fit(
         trainer.layout.check_epoch(metrics, test_loss, epoch, trainer.steps_per_epoch, diverged)
         if len(diverged) > known:  # a member diverged in this epoch: the ensemble is scored again without it
             test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test, sorted(diverged)))
+        scores = None if held_out is None else Scores(*to_host(eval_fn(state.params, *held_out, sorted(diverged))),
+                                                      len(validation[1]))
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
         row = trainer.layout.epoch_row(
             epoch, metrics, test_correct, test_loss,
             learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)), seconds=seconds,
-            n_test=len(dataset.x_test), diverged=diverged,
+            n_test=len(dataset.x_test), diverged=diverged, validation=scores,
         )
         history.append(row)
         step_metrics.append(metrics)
@@ -252,12 +256,26 @@ def fit(
     bar.close()
 
     samples = len(history) * trainer.steps_per_epoch * config.batch_size * config.members
-    return FitResult(state=state, history=history, step_metrics=step_metrics,
+    return FitResult(state=state, history=history, step_metrics=step_metrics, compile_seconds=compile_seconds,
                      param_count=param_count(state.params) // config.members, train_seconds=train_seconds,
-                     compile_seconds=compile_seconds,
                      samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
                      compile_cache=compile_cache, eval_seconds=eval_seconds, init_seconds=init_seconds,
                      stopped_early=stopped)
+
+
+def hold_out(dataset: Dataset, count: int, batch_size: int) -> tuple[Dataset, tuple[np.ndarray, np.ndarray] | None]:
+    """The dataset trained on, without its last `count` training images, and those images with their labels (None
+    when `count` is 0): a validation split, the same for every seed, to choose with, so that the test set does not."""
+    if count == 0:
+        return dataset, None
+    kept = len(dataset.x_train) - count
+    if kept < batch_size:
+        raise ConfigError(_("--validation {count} leaves {kept} of the {total} training images of {dataset}, fewer "
+                            "than a batch ({batch}); hold out at most {most}").format(
+            count=count, kept=max(kept, 0), total=len(dataset.x_train), dataset=dataset.name, batch=batch_size,
+            most=len(dataset.x_train) - batch_size))
+    trained = dataset._replace(x_train=dataset.x_train[:kept], y_train=dataset.y_train[:kept])
+    return trained, (dataset.x_train[kept:], dataset.y_train[kept:])
 
 
 def compile_timed(trainer: Trainer, state: TrainState, train: tuple[Array, Array]) -> tuple[CompiledEpoch, float, str]:

@@ -179,12 +179,15 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
     import jax
 
-    from jaxintro.train import Trainer
+    from jaxintro.train import Trainer, hold_out
 
     clock = {"start": time.perf_counter()}
     jax.devices()  # opens the devices now, where the time breakdown names it (a TPU's runtime takes seconds)
     clock["data"] = time.perf_counter()
+    # `--validation N`: the last N training images are held out to choose with; the model trains on the rest.
     dataset = load_dataset(config.dataset, config.data_dir)
+    config = dataclasses.replace(config, validation=config.validation_images(len(dataset.x_train)))
+    dataset, validation = hold_out(dataset, config.validation, config.batch_size)
     clock["data_done"] = time.perf_counter()
     trainer = Trainer.create(config, dataset)  # a model too big for memory is refused here, before any header
     state, rows = resumed_state(trainer, run_dir) if resuming else (None, [])
@@ -195,9 +198,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         with run_write(runs.CONFIG_FILE, run_dir):
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch)
-    spread = report.print_header(config, dataset, run_dir)
+    spread = report.print_header(config, dataset, run_dir, validation)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
-        result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop)
+        result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop,
+                                validation=validation)
     clock["plot"] = time.perf_counter()
     if primary:
         report.plot_curves(config, dataset, rows, run_dir)
@@ -271,7 +275,7 @@ class EpochSaver:
 
 
 def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, run_dir: Path, *,
-                   should_stop: Any) -> Any:
+                   should_stop: Any, validation: Any = None) -> Any:
     """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
     import jax
 
@@ -285,7 +289,7 @@ def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, ru
     try:
         return fit(trainer.config, dataset, trainer=trainer, state=state, on_epoch=saver,
                    progress=sys.stderr.isatty(), should_stop=should_stop,
-                   diverged_before=diverged_in(rows[-1]) if rows else ())
+                   diverged_before=diverged_in(rows[-1]) if rows else (), validation=validation)
     except TrainingDivergedError as exc:
         if rows:
             message = _("{error}; the last good checkpoint is epoch {epoch} in {run_dir}").format(
