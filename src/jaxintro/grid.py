@@ -86,9 +86,9 @@ def summarize_settings(members: Sequence[Member], accuracies: Sequence[float | N
 
 def best_setting(settings: Sequence[Setting]) -> Setting:
     """The setting with the highest mean accuracy (the one `settings` were summarised by) among those none of whose
-    seeds diverged (a mean over the
-    survivors of a setting that diverged would reward it); only when every setting lost a seed, the highest mean
-    over survivors. Ties go to the setting listed first (the grid's order: --lr, then --weight-decay)."""
+    seeds diverged (a mean over the survivors of a setting that diverged would reward it); only when every setting
+    lost a seed, the highest mean over survivors. Ties go to the setting listed first (the grid's order: --lr, then
+    --weight-decay)."""
     return max(settings, key=lambda s: (s.diverged == 0, s.mean if math.isfinite(s.mean) else -math.inf))
 
 
