@@ -576,7 +576,12 @@ def test_a_sweep_chooses_its_setting_on_held_out_images_and_evaluate_uses_it(tmp
                        "1", "--run-dir", str(run), "--json")
     held = 1437 // 12  # the digits' training set is 1,437 images
     assert summary["validation_images"] == held and json.loads((run / "config.json").read_text())["validation"] == held
-    last = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # each epoch's line, bold curve and headline: the setting its held-out images chose
+        val, test = row["members"]["val_accuracy"], row["members"]["test_accuracy"]
+        assert row["test_accuracy"] == test[max(range(3), key=lambda k: (val[k], -k))]
+        assert row["val_accuracy"] == max(val)
+    last = rows[-1]
     val, test = last["members"]["val_accuracy"], last["members"]["test_accuracy"]
     lrs = [1e-3, 3e-3, 1e-2]
     assert summary["best"]["lr"] == lrs[max(range(3), key=lambda k: (val[k], -k))]
