@@ -324,9 +324,9 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Iterator[Path]:
         compilation_cache.reset_cache()  # JAX decides once whether to use its cache: forget that decision
     from jaxintro.i18n import set_language
 
-    # The locale's language (English here) again as the test ends, before the next one's fixtures are made: a test
-    # that asked for Spanish leaks it into no later module's trained run.
-    set_language()
+    # English again as the test ends, before the next one's fixtures are made: a test that asked for Spanish leaks it
+    # into no later test. Named, not read from the locale: a test's own LANG=es_ES is still set while this runs.
+    set_language("en")
 
 
 @pytest.fixture(autouse=True)
