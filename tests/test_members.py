@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -630,6 +631,26 @@ def test_a_sweep_says_how_it_chose_and_what_the_test_set_would_have_read():
     config = TrainConfig(lr_grid=(3e-4, 1e-3), seeds=2, validation=5000)
     assert held_out_line(config, summary) == (
         "Chosen on 5,000 held-out training images (98.23% there), never on the test set. Chosen on the test set, "
-        "lr 0.0003 would read 97.97%, +0.27 points: a number its own choice inflates.")
+        "lr=0.0003 would read 97.97%, +0.27 points: a number its own choice inflates.")
     summary["test_chosen"] = {**summary["best"]}
     assert held_out_line(config, summary).endswith("the test set would have chosen the same setting.")
+
+
+def test_a_sweeps_report_takes_the_held_out_choice_and_names_the_test_sets_by_its_setting():
+    """Every field of the report follows the held-out images (here the first setting) where the test set would take
+    the second; the test set's choice is named as `--setting` takes it, weight decay included."""
+    from types import SimpleNamespace
+
+    from jaxintro.report import SweepReport, held_out_line
+
+    config = TrainConfig(optimizer="adamw", weight_decay_grid=(1e-4, 1e-2), seeds=1, validation=100)
+    last = {"epoch": 2, "members": {"test_accuracy": [0.90, 0.95], "val_accuracy": [0.97, 0.93],
+                                    "train_accuracy": [0.9, 0.9], "loss": [0.1, 0.1], "test_loss": [0.3, 0.2]}}
+    report = SweepReport(config)
+    assert report.used_members(last) == [0]
+    fields = report.fields(last, SimpleNamespace(samples_per_second=2.0, state=SimpleNamespace(params=None)), None,
+                           Path("."), spread=1, primary=False, clock={})
+    assert (fields["best"]["weight_decay"], fields["best"]["test_accuracy"]) == (1e-4, 0.90)
+    assert fields["best_val_accuracy"] == 0.97 and fields["ensemble_test_accuracy"] == 0.90
+    assert fields["test_chosen"] == {"lr": 1e-3, "weight_decay": 1e-2, "test_accuracy": 0.95}
+    assert "Chosen on the test set, lr=0.001,wd=0.01 would read 95.00%, +5.00 points" in held_out_line(config, fields)

@@ -73,7 +73,7 @@ class TrainConfig:
     parallel: str = "shard_map"
     matmul_precision: str = "default"  # float32 matmuls: the backend's default, or JAX's "high" / "highest"
     # The last training images held out to choose with (0: train on all of them, as the lesson); None, `sweep`'s
-    # default: the last VALIDATION_SHARE-th of them, counted once the data is loaded (`validation_images`).
+    # default: the last 1/VALIDATION_SHARE of them, counted once the data is loaded (`validation_images`).
     validation: int | None = 0
 
     def __post_init__(self) -> None:

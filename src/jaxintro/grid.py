@@ -77,7 +77,8 @@ class Setting(NamedTuple):
 
 
 def summarize_settings(members: Sequence[Member], accuracies: Sequence[float | None]) -> list[Setting]:
-    """Group the members' test accuracies (None or NaN: diverged) by (learning rate, weight decay), in grid order."""
+    """Group the members' accuracies (test or held-out; None or NaN: diverged) by (learning rate, weight decay), in grid
+    order."""
     groups: dict[tuple[float, float], list[float]] = {}
     for member, acc in zip(members, accuracies):
         groups.setdefault((member.lr, member.weight_decay), []).append(math.nan if acc is None else float(acc))

@@ -16,8 +16,8 @@ from typing import Any
 
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
-from jaxintro.grid import (best_setting, choose_members, chosen_setting, describe_members, diverged_in, judged_by,
-                           kind_of, mean_std, member_grid, settings_of)
+from jaxintro.grid import (Setting, best_setting, choose_members, chosen_setting, describe_members, diverged_in,
+                           judged_by, kind_of, mean_std, member_grid, setting_name, settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.runs import json_safe
 
@@ -431,13 +431,15 @@ def held_out_fields(config: TrainConfig, last: dict[str, Any], settings: list[An
 def held_out_line(config: TrainConfig, summary: dict[str, Any]) -> str:
     """The sweep's line on how it chose, and what choosing on the test set would have read."""
     best, by_test = summary["best"], summary["test_chosen"]
-    facts = dict(n=summary["validation_images"], val=100 * summary["best_val_accuracy"], lr=Code(by_test["lr"]),
+    # Named as `--setting` takes it: a weight-decay grid's settings may share their learning rate.
+    named = setting_name(config, Setting(by_test["lr"], by_test["weight_decay"] or 0.0, [], math.nan, math.nan))
+    facts = dict(n=summary["validation_images"], val=100 * summary["best_val_accuracy"], setting=named,
                  test=100 * by_test["test_accuracy"], gap=100 * (by_test["test_accuracy"] - best["test_accuracy"]))
     if (by_test["lr"], by_test["weight_decay"]) == (best["lr"], best["weight_decay"]):
         return _("Chosen on {n:,} held-out training images ({val:.2f}% there), never on the test set; the test set "
                  "would have chosen the same setting.").format(**facts)
     return _("Chosen on {n:,} held-out training images ({val:.2f}% there), never on the test set. Chosen on the test "
-             "set, lr {lr:g} would read {test:.2f}%, {gap:+.2f} points: a number its own choice inflates.").format(**facts)
+             "set, {setting} would read {test:.2f}%, {gap:+.2f} points: a number its own choice inflates.").format(**facts)
 
 
 def best_setting_ensemble(config: TrainConfig, last: dict[str, Any], params: Any, dataset: Any) -> float:
