@@ -256,3 +256,16 @@ def test_a_sweep_holds_out_a_twelfth_of_the_training_set_unless_told():
     assert TrainConfig(lr_grid=(1e-3, 3e-3), validation=None).validation_images(60_000) == 5_000
     assert TrainConfig(lr_grid=(1e-3, 3e-3), validation=300).validation_images(60_000) == 300
     assert TrainConfig().validation_images(60_000) == 0  # `train`: all 60,000, as the lesson
+
+
+def test_a_diverged_members_held_out_scores_are_nan_and_left_out_of_the_mean():
+    """A member that diverged is NaN on the held-out images too: its setting counts as diverged when chosen there,
+    not rewarded with the survivors' mean."""
+    metrics = {"loss": np.ones((2, 3)), "correct": np.full((2, 3), 4), "grad_norm": np.ones((2, 3))}
+    held_out = record.Scores(np.array([90, 80, 170]), np.array([10.0, 20.0, 30.0]), 100)
+    row = record.members_row(1, metrics, np.array([5, 6, 11]), np.array([1.0, 2.0, 3.0]), learning_rates=[1e-3, 1e-3],
+                             seconds=1.0, n_test=10, batch_size=8, diverged={1}, validation=held_out)
+    assert row.members["val_accuracy"][0] == 0.9 and math.isnan(row.members["val_accuracy"][1])
+    assert row.members["val_loss"][0] == 0.1 and math.isnan(row.members["val_loss"][1])
+    assert row.val_accuracy == 0.9 and row.val_loss == 0.1
+    assert row.as_row()["members"]["val_accuracy"] == [0.9, None]  # null in metrics.jsonl, as a diverged test score
