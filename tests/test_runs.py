@@ -243,7 +243,9 @@ def test_version_and_defaults_in_help(capsys):
         main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for shown in ("--lr LR learning rate (peak, with a schedule) (default: 0.001)", "(default: 128)",
-                  "(default: 256,128)", "(default: scan)", "(default: 10; with --resume: the run's own)"):
+                  "(default: 256,128)", "(default: scan)", "(default: 10; with --resume: the run's own)",
+                  "dropout rate in [0, 1) (default: 0.0)",
+                  "and dropout (default: 0)"):  # a default of 0 is a default (0 == False in Python)
         assert shown in text, shown
 
 

@@ -44,9 +44,14 @@ def headings(path: Path) -> list[tuple[int, str]]:
 
 @lru_cache(maxsize=None)
 def anchors(path: Path) -> frozenset[str]:
-    """The ids the site gives a page's headings (Python-Markdown's toc: a repeated slug gets _1, _2, ...)."""
+    """The ids the site gives a page's headings (Python-Markdown's toc: a repeated slug gets _1, _2, ...; an id given
+    with `{#id}` as it is)."""
     seen: dict[str, int] = {}
-    for _level, text in headings(path):
+    for m in HEADING.finditer(prose(path)):
+        text, attributes = m[2], m[3] or ""
+        if given := re.search(r"#([\w-]+)", attributes):  # attr_list's own id: `## Title {#id}`
+            seen[given[1]] = 0
+            continue
         plain = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", text)
         slug = slugify(plain, "-")
         seen[slug] = seen.get(slug, -1) + 1
@@ -149,3 +154,23 @@ def test_the_exercises_table_reads_whole_names_at_1280_pixels(tmp_path):
             assert driver.execute_script(TABLE_LAYOUT) == {"broken": [], "overflows": False}, folder
     finally:
         driver.quit()
+
+
+def test_the_flags_tables_are_the_parsers_in_each_language():
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    for command in ("train", "sweep"):
+        english, spanish_table = hooks.flags(command, "en"), hooks.flags(command, "es")
+        for table in (english, spanish_table):
+            flags = re.findall(r"^\| `(--[\w-]+)`", table, re.M)
+            # every flag of the command, in --help's order, --lang last; a flag added to the parser is here too
+            assert flags[0] == "--dataset" and flags[-1] == "--lang" and "--validation" in flags, flags
+            assert len(flags) == len(set(flags)) >= 25, flags
+            assert "`{adam,adamw,sgd}` | `adam` |" in table  # choices and default from the config's table
+            assert "| `--seed` `SEED` | `0` |" in table  # a default of 0 shown
+        assert "| optimizer |" in english and "| optimizador |" in spanish_table  # help in the page's language
+        assert spanish_table.startswith("| opción | por defecto | qué hace |")
+    assert "| `0.001` | learning rate (peak, with a schedule) |" in hooks.flags("train", "en")  # the default once

@@ -52,12 +52,17 @@ NEGATIVE_NUMBERS = re.compile(r"^-\.?\d[\d.eE+,-]*$")
 HIGHEST_PORT = 65535
 
 
+def shows_default(action: argparse.Action) -> bool:
+    """Whether a flag has a default worth showing: not None, a switch's False or "no such flag" (0 is shown)."""
+    return not any(action.default is hidden for hidden in (None, False, argparse.SUPPRESS))
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Show every flag's default, except where there is none to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
+        if not shows_default(action) or "default" in text or not action.option_strings:
             return text
         return text + " " + _("(default: %(default)s)")
 
