@@ -595,10 +595,21 @@ def test_a_sweep_chooses_its_setting_on_held_out_images_and_evaluate_uses_it(tmp
     assert "--validation" in capsys.readouterr().err
 
 
-def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys):
+def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys, monkeypatch):
+    from jaxintro import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
+        [line.get_label() for ax in fig.axes for line in ax.get_lines()]) or path)
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--validation", "200", "--run-dir",
-                 str(tmp_path / "run")]) == 0
+                 str(tmp_path / "run"), "--json"]) == 0
     out = capsys.readouterr().out
     assert "Held out: the last 200 training images" in out and "1237 train" in out and "| Val Acc: " in out
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
     assert 0.0 < row["val_accuracy"] <= 1.0 and row["val_loss"] > 0.0
+    summary = json.loads(out.strip().splitlines()[-1])  # result.json and --json say it too, and the curves draw it
+    assert summary["val_accuracy"] == row["val_accuracy"] == json.loads(
+        (tmp_path / "run" / "result.json").read_text())["val_accuracy"]
+    assert {"held out", "held-out loss"} <= set(drawn[-1])
+    assert main(["train", "--resume", str(tmp_path / "run"), "--validation", "100"]) == 2  # the run's own split
+    assert "--validation" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 
 from jaxintro import speedrun
 from jaxintro.cli import main
+from jaxintro.commands import speedrun as speedrun_command
 from jaxintro.data import load_dataset
 from jaxintro.speedrun import Recipe
 
@@ -198,3 +199,49 @@ def test_a_target_or_level_that_cannot_be_is_refused_naming_its_unit(flag, value
     with pytest.raises(SystemExit) as refused:
         main(["speedrun", "--dataset", "digits", flag, value, "--out", str(tmp_path)])
     assert refused.value.code == 2 and f"argument {flag}: {said}" in capsys.readouterr().err
+
+
+def tried(epochs: int, mean: float, reached: bool) -> dict:
+    return {"recipe": {"epochs": epochs}, "mean_val_accuracy": mean, "reached": reached}
+
+
+def test_the_tuning_chooses_the_fewest_epochs_that_pass_then_the_highest_mean():
+    choose = speedrun_command.chosen_on_held_out
+    grid = [tried(3, 0.990, True), tried(2, 0.981, True), tried(2, 0.984, True), tried(1, 0.985, False)]
+    assert choose(grid, "time") is grid[2]  # 2 epochs pass: the faster; of those the higher mean; 1 epoch did not pass
+    assert choose(grid, "accuracy") is grid[0]  # the accuracy track: the highest mean, whatever its epochs
+    none = [tried(1, 0.97, False), tried(2, 0.975, False)]
+    assert choose(none, "time") is none[1]  # none passed: the highest mean
+    ties = [tried(2, 0.982, True), tried(2, 0.982, True)]
+    assert choose(ties, "time") is ties[0]  # a tie: the recipe listed first
+
+
+def test_tune_judges_every_recipe_on_held_out_training_images_never_the_test_set(digits, capsys, tmp_path,
+                                                                                 monkeypatch):
+    grid = (dataclasses.replace(SMALL, epochs=1), dataclasses.replace(SMALL, epochs=2, peak_lr=5e-3))
+    monkeypatch.setitem(speedrun_command.TUNING, "time", grid)
+    seen, evidence = [], speedrun.evidence
+    monkeypatch.setattr(speedrun, "evidence", lambda recipe, data, seeds, first: seen.append(
+        (recipe, data, seeds, first)) or evidence(recipe, data, seeds, first))
+    assert main(["speedrun", "--tune", "--dataset", "digits", "--validation", "300", "--target", "0.5",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    kept = len(digits.x_train) - 300
+    for recipe, data, seeds, first in seen:
+        assert (seeds, first) == (8, 0)  # the tuning seeds, not the evidence's
+        assert np.array_equal(data.x_train, digits.x_train[:kept]) and np.array_equal(data.y_train, digits.y_train[:kept])
+        assert np.array_equal(data.x_test, digits.x_train[kept:]) and np.array_equal(data.y_test, digits.y_train[kept:])
+    assert [recipe for recipe, *_ in seen] == list(grid)
+    report = json.loads((tmp_path / "tuning.json").read_text())
+    assert report["validation_images"] == 300 and [t["recipe"] for t in report["tried"]] == [
+        dataclasses.asdict(r) for r in grid]
+    assert report["chosen"] == speedrun_command.chosen_on_held_out(report["tried"], "time")["recipe"]
+    assert not report["is_the_tracks_recipe"] and "not the track's recipe" in out
+    assert f"trained on {kept:,} images and judged on the last 300 training images" in out
+
+
+@pytest.mark.parametrize("flags, named", [(["--lr", "1e-3"], "--lr"), (["--warmup-steps", "9"], "--warmup-steps"),
+                                          (["--ablate"], "--ablate")])
+def test_tune_refuses_a_recipe_flag_naming_it(flags, named, capsys, tmp_path):
+    assert main(["speedrun", "--tune", "--dataset", "digits", *flags, "--out", str(tmp_path)]) == 2
+    assert f"--tune tries every recipe of the track's grid; {named} has no place in it" in capsys.readouterr().err

@@ -295,6 +295,12 @@ def _add_speedrun(sub: Commands) -> None:
     p.add_argument("--rounds", type=positive_int, default=3, help=_("timed runs of each row, in turns (median)"))
     p.add_argument("--lesson-epochs", type=positive_int, default=10, help=_("epochs of the lesson's rows"))
     p.add_argument("--ablate", action="store_true", help=_("also take each trick away in turn"))
+    p.add_argument("--tune", action="store_true",
+                   help=_("how the track's recipe was chosen: every recipe of its grid on seeds 0-7, trained without "
+                          "the last --validation training images and judged on them (not on the test set)"))
+    p.add_argument("--validation", type=positive_int, default=None, metavar="N",
+                   help=_("with --tune: the training images held out (default: the last 1/{share})").format(
+                       share=VALIDATION_SHARE))
     p.add_argument("--epochs", type=positive_int, default=None, help=_("the recipe's epochs"))
     p.add_argument("--batch-size", type=positive_int, default=None, help=_("the recipe's batch size"))
     p.add_argument("--lr", dest="peak_lr", type=float, default=None, help=_("the recipe's peak learning rate"))

@@ -35,7 +35,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
-    """Loss and train/test accuracy per epoch (several members: each one faint, their mean bold)."""
+    """Loss and train/test accuracy per epoch, and the held-out images' where a run holds some out (several members:
+    each one faint, their mean bold)."""
     epochs = [r["epoch"] for r in rows]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     if "members" in rows[0]:
@@ -47,6 +48,9 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     ax_loss.legend()
     ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label=_("train"))
     ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label=_("test"))
+    if all(r.get("val_accuracy") is not None for r in rows):  # `--validation N`: what the run chooses with
+        ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", label=_("held-out loss"))
+        ax_acc.plot(epochs, [100 * r["val_accuracy"] for r in rows], "d:", label=_("held out"))
     ax_acc.set_xlabel(_("epoch"))
     ax_acc.set_ylabel(_("accuracy (%)"))
     ax_acc.legend()

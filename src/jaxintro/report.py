@@ -92,8 +92,9 @@ def member_values(row: dict[str, Any], name: str) -> list[float | None]:
 
 
 def headline_fields(config: TrainConfig, last: dict[str, Any]) -> dict[str, Any]:
-    """`test_accuracy`, `train_accuracy` and `final_loss`: means over the members the run is used through (their
-    diverged members left out); several members add the test accuracy's standard deviation."""
+    """`test_accuracy`, `train_accuracy`, `final_loss` (and `val_accuracy` where the run held images out): means
+    over the members the run is used through (their diverged members left out); several members add the test
+    accuracy's standard deviation."""
     kind = report_for(config)
     used = kind.used_members(last)
 
@@ -102,8 +103,10 @@ def headline_fields(config: TrainConfig, last: dict[str, Any]) -> dict[str, Any]
         return mean_std([values[k] for k in used])
 
     test, test_std = mean_and_std("test_accuracy")
+    # `--validation N`: the held-out images' accuracy, which the run chose with, beside the test set's.
+    held_out = {"val_accuracy": mean_and_std("val_accuracy")[0]} if last.get("val_accuracy") is not None else {}
     return {"test_accuracy": test, "train_accuracy": mean_and_std("train_accuracy")[0],
-            "final_loss": mean_and_std("loss")[0], **kind.spread_fields(test_std)}
+            "final_loss": mean_and_std("loss")[0], **held_out, **kind.spread_fields(test_std)}
 
 
 def print_done(config: TrainConfig, summary: dict[str, Any], result: Any, run_dir: Path) -> None:
