@@ -599,8 +599,9 @@ def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys, m
     from jaxintro import plots
 
     drawn = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(
-        [line.get_label() for ax in fig.axes for line in ax.get_lines()]) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append((  # what the legends say, what each line holds
+        {text.get_text() for ax in fig.axes for text in ax.get_legend().get_texts()},
+        {line.get_label(): list(line.get_ydata()) for ax in fig.axes for line in ax.get_lines()})) or path)
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--validation", "200", "--run-dir",
                  str(tmp_path / "run"), "--json"]) == 0
     out = capsys.readouterr().out
@@ -610,6 +611,8 @@ def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys, m
     summary = json.loads(out.strip().splitlines()[-1])  # result.json and --json say it too, and the curves draw it
     assert summary["val_accuracy"] == row["val_accuracy"] == json.loads(
         (tmp_path / "run" / "result.json").read_text())["val_accuracy"]
-    assert {"held out", "held-out loss"} <= set(drawn[-1])
+    legends, lines = drawn[-1]
+    assert {"held out", "held-out loss"} <= legends
+    assert lines["held out"] == [100 * row["val_accuracy"]] and lines["held-out loss"] == [row["val_loss"]]
     assert main(["train", "--resume", str(tmp_path / "run"), "--validation", "100"]) == 2  # the run's own split
     assert "--validation" in capsys.readouterr().err

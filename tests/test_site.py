@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from functools import lru_cache
+from types import SimpleNamespace
 from pathlib import Path
 
 from markdown.extensions.toc import slugify
@@ -174,3 +175,6 @@ def test_the_flags_tables_are_the_parsers_in_each_language():
         assert "| optimizer |" in english and "| optimizador |" in spanish_table  # help in the page's language
         assert spanish_table.startswith("| opción | por defecto | qué hace |")
     assert "| `0.001` | learning rate (peak, with a schedule) |" in hooks.flags("train", "en")  # the default once
+    page = lambda name: SimpleNamespace(file=SimpleNamespace(src_uri=name))  # noqa: E731: what the hook reads
+    assert hooks.on_page_markdown("{{ flags: sweep }}\n", page("commands.es.md"), None, None).startswith("| opción |")
+    assert hooks.on_page_markdown("{{ flags: sweep }}\n", page("commands.md"), None, None).startswith("| flag |")

@@ -209,7 +209,7 @@ def tried(epochs: int, mean: float, reached: bool, batch: int = 128) -> dict:
 def test_the_tuning_chooses_the_fastest_that_passes_then_the_highest_mean():
     choose = speedrun_command.chosen_on_held_out
     grid = [tried(3, 0.990, True), tried(2, 0.981, True), tried(2, 0.984, True), tried(1, 0.985, False),
-            tried(2, 0.982, True, batch=256)]
+            tried(2, 0.982, True, batch=256), tried(2, 0.986, False, batch=256)]  # the last: fast, but not passed
     seconds = {(3, 128): 3.0, (2, 128): 2.0, (2, 256): 2.5}
     assert choose(grid, "time", seconds) is grid[2]  # the fastest class that passes; of it the higher mean
     assert choose(grid, "time", {**seconds, (2, 256): 1.5}) is grid[4]  # a bigger batch, faster: it wins
@@ -244,7 +244,7 @@ def test_tune_judges_every_recipe_on_held_out_training_images_never_the_test_set
     report = json.loads((tmp_path / "tuning.json").read_text())
     assert report["validation_images"] == 300 and [t["recipe"] for t in report["tried"]] == [
         dataclasses.asdict(r) for r in grid]
-    seconds = {(c["epochs"], c["batch_size"]): c["train_seconds"] for c in report["train_seconds"]}
+    seconds = {(c["epochs"], c["batch_size"]): c["train_seconds"] for c in report["timed"]}
     assert [t["reached"] for t in report["tried"]] == [True, True, False]
     assert set(seconds) == {(t["recipe"]["epochs"], t["recipe"]["batch_size"]) for t in report["tried"] if t["reached"]}
     assert report["chosen"] == speedrun_command.chosen_on_held_out(report["tried"], "time", seconds)["recipe"]
@@ -253,7 +253,12 @@ def test_tune_judges_every_recipe_on_held_out_training_images_never_the_test_set
 
 
 @pytest.mark.parametrize("flags, named", [(["--lr", "1e-3"], "--lr"), (["--warmup-steps", "9"], "--warmup-steps"),
-                                          (["--ablate"], "--ablate")])
+                                          (["--no-standardize"], "--[no-]standardize"), (["--ablate"], "--ablate")])
 def test_tune_refuses_a_recipe_flag_naming_it(flags, named, capsys, tmp_path):
     assert main(["speedrun", "--tune", "--dataset", "digits", *flags, "--out", str(tmp_path)]) == 2
     assert f"--tune tries every recipe of the track's grid; {named} has no place in it" in capsys.readouterr().err
+
+
+def test_validation_without_tune_is_refused(capsys, tmp_path):
+    assert main(["speedrun", "--dataset", "digits", "--validation", "100", "--out", str(tmp_path)]) == 2
+    assert "--validation holds images out for --tune" in capsys.readouterr().err

@@ -43,13 +43,15 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
         _plot_members(ax_loss, ax_acc, rows)
     ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label=_("train loss (epoch mean)"))
     ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label=_("test loss"))
+    held_out = all(r.get("val_accuracy") is not None for r in rows)  # `--validation N`: what the run chooses with
+    if held_out:
+        ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", label=_("held-out loss"))
     ax_loss.set_xlabel(_("epoch"))
     ax_loss.set_ylabel(_("cross-entropy"))
     ax_loss.legend()
     ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label=_("train"))
     ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label=_("test"))
-    if all(r.get("val_accuracy") is not None for r in rows):  # `--validation N`: what the run chooses with
-        ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", label=_("held-out loss"))
+    if held_out:
         ax_acc.plot(epochs, [100 * r["val_accuracy"] for r in rows], "d:", label=_("held out"))
     ax_acc.set_xlabel(_("epoch"))
     ax_acc.set_ylabel(_("accuracy (%)"))

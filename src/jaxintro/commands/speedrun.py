@@ -59,6 +59,8 @@ TUNING = {
     "accuracy": tuple(dataclasses.replace(ACCURACY, peak_lr=lr, average=average)
                       for lr, average in itertools.product((1e-3, 2e-3, 3e-3), (0.0, 0.999))),
 }
+# A recipe field's flag where it is not `--field-name` (as the user may have typed it).
+RECIPE_FLAGS = {"peak_lr": "--lr", "standardize": "--[no-]standardize"}
 TUNING_SEEDS = 8  # seeds 0-7; the evidence is drawn on others (--first-seed, 100 by default)
 OPTIONAL = {  # tricks the record does not use: what adding each one does (one the recipe has is passed over)
     "+ label smoothing 0.1": {"label_smoothing": 0.1},
@@ -71,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     """Train, time and compare; print the records table; write speedrun.json; `--json` prints the report."""
     if args.tune:
         return tune(args)
+    if args.validation is not None:  # the evidence is the test set's; held-out images are for choosing
+        raise ConfigError(_("--validation holds images out for --tune, which chooses the recipe; the evidence is "
+                            "scored on the test set: add --tune, or drop --validation"))
     recipe = chosen_recipe(args)
     out_dir = writable_dir(args.out, "--out")
     configure_jax(compile_cache=False)  # every compile timed here is a real one
@@ -294,8 +299,8 @@ def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dic
 def tune(args: argparse.Namespace) -> int:
     """Judge every recipe of the track's grid on held-out training images, print each and the one chosen, write
     tuning.json: how the track's recipe was chosen, with the test set left out."""
-    given = [f"--{field.name.replace('_', '-')}".replace("--peak-lr", "--lr") for field in dataclasses.fields(Recipe)
-             if getattr(args, field.name, None) is not None]  # as the user typed it: `--lr` sets `peak_lr`
+    given = [RECIPE_FLAGS.get(field.name, f"--{field.name.replace('_', '-')}") for field in dataclasses.fields(Recipe)
+             if getattr(args, field.name, None) is not None]
     if given or args.ablate:
         raise ConfigError(_("--tune tries every recipe of the track's grid; {flag} has no place in it (drop it, or "
                             "drop --tune to run one recipe)").format(flag=(given or ["--ablate"])[0]))
@@ -322,11 +327,13 @@ def tune(args: argparse.Namespace) -> int:
     seconds = cost_seconds(tried, held, args.rounds) if args.track == "time" else {}
     best = chosen_on_held_out(tried, args.track, seconds)
     report = {"track": args.track, "dataset": dataset.name, "validation_images": len(y_held),
-              "seeds": list(range(TUNING_SEEDS)), "target": args.target, "alpha": args.alpha, "tried": tried,
-              "train_seconds": [{"epochs": epochs, "batch_size": batch, "train_seconds": value}
+              "seeds": TUNING_SEEDS, "first_seed": 0, "target": args.target, "alpha": args.alpha, "tried": tried,
+              "timed": [{"epochs": epochs, "batch_size": batch, "train_seconds": value}
                                 for (epochs, batch), value in seconds.items()],
               "chosen": best["recipe"], "is_the_tracks_recipe": best["recipe"] == dataclasses.asdict(
                   RECORD if args.track == "time" else ACCURACY)}
+    if not best["reached"]:
+        print(_("No recipe reached the target on the held-out images: the one with the highest mean is shown"))
     print(_("Chosen on the held-out images: {recipe} ({mean:.2%} ± {std:.2%}); {same}").format(
         recipe=describe(Recipe(**best["recipe"])), mean=best["mean_val_accuracy"], std=best["std"],
         same=_("the track's recipe") if report["is_the_tracks_recipe"] else _("not the track's recipe")))
