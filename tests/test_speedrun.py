@@ -262,3 +262,15 @@ def test_tune_refuses_a_recipe_flag_naming_it(flags, named, capsys, tmp_path):
 def test_validation_without_tune_is_refused(capsys, tmp_path):
     assert main(["speedrun", "--dataset", "digits", "--validation", "100", "--out", str(tmp_path)]) == 2
     assert "--validation holds images out for --tune" in capsys.readouterr().err
+
+
+def test_a_tuning_where_no_recipe_passes_says_so(capsys, tmp_path, monkeypatch):
+    grid = (dataclasses.replace(SMALL, epochs=1, peak_lr=1e-9), dataclasses.replace(SMALL, epochs=1))
+    monkeypatch.setitem(speedrun_command.TUNING, "time", grid)
+    assert main(["speedrun", "--tune", "--dataset", "digits", "--validation", "300", "--target", "0.9999",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "tuning.json").read_text())
+    assert not any(t["reached"] for t in report["tried"]) and report["timed"] == []  # nothing to time
+    assert report["chosen"] == dataclasses.asdict(grid[1])  # the highest mean: the one that learns
+    assert "No recipe reached the target on the held-out images: the one with the highest mean is shown" in out
