@@ -46,6 +46,11 @@ BENCH_ROWS = ("nojit", "jit-step", "scan-epoch", "vmap-seeds-8", "spread-seeds-8
               "torch-compile")
 
 
+def held_out_count(train_images: int, asked: int | None) -> int:
+    """How many of `train_images` are held out: as asked, or (None: the default) the last 1/VALIDATION_SHARE."""
+    return train_images // VALIDATION_SHARE if asked is None else asked
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a training run; saved as `config.json` in every run folder."""
@@ -163,8 +168,8 @@ class TrainConfig:
         return {name: getattr(self, name) for name in MODEL_OPTIONS[self.model]}
 
     def validation_images(self, train_images: int) -> int:
-        """How many of `train_images` this run holds out: as asked, or (None, `sweep`'s default) the last twelfth."""
-        return train_images // VALIDATION_SHARE if self.validation is None else self.validation
+        """How many of `train_images` this run holds out (`held_out_count`)."""
+        return held_out_count(train_images, self.validation)
 
     @property
     def sweep(self) -> bool:

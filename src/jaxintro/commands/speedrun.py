@@ -23,7 +23,7 @@ import numpy as np
 
 from jaxintro import speedrun
 from jaxintro.bench import TORCH_MISSING
-from jaxintro.config import VALIDATION_SHARE
+from jaxintro.config import held_out_count
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
@@ -307,7 +307,7 @@ def tune(args: argparse.Namespace) -> int:
     out_dir = writable_dir(args.out, "--out")
     configure_jax(compile_cache=False)
     dataset = load_dataset(args.dataset, args.data_dir)
-    count = args.validation if args.validation is not None else len(dataset.x_train) // VALIDATION_SHARE
+    count = held_out_count(len(dataset.x_train), args.validation)
     trained, (x_held, y_held) = hold_out(dataset, count, max(r.batch_size for r in TUNING[args.track]))
     # The held-out images take the test set's place: the recipes are scored on them, and the test set is not here.
     held = trained._replace(x_test=x_held, y_test=y_held)
