@@ -31,7 +31,7 @@ TIME_WORDS = {"setup": N_("set-up"), "start": N_("device start"), "data": N_("da
               "checkpoint": N_("checkpoints"), "plot": N_("plot"), "other": N_("other")}
 
 
-def print_header(config: TrainConfig, dataset: Any, run_dir: Path, validation: Any = None) -> int:
+def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
     """The line that says what trains on what, and where it is written (and the held-out images, with
     `--validation`); return the devices members spread over."""
     facts = dict(model=config.model, layers="-".join(map(str, (dataset.num_features, *config.hidden,
@@ -40,9 +40,9 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path, validation: A
                  loop=config.loop, run_dir=run_dir)
     line, spread = header(config, facts)
     print(line, flush=True)
-    if validation is not None:
+    if config.validation:  # resolved to a count once the data is loaded
         print(_("Held out: the last {n:,} training images, scored after every epoch (Val Acc) to choose with; the test "
-                "set chooses nothing").format(n=len(validation[1])), flush=True)
+                "set chooses nothing").format(n=config.validation), flush=True)
     return spread
 
 

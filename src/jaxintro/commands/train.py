@@ -198,7 +198,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         with run_write(runs.CONFIG_FILE, run_dir):
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch)
-    spread = report.print_header(config, dataset, run_dir, validation)
+    spread = report.print_header(config, dataset, run_dir)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
         result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop,
                                 validation=validation)
