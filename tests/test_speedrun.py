@@ -253,7 +253,8 @@ def test_tune_judges_every_recipe_on_held_out_training_images_never_the_test_set
 
 
 @pytest.mark.parametrize("flags, named", [(["--lr", "1e-3"], "--lr"), (["--warmup-steps", "9"], "--warmup-steps"),
-                                          (["--no-standardize"], "--[no-]standardize"), (["--ablate"], "--ablate")])
+                                          (["--no-standardize"], "--[no-]standardize"), (["--ablate"], "--ablate"),
+                                          (["--seeds", "4"], "--seeds"), (["--first-seed", "0"], "--first-seed")])
 def test_tune_refuses_a_recipe_flag_naming_it(flags, named, capsys, tmp_path):
     assert main(["speedrun", "--tune", "--dataset", "digits", *flags, "--out", str(tmp_path)]) == 2
     assert f"--tune tries every recipe of the track's grid; {named} has no place in it" in capsys.readouterr().err

@@ -62,6 +62,10 @@ TUNING = {
 # A recipe field's flag where it is not `--field-name` (as the user may have typed it).
 RECIPE_FLAGS = {"peak_lr": "--lr", "standardize": "--[no-]standardize"}
 TUNING_SEEDS = 8  # seeds 0-7; the evidence is drawn on others (--first-seed, 100 by default)
+# The flags `--tune` has no use for: the recipe's parts (it tries its grid's) and the evidence's seeds and rows.
+NOT_TUNED = frozenset(field.name for field in dataclasses.fields(Recipe)) | {"seeds", "first_seed", "ablate",
+                                                                             "lesson_epochs"}
+TRACKS = {"time": RECORD, "accuracy": ACCURACY}  # each track's recipe
 OPTIONAL = {  # tricks the record does not use: what adding each one does (one the recipe has is passed over)
     "+ label smoothing 0.1": {"label_smoothing": 0.1},
     "+ weight average (decay 0.99)": {"average": 0.99},
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 def chosen_recipe(args: argparse.Namespace) -> Recipe:
     """The track's recipe, with any recipe flag given on the command line in place of its own value."""
-    recipe = RECORD if args.track == "time" else ACCURACY
+    recipe = TRACKS[args.track]
     changes = {field.name: getattr(args, field.name) for field in dataclasses.fields(Recipe)
                if getattr(args, field.name, None) is not None}
     recipe = dataclasses.replace(recipe, **changes)
@@ -299,11 +303,12 @@ def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dic
 def tune(args: argparse.Namespace) -> int:
     """Judge every recipe of the track's grid on held-out training images, print each and the one chosen, write
     tuning.json: how the track's recipe was chosen, with the test set left out."""
-    given = [RECIPE_FLAGS.get(field.name, f"--{field.name.replace('_', '-')}") for field in dataclasses.fields(Recipe)
-             if getattr(args, field.name, None) is not None]
-    if given or args.ablate:
+    # What the user typed (`cli.given_flags`) that tuning would ignore: a recipe's part, or the evidence's settings.
+    ignored = sorted(getattr(args, "given", frozenset()) & NOT_TUNED)
+    if ignored:
         raise ConfigError(_("--tune tries every recipe of the track's grid; {flag} has no place in it (drop it, or "
-                            "drop --tune to run one recipe)").format(flag=(given or ["--ablate"])[0]))
+                            "drop --tune to run one recipe)").format(
+            flag=RECIPE_FLAGS.get(ignored[0], "--" + ignored[0].replace("_", "-"))))
     out_dir = writable_dir(args.out, "--out")
     configure_jax(compile_cache=False)
     dataset = load_dataset(args.dataset, args.data_dir)
@@ -331,7 +336,7 @@ def tune(args: argparse.Namespace) -> int:
               "timed": [{"epochs": epochs, "batch_size": batch, "train_seconds": value}
                                 for (epochs, batch), value in seconds.items()],
               "chosen": best["recipe"], "is_the_tracks_recipe": best["recipe"] == dataclasses.asdict(
-                  RECORD if args.track == "time" else ACCURACY)}
+                  TRACKS[args.track])}
     if not best["reached"]:
         print(_("No recipe reached the target on the held-out images: the one with the highest mean is shown"))
     print(_("Chosen on the held-out images: {recipe} ({mean:.2%} ± {std:.2%}); {same}").format(
