@@ -53,15 +53,15 @@ class EpochMetrics(NamedTuple):
         """The lesson's per-epoch line, plus the epoch's seconds. Several members: mean +- std over `used` (default
         all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one."""
         epoch = f"{self.epoch:{len(str(total_epochs)) + 1}d}"
-        chosen = range(len(self.members["loss"])) if self.members is not None and used is None else used
+        # The row's own mean: over the members it is used through (a sweep's row is `headline_over` them already).
         validation = "" if self.val_accuracy is None else _(" | Val Acc: {accuracy}").format(
-            accuracy=format_number(self.val_accuracy if self.members is None else
-                                   mean_std([self.members["val_accuracy"][k] for k in chosen])[0], ".4f"))
+            accuracy=format_number(self.val_accuracy, ".4f"))
         if self.members is None:
             return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f}{validation} | "
                      "lr {lr:.2e} | {seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
                                                             test=self.test_accuracy, validation=validation,
                                                             lr=self.learning_rate, seconds=self.seconds)
+        chosen = range(len(self.members["loss"])) if used is None else used
 
         def mean_and_std(name: str) -> str:
             mean, std = mean_std([self.members[name][k] for k in chosen])
