@@ -10,21 +10,20 @@ its mean test accuracy, and how many points higher that reads. docs/many-models.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from jaxintro import grid
 from jaxintro.config import TrainConfig
-from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET
+from jaxintro.runs import RESOLVED_DATASET, read_config, read_metrics
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args()
-    fields = json.loads((args.run_dir / CONFIG_FILE).read_text())
+    fields = read_config(args.run_dir)  # the run folder's bounded, checked readers
     config = TrainConfig.from_json({k: v for k, v in fields.items() if k != RESOLVED_DATASET})
-    rows = [json.loads(line) for line in (args.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(args.run_dir)
     print(f"{'epoch':>5} {'held-out picks':>15} {'its test':>9} {'test picks':>11} {'its test':>9} {'reads higher':>13}")
     for row in rows:
         if grid.judged_by(row["members"]) != "val_accuracy":
