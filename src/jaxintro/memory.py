@@ -36,9 +36,9 @@ def estimate_memory_bytes(config: TrainConfig, sizes: Sequence[int], num_train: 
     moments, donated to the step, beside the gradients, the update and the new values), the step's
     activations and their gradients, and the epoch's permutation. `copies`: how many times each model
     is held in this memory (one model replicated over N CPU devices: N). Once per device: the data, as
-    uint8, and an evaluation chunk's inputs and activations. On a TPU v5e this came to 1.1 to 1.5
-    times the chip's measured peak for 1 to 256 lesson MLPs (docs/accelerators.md): an upper bound
-    that is not a wild one.
+    uint8, and an evaluation chunk's inputs and activations. On a TPU v5e this came to 1.1 to 2.7
+    times the chip's measured peak for 1 to 1,024 lesson MLPs (docs/accelerators.md: the chip holds three
+    copies of the parameters, updating in place): an upper bound on every backend.
     """
     activations = sum(sizes)
     per_model = BYTES * (6 * param_total(sizes) + 3 * config.batch_size * activations + num_train)
