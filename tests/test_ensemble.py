@@ -20,6 +20,7 @@ import pytest
 from conftest import once_per_run, synthetic_dataset
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
+from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.grid import member_grid
 from jaxintro.members import ensemble_model, members_and_ensemble
@@ -578,11 +579,12 @@ def test_a_sweep_chooses_its_setting_on_held_out_images_and_evaluate_uses_it(tmp
     assert summary["validation_images"] == held and json.loads((run / "config.json").read_text())["validation"] == held
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for row in rows:  # each epoch's line, bold curve and headline: the setting its held-out images chose
-        val, test = row["members"]["val_accuracy"], row["members"]["test_accuracy"]
-        assert row["test_accuracy"] == test[max(range(3), key=lambda k: (val[k], -k))]
-        assert row["val_accuracy"] == max(val)
+        assert row["val_accuracy"] == max(row["members"]["val_accuracy"])
+    # The test set is scored once, after the last epoch: no number of it exists while the sweep chooses.
+    assert not any(key.startswith(("test", "ensemble")) for row in rows[:-1] for key in (*row, *row["members"]))
     last = rows[-1]
     val, test = last["members"]["val_accuracy"], last["members"]["test_accuracy"]
+    assert last["test_accuracy"] == test[max(range(3), key=lambda k: (val[k], -k))]
     lrs = [1e-3, 3e-3, 1e-2]
     assert summary["best"]["lr"] == lrs[max(range(3), key=lambda k: (val[k], -k))]
     assert summary["best"]["test_accuracy"] == test[lrs.index(summary["best"]["lr"])]
@@ -616,3 +618,55 @@ def test_train_with_held_out_images_reports_them_every_epoch(tmp_path, capsys, m
     assert lines["held out"] == [100 * row["val_accuracy"]] and lines["held-out loss"] == [row["val_loss"]]
     assert main(["train", "--resume", str(tmp_path / "run"), "--validation", "100"]) == 2  # the run's own split
     assert "--validation" in capsys.readouterr().err
+
+
+def test_a_run_with_held_out_images_scores_the_test_set_once_where_it_ends(tmp_path, capsys, monkeypatch):
+    """Held-out images are scored after every epoch; the test set only after the epoch the run ends at: its last, or
+    the one it was stopped after (a resume then scores it again at its own end). Without held-out images, after every
+    epoch, as the lesson does."""
+    from jaxintro import train
+
+    test_size = 360  # the digits' test set
+    scored = []
+    real = train.score_unseen
+
+    def spy(eval_fn, params, test, held_out, diverged, *, ends):
+        result = real(eval_fn, params, test, held_out, diverged, ends=ends)
+        scored.append(tuple(None if s is None else s.count for s in result))
+        return result
+
+    monkeypatch.setattr(train, "score_unseen", spy)
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--validation", "200", "--run-dir",
+                 str(tmp_path / "held")]) == 0
+    assert scored == [(None, 200), (None, 200), (test_size, 200)]
+    out = capsys.readouterr().out
+    epochs = [line for line in out.splitlines() if line.startswith("Epoch")]
+    assert ["Test Acc" in line for line in epochs] == [False, False, True] and all("Val Acc" in l for l in epochs)
+    rows = [json.loads(line) for line in (tmp_path / "held" / "metrics.jsonl").read_text().splitlines()]
+    assert [row.get("test_accuracy") is not None for row in rows] == [False, False, True]
+    scored.clear()
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(tmp_path / "lesson")]) == 0
+    assert scored == [(test_size, None), (test_size, None)]
+    scored.clear()
+    config = TrainConfig(dataset="digits", epochs=4)
+    trained, held_out = train.hold_out(load_dataset("digits"), 200, config.batch_size)
+    result = train.fit(config, trained, validation=held_out, should_stop=lambda epoch: epoch == 2, log=lambda line: None)
+    assert result.stopped_early and scored == [(None, 200), (test_size, 200)]
+    assert [row.test_accuracy is not None for row in result.history] == [False, True]
+
+
+def test_the_choice_gap_script_trains_the_sweep_and_scores_the_test_set_every_epoch(tmp_path, capsys):
+    """`scripts/choice_gap.py` (docs/many-models) trains what `sweep` trains and scores the test set after every epoch
+    itself: its last epoch's held-out pick reads the sweep's reported test accuracy, and each pick is the best of its
+    column."""
+    grid = ["--dataset", "digits", "--lr", "1e-3,1e-2", "--seeds", "1", "--epochs", "2"]
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "choice_gap.py"), *grid],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    summary = run_json(capsys, "sweep", *grid, "--run-dir", str(tmp_path / "sweep"), "--json")
+    assert rows[-1][1] == f"lr={summary['best']['lr']:g}"
+    assert float(rows[-1][2].rstrip("%")) == pytest.approx(100 * summary["best"]["test_accuracy"], abs=0.006)
+    for _epoch, _held, held_test, _test_pick, test_test, gap in rows:  # the test set's pick reads highest
+        assert float(test_test.rstrip("%")) >= float(held_test.rstrip("%")) and float(gap) >= 0

@@ -63,12 +63,15 @@ def test_the_best_setting_is_the_highest_mean_among_those_that_lost_no_seed():
 
 
 def test_a_rows_headline_is_its_best_settings_mean_and_a_single_runs_own_number():
-    row = {"test_accuracy": 0.5, "members": {"test_accuracy": [0.90, 0.92, None, 0.99]}}
+    row = {"test_accuracy": 0.5, "members": {"test_accuracy": [0.90, 0.92, None, 0.99], "loss": [0.3, 0.2, None, 0.1]}}
     assert grid.headline_accuracy(SWEEP, row) == pytest.approx(0.91)  # not 0.99: that setting lost a seed
     assert grid.headline_accuracy(TrainConfig(seeds=4), row) == 0.5  # several seeds: the row's own mean
     assert grid.headline_accuracy(SWEEP, {"test_accuracy": 0.7}) == 0.7  # a row without members
     assert grid.headline_accuracy(SWEEP, {"members": {"test_accuracy": [None] * 4}}) is None
     assert grid.diverged_in(row) == [2] and grid.diverged_in({"test_accuracy": 0.5}) == []
+    # An epoch of a run with held-out images before its end: no test number yet, and the diverged member still known.
+    held_out = {"members": {"val_accuracy": [0.9, 0.8, None, 0.7], "loss": [0.3, 0.2, None, 0.1]}}
+    assert grid.headline_accuracy(SWEEP, held_out) is None and grid.diverged_in(held_out) == [2]
     assert [s.lr for s in grid.settings_of(SWEEP, row)] == [1e-3, 3e-3]
 
 
@@ -133,8 +136,9 @@ def steps(loss, correct, grad_norm) -> dict[str, np.ndarray]:
 
 
 def test_one_models_row_counts_what_its_epoch_trained_and_scored():
-    row = record.one_model_row(3, steps([1.0, 0.5], [6, 8], [2.0, 5.0]), np.int32(45), np.float32(9.0),
-                               learning_rate=1e-3, seconds=1.5, n_test=50, batch_size=10)
+    row = record.one_model_row(3, steps([1.0, 0.5], [6, 8], [2.0, 5.0]),
+                               record.Scores(np.int32(45), np.float32(9.0), 50), learning_rate=1e-3, seconds=1.5,
+                               batch_size=10)
     assert row == record.EpochMetrics(3, 0.75, 14 / 20, 0.9, 9.0 / 50, 1e-3, 1.5, 5.0)
     assert row.as_row() == {"epoch": 3, "loss": 0.75, "train_accuracy": 0.7, "test_accuracy": 0.9,
                             "test_loss": pytest.approx(0.18), "learning_rate": 1e-3, "seconds": 1.5,
@@ -145,9 +149,9 @@ def test_one_models_row_counts_what_its_epoch_trained_and_scored():
 
 def members_epoch(diverged: set[int]) -> record.EpochMetrics:
     metrics = steps([[1.0, 0.5], [2.0, 1.0], [np.nan, np.nan]], [[6, 8], [4, 4], [0, 0]], [[2.0, 5.0], [1.0, 1.0], [9, 9]])
-    return record.members_row(2, metrics, np.array([45, 40, 0, 48]), np.array([9.0, 10.0, np.nan, 8.0]),
-                              learning_rates=[1e-3, 3e-3, 3e-3], seconds=2.0, n_test=50, batch_size=10,
-                              diverged=diverged)
+    return record.members_row(2, metrics, record.Scores(np.array([45, 40, 0, 48]), np.array([9.0, 10.0, np.nan, 8.0]),
+                                                        50),
+                              learning_rates=[1e-3, 3e-3, 3e-3], seconds=2.0, batch_size=10, diverged=diverged)
 
 
 def test_a_members_row_holds_each_member_and_their_means_without_the_diverged():
@@ -263,8 +267,8 @@ def test_a_diverged_members_held_out_scores_are_nan_and_left_out_of_the_mean():
     not rewarded with the survivors' mean."""
     metrics = {"loss": np.ones((2, 3)), "correct": np.full((2, 3), 4), "grad_norm": np.ones((2, 3))}
     held_out = record.Scores(np.array([90, 80, 170]), np.array([10.0, 20.0, 30.0]), 100)
-    row = record.members_row(1, metrics, np.array([5, 6, 11]), np.array([1.0, 2.0, 3.0]), learning_rates=[1e-3, 1e-3],
-                             seconds=1.0, n_test=10, batch_size=8, diverged={1}, validation=held_out)
+    row = record.members_row(1, metrics, record.Scores(np.array([5, 6, 11]), np.array([1.0, 2.0, 3.0]), 10),
+                             learning_rates=[1e-3, 1e-3], seconds=1.0, batch_size=8, diverged={1}, validation=held_out)
     assert row.members["val_accuracy"][0] == 0.9 and math.isnan(row.members["val_accuracy"][1])
     assert row.members["val_loss"][0] == 0.1 and math.isnan(row.members["val_loss"][1])
     assert row.val_accuracy == 0.9 and row.val_loss == 0.1

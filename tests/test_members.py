@@ -43,7 +43,7 @@ from jaxintro.members import (
 from jaxintro.models import Model, build_model, model_for
 from jaxintro.optim import build_optimizer
 from jaxintro.parallel import MEMBERS, make_mesh
-from jaxintro.record import headline_over, members_row
+from jaxintro.record import Scores, headline_over, members_row
 from jaxintro.train import TrainState, fit
 
 SWEEP = dict(lr_grid=(1e-3, 3e-3), seeds=2)
@@ -388,9 +388,9 @@ def seeds_row_inputs(count: int) -> tuple:
 def test_a_seeds_runs_row_is_every_members_numbers_and_their_ensemble():
     layout = linear_members(TrainConfig(seeds=3, batch_size=2, epochs=12))
     metrics, test_correct, test_loss = seeds_row_inputs(3)
-    row = layout.epoch_row(4, metrics, test_correct, test_loss, learning_rate=5e-4, seconds=1.5, n_test=8,
+    row = layout.epoch_row(4, metrics, Scores(test_correct, test_loss, 8), learning_rate=5e-4, seconds=1.5,
                            diverged={1})
-    expected = members_row(4, metrics, test_correct, test_loss, learning_rates=[5e-4] * 3, seconds=1.5, n_test=8,
+    expected = members_row(4, metrics, Scores(test_correct, test_loss, 8), learning_rates=[5e-4] * 3, seconds=1.5,
                            batch_size=2, diverged={1})
     assert row.as_row() == expected.as_row()
     assert row.members["train_accuracy"][0] == 0.75 and row.members["test_accuracy"][2] == 0.5  # batches of 2
@@ -405,12 +405,12 @@ def test_a_sweeps_row_and_line_are_its_best_settings_seeds_at_their_own_learning
     config = TrainConfig(**SWEEP, lr=2e-3, batch_size=2, epochs=3)
     layout = linear_members(config)
     metrics, test_correct, test_loss = seeds_row_inputs(4)
-    row = layout.epoch_row(2, metrics, test_correct, test_loss, learning_rate=4e-3, seconds=0.5, n_test=8,
+    row = layout.epoch_row(2, metrics, Scores(test_correct, test_loss, 8), learning_rate=4e-3, seconds=0.5,
                            diverged=set())
     # Each member's rate is the schedule's at this step, scaled from `lr` to its own.
     assert row.members["learning_rate"] == pytest.approx([2e-3, 2e-3, 6e-3, 6e-3], rel=1e-12)
-    expected = headline_over(members_row(2, metrics, test_correct, test_loss,
-                                         learning_rates=row.members["learning_rate"], seconds=0.5, n_test=8,
+    expected = headline_over(members_row(2, metrics, Scores(test_correct, test_loss, 8),
+                                         learning_rates=row.members["learning_rate"], seconds=0.5,
                                          batch_size=2, diverged=set()), [2, 3])
     assert row == expected
     assert row.test_accuracy == 0.625 and row.ensemble_test_accuracy is None

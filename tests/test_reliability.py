@@ -152,9 +152,9 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
 
     real = layout.check_finite
 
-    def poisoned(metrics, test_loss, epoch, steps):
+    def poisoned(metrics, unseen_loss, epoch, steps, **kwargs):
         metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
-        return real(metrics, test_loss, epoch, steps)
+        return real(metrics, unseen_loss, epoch, steps, **kwargs)
 
     monkeypatch.setattr(layout, "check_finite", poisoned)
     capsys.readouterr()

@@ -1080,6 +1080,7 @@ def test_the_page_strings_in_english():
         "accuracy": "Accuracy",
         "train": "train",
         "test": "test",
+        "held_out": "held out",
         "epoch": "epoch",
         "mistakes": "Mistakes",
         "mistakes_hint": "Test images this run gets wrong, with the norm of each one's loss gradient "

@@ -214,7 +214,8 @@ def _add_train(sub: Commands) -> None:
     add_train_flags(p)
     p.add_argument("--validation", type=natural_int, default=TrainConfig().validation, metavar="N",
                    help=_("the last N training images, held out and scored after every epoch (Val Acc), to choose "
-                          "with instead of the test set (default: 0: train on all of them, as the lesson)"))
+                          "with instead of the test set, which is then scored once, at the end (default: 0: train on "
+                          "all of them and score the test set every epoch, as the lesson)"))
     p.add_argument("--run-dir", default=None, help=_("where to write this run (default: runs/<timestamp>)"))
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT|auto",
                    help=_("multi-process training: address of process 0, or `auto` to take it from SLURM, "
@@ -235,7 +236,8 @@ def _add_sweep(sub: Commands) -> None:
     p.set_defaults(seeds=2)
     p.add_argument("--validation", type=positive_int, default=None, metavar="N",
                    help=_("the last N training images, held out: the sweep chooses its setting on them, never on the "
-                          "test set (default: the last 1/{share} of them, 5,000 of MNIST's)").format(
+                          "test set, which it scores once, at the end (default: the last 1/{share} of them, 5,000 of "
+                          "MNIST's)").format(
                        share=VALIDATION_SHARE))
     p.add_argument("--run-dir", default=None, help=_("where to write the sweep (default: runs/<timestamp>)"))
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))

@@ -107,15 +107,19 @@ def settings_of(config: TrainConfig, row: dict[str, Any], accuracy: str | None =
 
 
 def chosen_setting(config: TrainConfig, row: dict[str, Any]) -> Setting:
-    """The best setting as the run chooses it (`judged_by`), summarised by its seeds' test accuracies."""
+    """The best setting as the run chooses it (`judged_by`), summarised by its seeds' test accuracies (NaN in an epoch
+    that did not score the test set: a run with held-out images scores it once, where it ends)."""
     best = best_setting(settings_of(config, row))
+    if "test_accuracy" not in row["members"]:
+        return best._replace(accuracies=[math.nan] * len(best.accuracies), mean=math.nan, std=math.nan)
     return next(s for s in settings_of(config, row, "test_accuracy") if (s.lr, s.weight_decay) == (best.lr,
                                                                                                   best.weight_decay))
 
 
 def diverged_in(row: dict[str, Any]) -> list[int]:
-    """The members a `metrics.jsonl` row reports as diverged (a null accuracy); none for a single run's row."""
-    return [k for k, accuracy in enumerate(row.get("members", {}).get("test_accuracy", [])) if accuracy is None]
+    """The members a `metrics.jsonl` row reports as diverged (null numbers: its loss, which every epoch has); none for
+    a single run's row."""
+    return [k for k, loss in enumerate(row.get("members", {}).get("loss", [])) if loss is None]
 
 
 def headline_accuracy(config: TrainConfig, row: dict[str, Any]) -> float | None:

@@ -131,18 +131,17 @@ class OneModel:
         count = jit_count_correct(self.model)
         return lambda params, x, y, diverged=(): count(params, x, y)
 
-    def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
-                    diverged: set[int]) -> None:
-        """The model must not diverge (`record.first_divergence`, or a non-finite test loss): that ends the run,
-        there is nothing left to report on."""
-        check_finite(metrics, float(test_loss), epoch, steps)
+    def check_epoch(self, metrics: dict[str, np.ndarray], unseen_loss: np.ndarray, epoch: int, steps: int,
+                    diverged: set[int], *, held_out: bool = False) -> None:
+        """The model must not diverge (`record.first_divergence`, or a non-finite loss on the unseen images: the
+        held-out ones, or the test set): that ends the run, there is nothing left to report on."""
+        check_finite(metrics, float(unseen_loss), epoch, steps, held_out=held_out)
 
-    def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
-                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int],
-                  validation: Scores | None = None) -> EpochMetrics:
+    def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test: Scores | None, *, learning_rate: float,
+                  seconds: float, diverged: set[int], validation: Scores | None = None) -> EpochMetrics:
         """The epoch's row of `metrics.jsonl`."""
-        return one_model_row(epoch, metrics, test_correct, test_loss, learning_rate=learning_rate, seconds=seconds,
-                             n_test=n_test, batch_size=self.config.batch_size, validation=validation)
+        return one_model_row(epoch, metrics, test, learning_rate=learning_rate, seconds=seconds,
+                             batch_size=self.config.batch_size, validation=validation)
 
     def epoch_line(self, row: EpochMetrics) -> str:
         """The lesson's per-epoch line."""

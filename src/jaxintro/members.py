@@ -181,19 +181,18 @@ class Members:
 
         return score
 
-    def check_epoch(self, metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps: int,
-                    diverged: set[int]) -> None:
+    def check_epoch(self, metrics: dict[str, np.ndarray], unseen_loss: np.ndarray, epoch: int, steps: int,
+                    diverged: set[int], *, held_out: bool = False) -> None:
         """A member that diverged is warned about once and left out; all of them is an error."""
-        check_members_finite(metrics, test_loss, epoch, steps, diverged)
+        check_members_finite(metrics, unseen_loss, epoch, steps, diverged, held_out=held_out)
 
-    def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray,
-                  *, learning_rate: float, seconds: float, n_test: int, diverged: set[int],
-                  validation: Scores | None = None) -> EpochMetrics:
+    def epoch_row(self, epoch: int, metrics: dict[str, np.ndarray], test: Scores | None, *, learning_rate: float,
+                  seconds: float, diverged: set[int], validation: Scores | None = None) -> EpochMetrics:
         """The members' row: their means, each member's numbers, the ensemble's accuracy."""
         # A schedule is linear in its peak: member k's rate is the schedule's at `lr`, scaled to its own.
         lrs = [learning_rate * m.lr / self.config.lr for m in member_grid(self.config)]
-        row = members_row(epoch, metrics, test_correct, test_loss, learning_rates=lrs, seconds=seconds,
-                          n_test=n_test, batch_size=self.config.batch_size, diverged=diverged, validation=validation)
+        row = members_row(epoch, metrics, test, learning_rates=lrs, seconds=seconds,
+                          batch_size=self.config.batch_size, diverged=diverged, validation=validation)
         return headline_over(row, self.used_at(row).used) if self.config.sweep else row
 
     def epoch_line(self, row: EpochMetrics) -> str:
@@ -206,7 +205,7 @@ class Members:
 
     def used_at(self, row: EpochMetrics) -> Choice:
         """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
-        diverged = [k for k, a in enumerate(row.members["test_accuracy"]) if not math.isfinite(a)]
+        diverged = [k for k, loss in enumerate(row.members["loss"]) if not math.isfinite(loss)]
         return choose_members(self.config, row.members[judged_by(row.members)], diverged)
 
 

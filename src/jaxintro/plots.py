@@ -6,6 +6,7 @@ Their words (axes, legends, titles) are translated as each plot is drawn, in the
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,6 +35,13 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _series(rows: Sequence[dict], name: str, scale: float = 1.0, k: int | None = None) -> list[float]:
+    """`name` of each row (of its member `k`), NaN where the epoch has none: a run with held-out images scores its
+    test set once, in its last epoch, which the plot shows as one point."""
+    values = [(r.get("members", {}).get(name) or [None] * (k + 1))[k] if k is not None else r.get(name) for r in rows]
+    return [math.nan if v is None else scale * v for v in values]
+
+
 def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     """Loss and train/test accuracy per epoch, and the held-out images' where a run holds some out (several members:
     each one faint, their mean bold)."""
@@ -42,15 +50,17 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     if "members" in rows[0]:
         _plot_members(ax_loss, ax_acc, rows)
     ax_loss.plot(epochs, [r["loss"] for r in rows], "o-", label=_("train loss (epoch mean)"))
-    ax_loss.plot(epochs, [r["test_loss"] for r in rows], "s--", label=_("test loss"))
     held_out = all(r.get("val_accuracy") is not None for r in rows)  # `--validation N`: what the run chooses with
+    ax_loss.plot(epochs, _series(rows, "test_loss"), "s--", label=_("test loss, at the end") if held_out else
+                 _("test loss"))
     if held_out:
         ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", label=_("held-out loss"))
     ax_loss.set_xlabel(_("epoch"))
     ax_loss.set_ylabel(_("cross-entropy"))
     ax_loss.legend()
     ax_acc.plot(epochs, [100 * r["train_accuracy"] for r in rows], "o-", label=_("train"))
-    ax_acc.plot(epochs, [100 * r["test_accuracy"] for r in rows], "s--", label=_("test"))
+    ax_acc.plot(epochs, _series(rows, "test_accuracy", 100), "s--", label=_("test, at the end") if held_out else
+                _("test"))
     if held_out:
         ax_acc.plot(epochs, [100 * r["val_accuracy"] for r in rows], "d:", label=_("held out"))
     ax_acc.set_xlabel(_("epoch"))
@@ -65,20 +75,14 @@ def _plot_members(ax_loss, ax_acc, rows: Sequence[dict]) -> None:
     """Every member's curves, thin and faint, under the bold means that `plot_curves` draws next."""
     epochs = [r["epoch"] for r in rows]
     count = len(rows[0]["members"]["loss"])
-    nan = float("nan")
-
-    def series(name: str, k: int, scale: float = 1.0) -> list[float]:
-        values = [r["members"][name][k] for r in rows]
-        return [nan if v is None else scale * v for v in values]
-
     for k in range(count):
         faint = dict(lw=0.8, alpha=0.3)
-        ax_loss.plot(epochs, series("loss", k), "-", color="tab:blue", **faint)
-        ax_loss.plot(epochs, series("test_loss", k), "--", color="tab:orange", **faint)
-        ax_acc.plot(epochs, series("train_accuracy", k, 100), "-", color="tab:blue", **faint)
-        ax_acc.plot(epochs, series("test_accuracy", k, 100), "--", color="tab:orange", **faint)
-    if all("ensemble_test_accuracy" in r for r in rows):  # a sweep's rows have none: its members differ
-        ax_acc.plot(epochs, [100 * r["ensemble_test_accuracy"] for r in rows], "^-", color="tab:green",
+        ax_loss.plot(epochs, _series(rows, "loss", k=k), "-", color="tab:blue", **faint)
+        ax_loss.plot(epochs, _series(rows, "test_loss", k=k), "--", color="tab:orange", **faint)
+        ax_acc.plot(epochs, _series(rows, "train_accuracy", 100, k), "-", color="tab:blue", **faint)
+        ax_acc.plot(epochs, _series(rows, "test_accuracy", 100, k), "--", color="tab:orange", **faint)
+    if any("ensemble_test_accuracy" in r for r in rows):  # a sweep's rows have none: its members differ
+        ax_acc.plot(epochs, _series(rows, "ensemble_test_accuracy", 100), "^-", color="tab:green",
                     label=_("test, ensemble of {count}").format(count=count))
 
 

@@ -36,8 +36,9 @@ class EpochMetrics(NamedTuple):
     epoch: int
     loss: float
     train_accuracy: float
-    test_accuracy: float
-    test_loss: float
+    # None in an epoch whose test set was not scored: a run with held-out images scores it once, after its last epoch.
+    test_accuracy: float | None
+    test_loss: float | None
     learning_rate: float
     seconds: float
     max_grad_norm: float
@@ -56,6 +57,10 @@ class EpochMetrics(NamedTuple):
         # The row's own mean: over the members it is used through (a sweep's row is `headline_over` them already).
         validation = "" if self.val_accuracy is None else _(" | Val Acc: {accuracy}").format(
             accuracy=format_number(self.val_accuracy, ".4f"))
+        if self.members is None and self.test_accuracy is None:
+            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f}{validation} | lr {lr:.2e} | "
+                     "{seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
+                                              validation=validation, lr=self.learning_rate, seconds=self.seconds)
         if self.members is None:
             return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f}{validation} | "
                      "lr {lr:.2e} | {seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
@@ -70,11 +75,17 @@ class EpochMetrics(NamedTuple):
         lrs = [self.members["learning_rate"][k] for k in chosen]
         low, high = (format_number(value, ".2e") for value in (min(lrs), max(lrs)))
         lr = low if low == high else f"{low}..{high}"
+        setting = f" | {label}" if label else ""
+        if self.test_accuracy is None:
+            return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train}{validation} | lr {lr} | "
+                     "{seconds:.2f}s").format(epoch=epoch, setting=setting, loss=mean_and_std("loss"),
+                                              train=mean_and_std("train_accuracy"), validation=validation, lr=lr,
+                                              seconds=self.seconds)
         average = "" if self.ensemble_test_accuracy is None else _(" | Ensemble: {accuracy:.4f}").format(
             accuracy=self.ensemble_test_accuracy)
         return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble}{validation} | "
                  "lr {lr} | {seconds:.2f}s").format(
-            epoch=epoch, setting=f" | {label}" if label else "", loss=mean_and_std("loss"),
+            epoch=epoch, setting=setting, loss=mean_and_std("loss"),
             train=mean_and_std("train_accuracy"), test=mean_and_std("test_accuracy"), ensemble=average,
             validation=validation, lr=lr, seconds=self.seconds)
 
@@ -83,10 +94,9 @@ class EpochMetrics(NamedTuple):
         return json_safe({name: value for name, value in self._asdict().items() if value is not None})
 
 
-def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
-                  learning_rate: float, seconds: float, n_test: int, batch_size: int,
-                  validation: Scores | None = None) -> EpochMetrics:
-    """One model's epoch summary from its per-step metrics and the test set's counts.
+def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test: Scores | None, *, learning_rate: float,
+                  seconds: float, batch_size: int, validation: Scores | None = None) -> EpochMetrics:
+    """One model's epoch summary from its per-step metrics and the test set's scores (None: not scored this epoch).
 
     The loss and the training accuracy are the epoch's running means over its batches, as they were
     trained (dropout on, each batch scored just before its update), like Flax's MNIST example.
@@ -94,7 +104,8 @@ def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.n
     n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
     train_correct = np.sum(metrics["correct"], axis=-1)
     row = EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
-                       int(test_correct) / n_test, float(test_loss) / n_test, learning_rate, seconds,
+                       None if test is None else int(test.correct) / test.count,
+                       None if test is None else float(test.loss) / test.count, learning_rate, seconds,
                        float(np.max(metrics["grad_norm"])))
     if validation is None:
         return row
@@ -102,19 +113,19 @@ def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.n
                         val_loss=float(validation.loss) / validation.count)
 
 
-def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.ndarray, test_loss: np.ndarray, *,
-                learning_rates: Sequence[float], seconds: float, n_test: int, batch_size: int,
-                diverged: set[int], validation: Scores | None = None) -> EpochMetrics:
+def members_row(epoch: int, metrics: dict[str, np.ndarray], test: Scores | None, *, learning_rates: Sequence[float],
+                seconds: float, batch_size: int, diverged: set[int], validation: Scores | None = None) -> EpochMetrics:
     """Several members' epoch summary: their means with each member's numbers (a diverged member's NaN, not a
-    misleading accuracy) and the ensemble's accuracy (the test counts' last row)."""
+    misleading accuracy) and the ensemble's accuracy (the test counts' last row; none when `test` is None)."""
     n_seen = metrics["correct"].shape[-1] * batch_size  # the epoch's steps, full batches only
     per_member = {
         "loss": np.mean(metrics["loss"], axis=1),
         "train_accuracy": np.sum(metrics["correct"], axis=-1) / n_seen,
-        "test_accuracy": np.asarray(test_correct[:-1]) / n_test,
-        "test_loss": np.asarray(test_loss[:-1]) / n_test,
         "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
     }
+    if test is not None:
+        per_member["test_accuracy"] = np.asarray(test.correct[:-1]) / test.count
+        per_member["test_loss"] = np.asarray(test.loss[:-1]) / test.count
     if validation is not None:
         per_member["val_accuracy"] = np.asarray(validation.correct[:-1]) / validation.count
         per_member["val_loss"] = np.asarray(validation.loss[:-1]) / validation.count
@@ -123,11 +134,11 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test_correct: np.nda
         values[list(diverged)] = np.nan
         per_member[name] = values
     means = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in per_member.items()}
-    return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means["test_accuracy"], means["test_loss"],
-                        max(learning_rates), seconds, means["max_grad_norm"],
+    return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means.get("test_accuracy"),
+                        means.get("test_loss"), max(learning_rates), seconds, means["max_grad_norm"],
                         members={**{k: [float(x) for x in v] for k, v in per_member.items()},
                                  "learning_rate": list(learning_rates)},
-                        ensemble_test_accuracy=int(test_correct[-1]) / n_test,
+                        ensemble_test_accuracy=None if test is None else int(test.correct[-1]) / test.count,
                         val_accuracy=means.get("val_accuracy"), val_loss=means.get("val_loss"))
 
 
@@ -139,8 +150,9 @@ def headline_over(row: EpochMetrics, used: Sequence[int]) -> EpochMetrics:
         return mean_std([row.members[name][k] for k in used])[0]
 
     validation = {} if row.val_accuracy is None else {"val_accuracy": mean("val_accuracy"), "val_loss": mean("val_loss")}
-    return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), test_accuracy=mean("test_accuracy"),
-                        test_loss=mean("test_loss"), max_grad_norm=mean("max_grad_norm"),
+    test = {} if row.test_accuracy is None else {"test_accuracy": mean("test_accuracy"), "test_loss": mean("test_loss")}
+    return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), **test,
+                        max_grad_norm=mean("max_grad_norm"),
                         learning_rate=row.members["learning_rate"][used[0]], ensemble_test_accuracy=None, **validation)
 
 
@@ -159,33 +171,42 @@ def divergence_text(losses: np.ndarray, step: int, epoch: int, steps_per_epoch: 
         what=what.format(value=value), epoch=epoch, step=step + 1, steps=steps_per_epoch)
 
 
-def check_finite(metrics: dict[str, np.ndarray], test_loss: float, epoch: int, steps_per_epoch: int) -> None:
-    """One model: raise on the first NaN, infinite or exploded loss (naming epoch and step), or a non-finite test loss."""
+def check_finite(metrics: dict[str, np.ndarray], unseen_loss: float, epoch: int, steps_per_epoch: int, *,
+                 held_out: bool = False) -> None:
+    """One model: raise on the first NaN, infinite or exploded loss (naming epoch and step), or a non-finite loss on
+    the unseen images (the test set's, or with `held_out` the held-out images')."""
     losses = np.asarray(metrics["loss"], np.float64)
     step = first_divergence(losses)
     if step is not None:
         raise TrainingDivergedError(_("{where}; lower --lr, add --clip-norm 1.0, or use --optimizer adam").format(
             where=divergence_text(losses, step, epoch, steps_per_epoch)))
-    if not np.isfinite(test_loss):
-        raise TrainingDivergedError(_(
-            "the test loss became {value} after epoch {epoch}: the weights overflow on unseen images; lower --lr, "
-            "add --clip-norm 1.0, or use --optimizer adam").format(value=test_loss, epoch=epoch))
+    if not np.isfinite(unseen_loss):
+        raise TrainingDivergedError(_("{where}: the weights overflow on unseen images; lower --lr, add --clip-norm "
+                                      "1.0, or use --optimizer adam").format(
+            where=unseen_loss_text(unseen_loss, epoch, held_out)))
 
 
-def check_members_finite(metrics: dict[str, np.ndarray], test_loss: np.ndarray, epoch: int, steps_per_epoch: int,
-                         diverged: set[int]) -> None:
-    """After an epoch of several members: each member that diverged (`first_divergence`, or a non-finite test loss)
-    is warned about once and added to `diverged` (left out of the means and the ensemble); all of them is an error,
-    as for one model."""
+def unseen_loss_text(value: float, epoch: int, held_out: bool) -> str:
+    """`the test loss became inf after epoch 3` (or the held-out loss)."""
+    if held_out:
+        return _("the held-out loss became {value} after epoch {epoch}").format(value=value, epoch=epoch)
+    return _("the test loss became {value} after epoch {epoch}").format(value=value, epoch=epoch)
+
+
+def check_members_finite(metrics: dict[str, np.ndarray], unseen_loss: np.ndarray, epoch: int, steps_per_epoch: int,
+                         diverged: set[int], *, held_out: bool = False) -> None:
+    """After an epoch of several members: each member that diverged (`first_divergence`, or a non-finite loss on the
+    unseen images, `check_finite`) is warned about once and added to `diverged` (left out of the means and the
+    ensemble); all of them is an error, as for one model."""
     losses = np.asarray(metrics["loss"], np.float64)
     steps = [first_divergence(member) for member in losses]
-    bad = [m for m, step in enumerate(steps) if step is not None or not np.isfinite(test_loss[m])]
+    bad = [m for m, step in enumerate(steps) if step is not None or not np.isfinite(unseen_loss[m])]
     if len(bad) == len(losses):  # named by a member that diverged now (earlier ones are scored as NaN weights)
         last = min(set(bad) - diverged, default=bad[0])
-        check_finite({"loss": losses[last]}, float(test_loss[last]), epoch, steps_per_epoch)
+        check_finite({"loss": losses[last]}, float(unseen_loss[last]), epoch, steps_per_epoch, held_out=held_out)
     for m in sorted(set(bad) - diverged):
         where = (divergence_text(losses[m], steps[m], epoch, steps_per_epoch) if steps[m] is not None else
-                 _("the test loss became {value} after epoch {epoch}").format(value=test_loss[m], epoch=epoch))
+                 unseen_loss_text(unseen_loss[m], epoch, held_out))
         warnings.warn(_("member {member} diverged: {where}; it is reported as NaN and left out of the means and the "
                         "ensemble").format(member=m, where=where), RuntimeWarning, stacklevel=3)
         diverged.add(m)

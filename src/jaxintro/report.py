@@ -42,7 +42,7 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
     print(line, flush=True)
     if config.validation:  # resolved to a count once the data is loaded
         print(_("Held out: the last {n:,} training images, scored after every epoch (Val Acc) to choose with; the test "
-                "set chooses nothing").format(n=config.validation), flush=True)
+                "set chooses nothing and is scored once, after the last epoch").format(n=config.validation), flush=True)
     return spread
 
 
@@ -87,8 +87,11 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
 
 def member_values(row: dict[str, Any], name: str) -> list[float | None]:
     """A `metrics.jsonl` row's `name` (test_accuracy, train_accuracy, loss, test_loss) per member: one model's row
-    is a row of one member."""
-    return row["members"][name] if "members" in row else [row[name]]
+    is a row of one member; None for each where the epoch did not score it (the test set of a run with held-out
+    images, before its last epoch)."""
+    if "members" not in row:
+        return [row.get(name)]
+    return row["members"].get(name) or [None] * len(row["members"]["loss"])
 
 
 def headline_fields(config: TrainConfig, last: dict[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,7 @@ def page_strings() -> dict[str, str]:
         "accuracy": _("Accuracy"),
         "train": _("train"),
         "test": _("test"),
+        "held_out": _("held out"),
         "epoch": _("epoch"),
         "mistakes": _("Mistakes"),
         "mistakes_hint": _("Test images this run gets wrong, with the norm of each one's loss gradient "

@@ -195,7 +195,9 @@ def fit(
     validation: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> FitResult:
     """Train `config.epochs` epochs (from `state` when resuming, with the members `diverged_before` it), scoring the
-    test set and `validation` (held-out images, `hold_out`) after each (`trainer`: `Trainer.create`'s, if made)."""
+    test set after each, as the lesson does (`trainer`: `Trainer.create`'s, if made). With `validation` (held-out
+    images, `hold_out`) those are scored after each epoch, and the test set only after the epoch the run ends at (its
+    last, or the one `should_stop` stops it after): it reports a result and chooses nothing, not even when to look."""
     from tqdm import tqdm  # loaded when training, not when the trainer is imported
 
     trainer = trainer or Trainer.create(config, dataset)
@@ -207,13 +209,11 @@ def fit(
     eval_fn = trainer.jit_eval()
     # A member that diverged before a resume stays diverged: the resumed run reports what the uninterrupted one does.
     diverged = set(diverged_before)
-
     epoch_program, compile_seconds, compile_cache = compile_timed(trainer, state, (x_train, y_train))
 
     history: list[EpochMetrics] = []
     step_metrics: list[dict[str, np.ndarray]] = []
-    train_seconds = 0.0
-    eval_seconds = 0.0
+    train_seconds = eval_seconds = 0.0
     stopped = False
     epochs = range(state.epoch + 1, config.epochs + 1)
     # A bar step per epoch, or per batch in the lesson's loop (on a terminal only).
@@ -227,22 +227,23 @@ def fit(
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        # The test set only: the training accuracy came with the epoch's own forward passes.
+        # Unseen images only: the training accuracy came with the epoch's own forward passes.
         eval_start = time.perf_counter()
-        test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test, sorted(diverged)))
-        known = len(diverged)
-        trainer.layout.check_epoch(metrics, test_loss, epoch, trainer.steps_per_epoch, diverged)
+        # Asked after every epoch, before its scores (it may be a collective): a run that stops here ends here.
+        stopped = should_stop(epoch) and epoch < config.epochs
+        known, ends = len(diverged), stopped or epoch == config.epochs
+        test, scores = score_unseen(eval_fn, state.params, (x_test, y_test), held_out, diverged, ends=ends)
+        # The divergence check reads the images scored after every epoch: the held-out ones where there are some.
+        trainer.layout.check_epoch(metrics, (test if scores is None else scores).loss, epoch, trainer.steps_per_epoch,
+                                   diverged, held_out=scores is not None)
         if len(diverged) > known:  # a member diverged in this epoch: the ensemble is scored again without it
-            test_correct, test_loss = to_host(eval_fn(state.params, x_test, y_test, sorted(diverged)))
-        scores = None if held_out is None else Scores(*to_host(eval_fn(state.params, *held_out, sorted(diverged))),
-                                                      len(validation[1]))
+            test, scores = score_unseen(eval_fn, state.params, (x_test, y_test), held_out, diverged, ends=ends)
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
         row = trainer.layout.epoch_row(
-            epoch, metrics, test_correct, test_loss,
-            learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)), seconds=seconds,
-            n_test=len(dataset.x_test), diverged=diverged, validation=scores,
+            epoch, metrics, test, learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)),
+            seconds=seconds, diverged=diverged, validation=scores,
         )
         history.append(row)
         step_metrics.append(metrics)
@@ -250,8 +251,7 @@ def fit(
             log(trainer.layout.epoch_line(row))
         if on_epoch is not None:
             on_epoch(state, row)
-        if should_stop(epoch) and epoch < config.epochs:  # asked after every epoch: it may be a collective
-            stopped = True
+        if stopped:
             break
     bar.close()
 
@@ -261,6 +261,16 @@ def fit(
                      samples_per_second=samples / train_seconds if train_seconds > 0 else math.nan,
                      compile_cache=compile_cache, eval_seconds=eval_seconds, init_seconds=init_seconds,
                      stopped_early=stopped)
+
+
+def score_unseen(eval_fn: Callable, params: Any, test: tuple[Array, Array], held_out: tuple[Array, Array] | None,
+                 diverged: set[int], *, ends: bool) -> tuple[Scores | None, Scores | None]:
+    """The test set's scores and the held-out images' (None: not scored), without the `diverged` members. With
+    held-out images, the test set is scored only in the epoch the run `ends` at."""
+    def score(x: Array, y: Array) -> Scores:
+        return Scores(*to_host(eval_fn(params, x, y, sorted(diverged))), len(y))
+
+    return score(*test) if held_out is None or ends else None, None if held_out is None else score(*held_out)
 
 
 def hold_out(dataset: Dataset, count: int, batch_size: int) -> tuple[Dataset, tuple[np.ndarray, np.ndarray] | None]:

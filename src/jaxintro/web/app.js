@@ -287,14 +287,15 @@ function chart(svg, series, label, { tight = false, legendBelow = false } = {}) 
 
 function renderCurves(rows) {
   const pick = (key) => rows.filter((r) => Number.isFinite(r[key])).map((r) => [r.epoch, r[key]]);
-  chart($("chart-loss"), [
-    { name: text.train, color: "#2f6fdf", points: pick("loss") },
-    { name: text.test, color: "#d9480f", points: pick("test_loss") },
-  ], text.loss);
-  chart($("chart-accuracy"), [
-    { name: text.train, color: "#2f6fdf", points: pick("train_accuracy") },
-    { name: text.test, color: "#d9480f", points: pick("test_accuracy") },
-  ], text.accuracy, { tight: true, legendBelow: true });
+  // A run with held-out images scores them every epoch and its test set once, where it ends: one point.
+  const curves = (train, test, heldOut) => [
+    { name: text.train, color: "#2f6fdf", points: pick(train) },
+    { name: text.test, color: "#d9480f", points: pick(test) },
+    { name: text.held_out, color: "#2b8a3e", points: pick(heldOut) },
+  ].filter((s) => s.points.length);
+  chart($("chart-loss"), curves("loss", "test_loss", "val_loss"), text.loss);
+  chart($("chart-accuracy"), curves("train_accuracy", "test_accuracy", "val_accuracy"), text.accuracy,
+    { tight: true, legendBelow: true });
 }
 
 async function pollMetrics() {
