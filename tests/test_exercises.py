@@ -534,3 +534,24 @@ def test_a_file_that_runs_the_shipped_solution_does_not_pass(tmp_path, how):
     # The same answer written out in the file is the learner's own: it passes.
     verdict, = check_in_child([(exercise, write(tmp_path, exercise, exercise.reference()))], "en", timeout=60)
     assert verdict.passed
+
+
+@pytest.mark.parametrize("how", ["cat", "libc"])
+def test_no_process_of_the_check_reads_a_solution_where_the_kernel_has_landlock(tmp_path, how):
+    """The audit hook sees Python's own opens: a `cat` the file starts, or libc's `open` through `ctypes`, went round it
+    and passed (issue 61, point 10). With Landlock the kernel refuses the read to the child and to all it starts;
+    without it (another OS, an older kernel) such a file still gets through, as docs/reliability.md says."""
+    from jaxintro.exercises.catalog import SOLUTIONS
+    from jaxintro.exercises.sandbox import landlock_abi
+
+    exercise = by_number(5)
+    solution = str(SOLUTIONS / exercise.filename)
+    text = {"cat": f"import subprocess\nexec(subprocess.run(['cat', {solution!r}], capture_output=True).stdout)\n",
+            "libc": f"import ctypes, os\n_libc = ctypes.CDLL(None, use_errno=True)\n"
+                    f"_fd = _libc.open({solution.encode()!r}, os.O_RDONLY)\n_buf = ctypes.create_string_buffer(1 << 20)\n"
+                    f"exec(_buf.raw[:max(_libc.read(_fd, _buf, 1 << 20), 0)])\n"}[how]
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    if landlock_abi() >= 1:
+        assert not verdict.passed and verdict.key == "missing_function", verdict  # it read nothing, so ran nothing
+    else:
+        assert verdict.passed, verdict

@@ -33,6 +33,7 @@ from typing import IO, Callable
 
 from jaxintro.data import default_cache_dir
 from jaxintro.exercises.catalog import EXERCISES, SOLUTIONS, Exercise
+from jaxintro.exercises.sandbox import refuse_reading
 from jaxintro.i18n import _, set_language
 
 OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
@@ -346,9 +347,9 @@ class _Drain(threading.Thread):
 class SolutionGuard:
     """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it, and
     remembers the attempt, so that a pass by their text is no pass. The checks read none of them; `exercises
-    solution N` reads them in the parent process, where no learner's code runs. It stops the plain cheat (`open`,
-    `importlib`, `os.open`), not a file written to get round it (a `cat` it starts, libc through `ctypes`, the
-    guard itself found with `gc`): the checks share the learner's process (docs/reliability.md)."""
+    solution N` reads them in the parent process, where no learner's code runs. It sees Python's own opens (`open`,
+    `importlib`, `os.open`), not a `cat` the file starts or libc through `ctypes`: those the kernel refuses where it
+    has Landlock (`sandbox.refuse_reading`); the checks share the learner's process (docs/reliability.md)."""
 
     def __init__(self, folder: Path = SOLUTIONS) -> None:
         self.folder = os.path.realpath(folder)
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     set_hypothesis_home_dir(default_cache_dir() / "hypothesis")
     guard = SolutionGuard()
     sys.addaudithook(guard)
+    refuse_reading(SOLUTIONS)  # the kernel's refusal, for every process of the check, where it has Landlock
     with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
         for item in args.items:
             number, path = item.split("=", 1)

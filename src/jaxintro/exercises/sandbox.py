@@ -1,0 +1,79 @@
+"""The kernel's refusal, not ours: Landlock (Linux 5.13+) stops a process, and every process it starts, reading files.
+
+The checking child calls `refuse_reading(SOLUTIONS)` before it runs the learner's file: from then on the shipped
+solutions cannot be read by that file by any means (`open`, a `cat` it starts, libc through `ctypes`), where the
+audit hook of `runner.SolutionGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow
+reading beneath every sibling of each folder on the path down to the solutions, never the path itself, so everything
+else stays readable. Where the kernel has no Landlock (another OS, an older kernel, a container that forbids it),
+`refuse_reading` returns False and the audit hook is all there is (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+# landlock(7): the system calls (one number on x86_64 and arm64, both on the generic table) and the one right used.
+CREATE_RULESET, ADD_RULE, RESTRICT_SELF = 444, 445, 446
+CREATE_RULESET_VERSION = 1  # flag: ask the ABI version instead of creating a ruleset
+ACCESS_FS_READ_FILE = 1 << 2
+RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38  # prctl(2): required before an unprivileged process restricts itself
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # the kernel's struct is packed
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL | None:
+    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none (or not Linux)."""
+    libc = _libc()
+    if libc is None:
+        return 0
+    return max(libc.syscall(CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION)), 0)
+
+
+def refuse_reading(folder: Path) -> bool:
+    """From now on, no file beneath `folder` can be read by this process or any it starts; False: the kernel cannot
+    enforce it (nothing changed)."""
+    libc = _libc()
+    if libc is None or landlock_abi() < 1:
+        return False
+    attr = _RulesetAttr(ACCESS_FS_READ_FILE)
+    ruleset = libc.syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    try:
+        target = Path(os.path.realpath(folder))
+        for ancestor, toward in zip(reversed(target.parents), (*reversed(target.parents[:-1]), target)):
+            for entry in os.scandir(ancestor):
+                if entry.path != str(toward):
+                    _allow(libc, ruleset, entry.path)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        return libc.syscall(RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(ruleset)
+
+
+def _allow(libc: ctypes.CDLL, ruleset: int, path: str) -> None:
+    """Reading allowed beneath `path` (a link: beneath what it names; a path that cannot be opened stays refused)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        rule = _PathBeneathAttr(ACCESS_FS_READ_FILE, fd)
+        libc.syscall(ADD_RULE, ruleset, ctypes.c_uint32(RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0))
+    finally:
+        os.close(fd)
