@@ -12,6 +12,7 @@ its mean test accuracy, and how many points higher that reads. docs/many-models.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import numpy as np
@@ -42,8 +43,11 @@ def main() -> None:
 
     def compare(state: Any, row: EpochMetrics) -> None:
         """The two choices after this epoch: the held-out images' (the sweep's) and the test set's (scored here)."""
-        correct, _loss = to_host(score(state.params, *test, grid.diverged_in(row.as_row())))
+        diverged = grid.diverged_in(row.as_row())
+        correct, _loss = to_host(score(state.params, *test, diverged))
         tests = list(np.asarray(correct[:-1]) / len(dataset.y_test))  # per member; the last row is their ensemble
+        for k in diverged:  # a diverged member's weights still score something: it is reported as diverged, as ever
+            tests[k] = math.nan
         members = grid.member_grid(config)
         by_val = grid.best_setting(grid.summarize_settings(members, row.members["val_accuracy"]))
         settings = grid.summarize_settings(members, tests)

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -555,3 +556,41 @@ def test_no_process_of_the_check_reads_a_solution_where_the_kernel_has_landlock(
         assert not verdict.passed and verdict.key == "missing_function", verdict  # it read nothing, so ran nothing
     else:
         assert verdict.passed, verdict
+
+
+def test_the_kernels_refusal_covers_a_link_back_and_leaves_new_temp_files_readable(tmp_path):
+    """`refuse_reading` allows every sibling on the path to the folder, never a link that leads back into it, and
+    temp files made afterwards stay readable: the folder lies under the temp folder here, as a project cloned to /tmp
+    does, where a new temp file would otherwise land in a folder no rule covers."""
+    from jaxintro.exercises.sandbox import landlock_abi
+
+    secret = tmp_path / "package" / "solutions"
+    secret.mkdir(parents=True)
+    (secret / "answer.py").write_text("secret")
+    (tmp_path / "package" / "back").symlink_to(secret)
+    (tmp_path / "package" / "other.txt").write_text("open")
+    code = textwrap.dedent(f"""
+        import subprocess, tempfile
+        from pathlib import Path
+        from jaxintro.exercises.sandbox import refuse_reading
+        tempfile.gettempdir()  # chosen before the restriction, as any library may have
+        print(refuse_reading(Path({str(secret)!r})))
+        for path in ({str(secret / "answer.py")!r}, {str(tmp_path / "package" / "back" / "answer.py")!r},
+                     {str(tmp_path / "package" / "other.txt")!r}):
+            try:
+                print(open(path).read())
+            except PermissionError:
+                print("refused")
+        with tempfile.NamedTemporaryFile("w+") as made:
+            made.write("temp")
+            made.flush()
+            print(open(made.name).read())
+        print(subprocess.run(["cat", {str(secret / "answer.py")!r}], capture_output=True, text=True).stdout or "refused")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})  # the temp folder on the path, as in /tmp
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if landlock_abi() >= 1:
+        assert proc.stdout.split() == ["True", "refused", "refused", "open", "temp", "refused"]
+    else:
+        assert proc.stdout.split() == ["False", "secret", "secret", "open", "temp", "secret"]

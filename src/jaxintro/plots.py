@@ -78,9 +78,9 @@ def _plot_members(ax_loss, ax_acc, rows: Sequence[dict]) -> None:
     for k in range(count):
         faint = dict(lw=0.8, alpha=0.3)
         ax_loss.plot(epochs, _series(rows, "loss", k=k), "-", color="tab:blue", **faint)
-        ax_loss.plot(epochs, _series(rows, "test_loss", k=k), "--", color="tab:orange", **faint)
+        ax_loss.plot(epochs, _series(rows, "test_loss", k=k), ".--", color="tab:orange", **faint)
         ax_acc.plot(epochs, _series(rows, "train_accuracy", 100, k), "-", color="tab:blue", **faint)
-        ax_acc.plot(epochs, _series(rows, "test_accuracy", 100, k), "--", color="tab:orange", **faint)
+        ax_acc.plot(epochs, _series(rows, "test_accuracy", 100, k), ".--", color="tab:orange", **faint)
     if any("ensemble_test_accuracy" in r for r in rows):  # a sweep's rows have none: its members differ
         ax_acc.plot(epochs, _series(rows, "ensemble_test_accuracy", 100), "^-", color="tab:green",
                     label=_("test, ensemble of {count}").format(count=count))

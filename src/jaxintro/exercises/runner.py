@@ -389,8 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     set_language(args.lang)
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder.
-    set_hypothesis_home_dir(default_cache_dir() / "hypothesis")
+    # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder. Made now:
+    # once reading is restricted, a folder created later beside the path to the solutions could not be read.
+    hypothesis_home = default_cache_dir() / "hypothesis"
+    with contextlib.suppress(OSError):
+        hypothesis_home.mkdir(parents=True, exist_ok=True)
+    set_hypothesis_home_dir(hypothesis_home)
     guard = SolutionGuard()
     sys.addaudithook(guard)
     refuse_reading(SOLUTIONS)  # the kernel's refusal, for every process of the check, where it has Landlock

@@ -1,18 +1,24 @@
 """The kernel's refusal, not ours: Landlock (Linux 5.13+) stops a process, and every process it starts, reading files.
 
 The checking child calls `refuse_reading(SOLUTIONS)` before it runs the learner's file: from then on the shipped
-solutions cannot be read by that file by any means (`open`, a `cat` it starts, libc through `ctypes`), where the
+solutions cannot be read by that file at their place (`open`, a `cat` it starts, libc through `ctypes`), where the
 audit hook of `runner.SolutionGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow
-reading beneath every sibling of each folder on the path down to the solutions, never the path itself, so everything
-else stays readable. Where the kernel has no Landlock (another OS, an older kernel, a container that forbids it),
-`refuse_reading` returns False and the audit hook is all there is (docs/reliability.md).
+reading beneath every sibling of each folder on the path down to the solutions, never the path itself, nor a sibling
+that is a link or a mount of a folder on it (a mount of one elsewhere, deeper down, still reads: a user's own doing).
+What exists then stays readable; a file created later directly in one of those folders does not (the caller creates
+what it will read first; temp files get a folder of their own). Where the kernel has no Landlock (another OS, an older
+kernel, a container that forbids it), `refuse_reading` returns False and the audit hook is all there is
+(docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 # landlock(7): the system calls (one number on x86_64 and arm64, both on the generic table) and the one right used.
@@ -56,24 +62,43 @@ def refuse_reading(folder: Path) -> bool:
         return False
     try:
         target = Path(os.path.realpath(folder))
-        for ancestor, toward in zip(reversed(target.parents), (*reversed(target.parents[:-1]), target)):
+        chain = (*reversed(target.parents), target)  # `/`, ..., the folder: no rule may cover any of them
+        _private_temp_folder(chain)
+        on_path = {(st.st_dev, st.st_ino) for st in map(os.stat, chain)}
+        for ancestor, toward in zip(chain, chain[1:]):
             for entry in os.scandir(ancestor):
-                if entry.path != str(toward):
-                    _allow(libc, ruleset, entry.path)
+                # A link is skipped (what it names is allowed where it lies); a bind mount of the path is not a sibling.
+                if entry.path == str(toward) or entry.is_symlink():
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) not in on_path and not _allow(libc, ruleset, entry.path):
+                    return False  # a rule refused: restricting now would hide more than the solutions
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         return libc.syscall(RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) == 0
+    except OSError:  # a folder on the path that cannot be listed: nothing restricted
+        return False
     finally:
         os.close(ruleset)
 
 
-def _allow(libc: ctypes.CDLL, ruleset: int, path: str) -> None:
-    """Reading allowed beneath `path` (a link: beneath what it names; a path that cannot be opened stays refused)."""
+def _allow(libc: ctypes.CDLL, ruleset: int, path: str) -> bool:
+    """Reading allowed beneath `path`; False if the kernel refused the rule (a path gone meanwhile needs none)."""
     try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
     try:
         rule = _PathBeneathAttr(ACCESS_FS_READ_FILE, fd)
-        libc.syscall(ADD_RULE, ruleset, ctypes.c_uint32(RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0))
+        return libc.syscall(ADD_RULE, ruleset, ctypes.c_uint32(RULE_PATH_BENEATH), ctypes.byref(rule),
+                            ctypes.c_uint32(0)) == 0
     finally:
         os.close(fd)
+
+
+def _private_temp_folder(chain: tuple[Path, ...]) -> None:
+    """Where the temp folder is on the path to the solutions (a project under /tmp), a new temp file would be created
+    directly in it, and so be unreadable: temp files go to a folder of their own, made now (removed at exit)."""
+    temp = Path(os.path.realpath(tempfile.gettempdir()))
+    if temp in chain:
+        tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="jaxintro-check-")
+        atexit.register(shutil.rmtree, tempfile.tempdir, ignore_errors=True)
