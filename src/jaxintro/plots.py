@@ -54,7 +54,7 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     ax_loss.plot(epochs, _series(rows, "test_loss"), "s--", label=_("test loss, at the end") if held_out else
                  _("test loss"))
     if held_out:
-        ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", label=_("held-out loss"))
+        ax_loss.plot(epochs, [r["val_loss"] for r in rows], "d:", color="tab:purple", label=_("held-out loss"))
     ax_loss.set_xlabel(_("epoch"))
     ax_loss.set_ylabel(_("cross-entropy"))
     ax_loss.legend()
@@ -62,7 +62,7 @@ def plot_curves(rows: Sequence[dict], path: Path, title: str = "") -> Path:
     ax_acc.plot(epochs, _series(rows, "test_accuracy", 100), "s--", label=_("test, at the end") if held_out else
                 _("test"))
     if held_out:
-        ax_acc.plot(epochs, [100 * r["val_accuracy"] for r in rows], "d:", label=_("held out"))
+        ax_acc.plot(epochs, [100 * r["val_accuracy"] for r in rows], "d:", color="tab:purple", label=_("held out"))
     ax_acc.set_xlabel(_("epoch"))
     ax_acc.set_ylabel(_("accuracy (%)"))
     ax_acc.legend()
