@@ -17,7 +17,7 @@ from pathlib import Path
 import jupytext
 
 from jaxintro.cli import build_parser, shows_default
-from jaxintro.i18n import set_language
+from jaxintro.i18n import current_language, set_language
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACE = re.compile(r"^\{\{ (notebook|readme|flags): ([\w.]+) \}\}$", re.M)
@@ -45,6 +45,7 @@ def readme(source: Path) -> str:
 
 def flags(command: str, language: str) -> str:
     """`jaxintro COMMAND`'s flags as a markdown table (flag, default, what it does), in `language`."""
+    previous = current_language()
     set_language(language)  # the help strings are translated as the parser is built
     try:
         parser = build_parser()
@@ -54,7 +55,7 @@ def flags(command: str, language: str) -> str:
         head = f"| {' | '.join(FLAG_COLUMNS[language])} |\n| --- | --- | --- |\n"
         return head + "\n".join(rows) + "\n"
     finally:
-        set_language("en")
+        set_language(previous)  # the build's own language, as it was
 
 
 def flag_row(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:

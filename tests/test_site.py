@@ -178,3 +178,11 @@ def test_the_flags_tables_are_the_parsers_in_each_language():
     page = lambda name: SimpleNamespace(file=SimpleNamespace(src_uri=name))  # noqa: E731: what the hook reads
     assert hooks.on_page_markdown("{{ flags: sweep }}\n", page("commands.es.md"), None, None).startswith("| opción |")
     assert hooks.on_page_markdown("{{ flags: sweep }}\n", page("commands.md"), None, None).startswith("| flag |")
+    from jaxintro.i18n import current_language, set_language
+
+    set_language("es")  # a table leaves the language as it found it, not English
+    try:
+        hooks.flags("train", "en")
+        assert current_language() == "es"
+    finally:
+        set_language("en")

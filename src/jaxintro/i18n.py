@@ -40,6 +40,11 @@ def set_language(flag: str | None = None) -> str:
     return _language
 
 
+def current_language() -> str:
+    """The language `set_language` installed last ("en" before any)."""
+    return _language
+
+
 # Languages that write a decimal comma and group thousands with a point (78.821 muestras/s, 82,78%; the percent
 # sign stays where the messages put it, next to the number, so the catalog's own "{x:.2f}%" reads the same).
 DECIMAL_COMMA = frozenset({"es"})
