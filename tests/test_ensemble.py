@@ -655,15 +655,35 @@ def test_a_run_with_held_out_images_scores_the_test_set_once_where_it_ends(tmp_p
     assert [row.test_accuracy is not None for row in result.history] == [False, True]
 
 
-def test_the_choice_gap_script_trains_the_sweep_and_scores_the_test_set_every_epoch(tmp_path, capsys):
+def test_a_test_loss_that_overflows_where_a_held_out_run_ends_is_a_divergence(monkeypatch):
+    """The held-out loss is checked after every epoch; the test set's too, in the epoch it is scored: an overflow
+    there alone still ends the run as a divergence, as it does in the lesson's run."""
+    from jaxintro import train
+    from jaxintro.errors import TrainingDivergedError
+
+    real = train.score_unseen
+
+    def overflowing(*args, **kwargs):
+        test, held_out = real(*args, **kwargs)
+        return (None if test is None else test._replace(loss=np.float32(np.inf))), held_out
+
+    monkeypatch.setattr(train, "score_unseen", overflowing)
+    config = TrainConfig(dataset="digits", epochs=2)
+    trained, held_out = train.hold_out(load_dataset("digits"), 200, config.batch_size)
+    with pytest.raises(TrainingDivergedError, match="the test loss became inf after epoch 2"):
+        train.fit(config, trained, validation=held_out, log=lambda line: None)
+
+def test_the_choice_gap_script_trains_the_sweep_and_scores_the_test_set_every_epoch(tmp_path, capsys, monkeypatch):
     """`scripts/choice_gap.py` (docs/many-models) trains what `sweep` trains and scores the test set after every epoch
     itself: its last epoch's held-out pick reads the sweep's reported test accuracy, and each pick is the best of its
     column."""
+    import runpy
+
     grid = ["--dataset", "digits", "--lr", "1e-3,1e-2", "--seeds", "1", "--epochs", "2"]
-    proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "choice_gap.py"), *grid],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    script = Path(__file__).parents[1] / "scripts" / "choice_gap.py"
+    monkeypatch.setattr(sys, "argv", [str(script), *grid])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [row[0] for row in rows] == ["1", "2"]
     summary = run_json(capsys, "sweep", *grid, "--run-dir", str(tmp_path / "sweep"), "--json")
     assert rows[-1][1] == f"lr={summary['best']['lr']:g}"

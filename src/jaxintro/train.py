@@ -227,24 +227,24 @@ def fit(
         metrics = to_host(metrics)  # a device-host sync point: the epoch really ran
         seconds = time.perf_counter() - start
         train_seconds += seconds
-        # Unseen images only: the training accuracy came with the epoch's own forward passes.
-        eval_start = time.perf_counter()
         # Asked after every epoch, before its scores (it may be a collective): a run that stops here ends here.
         stopped = should_stop(epoch) and epoch < config.epochs
+        # Unseen images only: the training accuracy came with the epoch's own forward passes.
+        eval_start = time.perf_counter()
         known, ends = len(diverged), stopped or epoch == config.epochs
         test, scores = score_unseen(eval_fn, state.params, (x_test, y_test), held_out, diverged, ends=ends)
-        # The divergence check reads the images scored after every epoch: the held-out ones where there are some.
-        trainer.layout.check_epoch(metrics, (test if scores is None else scores).loss, epoch, trainer.steps_per_epoch,
-                                   diverged, held_out=scores is not None)
+        for unseen, is_held_out in ((scores, True), (test, False)):  # every loss on unseen images scored now
+            if unseen is not None:
+                trainer.layout.check_epoch(metrics, unseen.loss, epoch, trainer.steps_per_epoch, diverged,
+                                           held_out=is_held_out)
         if len(diverged) > known:  # a member diverged in this epoch: the ensemble is scored again without it
             test, scores = score_unseen(eval_fn, state.params, (x_test, y_test), held_out, diverged, ends=ends)
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
-        row = trainer.layout.epoch_row(
-            epoch, metrics, test, learning_rate=float(trainer.schedule(epoch * trainer.steps_per_epoch - 1)),
-            seconds=seconds, diverged=diverged, validation=scores,
-        )
+        learning_rate = float(trainer.schedule(epoch * trainer.steps_per_epoch - 1))
+        row = trainer.layout.epoch_row(epoch, metrics, test, learning_rate=learning_rate, seconds=seconds,
+                                       diverged=diverged, validation=scores)
         history.append(row)
         step_metrics.append(metrics)
         with tqdm.external_write_mode():  # the line goes above the progress bar, not through it
