@@ -12,10 +12,7 @@ its mean test accuracy, and how many points higher that reads. docs/many-models.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
-
-import numpy as np
 
 from jaxintro import grid, train
 from jaxintro.config import TrainConfig
@@ -43,16 +40,14 @@ def main() -> None:
 
     def compare(state: Any, row: EpochMetrics) -> None:
         """The two choices after this epoch: the held-out images' (the sweep's) and the test set's (scored here)."""
-        diverged = grid.diverged_in(row.as_row())
+        scored = row.as_row()
+        diverged = grid.diverged_in(scored)
         correct, _loss = to_host(score(state.params, *test, diverged))
-        tests = list(np.asarray(correct[:-1]) / len(dataset.y_test))  # per member; the last row is their ensemble
-        for k in diverged:  # a diverged member's weights still score something: it is reported as diverged, as ever
-            tests[k] = math.nan
-        members = grid.member_grid(config)
-        by_val = grid.best_setting(grid.summarize_settings(members, row.members["val_accuracy"]))
-        settings = grid.summarize_settings(members, tests)
-        chosen = next(s for s in settings if (s.lr, s.weight_decay) == (by_val.lr, by_val.weight_decay))
-        by_test = grid.best_setting(settings)
+        # Per member (the last row is their ensemble); a diverged member's weights still score: it stays diverged.
+        scored["members"]["test_accuracy"] = [None if k in diverged else int(c) / len(dataset.y_test)
+                                              for k, c in enumerate(correct[:-1])]
+        chosen = grid.chosen_setting(config, scored)
+        by_test = grid.best_setting(grid.settings_of(config, scored, "test_accuracy"))
         print(f"{row.epoch:>5} {grid.setting_name(config, chosen):>15} {100 * chosen.mean:>8.2f}% "
               f"{grid.setting_name(config, by_test):>11} {100 * by_test.mean:>8.2f}% "
               f"{100 * (by_test.mean - chosen.mean):>+12.2f}", flush=True)

@@ -102,16 +102,22 @@ def judged_by(members: dict[str, Any]) -> str:
 def settings_of(config: TrainConfig, row: dict[str, Any], accuracy: str | None = None) -> list[Setting]:
     """A sweep's settings, each summarised over its seeds, from a `metrics.jsonl` row: by the accuracy the run
     chooses with (`judged_by`), or by `accuracy` ("test_accuracy": what a chosen setting reports)."""
-    members = row["members"]
-    return summarize_settings(member_grid(config), members[accuracy or judged_by(members)])
+    return summarize_settings(member_grid(config), member_values(row, accuracy or judged_by(row["members"])))
+
+
+def member_values(row: dict[str, Any], name: str) -> list[float | None]:
+    """A `metrics.jsonl` row's `name` (test_accuracy, train_accuracy, loss, ...) per member: one model's row is a row
+    of one member; None for each where the epoch did not score it (the test set of a run with held-out images, before
+    the epoch it ends at)."""
+    if "members" not in row:
+        return [row.get(name)]
+    return row["members"].get(name) or [None] * len(row["members"]["loss"])
 
 
 def chosen_setting(config: TrainConfig, row: dict[str, Any]) -> Setting:
     """The best setting as the run chooses it (`judged_by`), summarised by its seeds' test accuracies (NaN in an epoch
-    that did not score the test set: a run with held-out images scores it once, where it ends)."""
+    that did not score the test set)."""
     best = best_setting(settings_of(config, row))
-    if "test_accuracy" not in row["members"]:
-        return best._replace(accuracies=[math.nan] * len(best.accuracies), mean=math.nan, std=math.nan)
     return next(s for s in settings_of(config, row, "test_accuracy") if (s.lr, s.weight_decay) == (best.lr,
                                                                                                   best.weight_decay))
 

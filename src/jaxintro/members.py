@@ -17,7 +17,6 @@ member.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence
 
 import jax
@@ -30,7 +29,7 @@ from jaxtyping import Array
 
 from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
-from jaxintro.grid import Choice, choose_members, judged_by, member_grid, setting_name
+from jaxintro.grid import Choice, choose_members, diverged_in, judged_by, member_grid, setting_name
 from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch
 from jaxintro.models.base import Model
@@ -205,8 +204,7 @@ class Members:
 
     def used_at(self, row: EpochMetrics) -> Choice:
         """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
-        diverged = [k for k, loss in enumerate(row.members["loss"]) if not math.isfinite(loss)]
-        return choose_members(self.config, row.members[judged_by(row.members)], diverged)
+        return choose_members(self.config, row.members[judged_by(row.members)], diverged_in(row.as_row()))
 
 
 # ---------------------------------------------------------------- the ensemble

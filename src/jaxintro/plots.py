@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from jaxintro.grid import member_values  # noqa: E402
 from jaxintro.i18n import _  # noqa: E402
 from jaxintro.runs import write_atomic  # noqa: E402
 
@@ -38,7 +39,7 @@ def _save(fig, path: Path) -> Path:
 def _series(rows: Sequence[dict], name: str, scale: float = 1.0, k: int | None = None) -> list[float]:
     """`name` of each row (of its member `k`), NaN where the epoch has none: a run with held-out images scores its
     test set once, in its last epoch, which the plot shows as one point."""
-    values = [(r.get("members", {}).get(name) or [None] * (k + 1))[k] if k is not None else r.get(name) for r in rows]
+    values = [member_values(r, name)[k] if k is not None else r.get(name) for r in rows]
     return [math.nan if v is None else scale * v for v in values]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
 from jaxintro.grid import (Setting, best_setting, choose_members, chosen_setting, describe_members, diverged_in,
-                           judged_by, kind_of, mean_std, member_grid, setting_name, settings_of)
+                           judged_by, kind_of, mean_std, member_grid, member_values, setting_name, settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.runs import json_safe
 
@@ -83,15 +83,6 @@ def summarize(config: TrainConfig, dataset: Any, result: Any, rows: list[dict[st
     summary.update(report_for(config).fields(last, result, dataset, run_dir, spread=spread, primary=primary,
                                              clock=clock))
     return summary
-
-
-def member_values(row: dict[str, Any], name: str) -> list[float | None]:
-    """A `metrics.jsonl` row's `name` (test_accuracy, train_accuracy, loss, test_loss) per member: one model's row
-    is a row of one member; None for each where the epoch did not score it (the test set of a run with held-out
-    images, before its last epoch)."""
-    if "members" not in row:
-        return [row.get(name)]
-    return row["members"].get(name) or [None] * len(row["members"]["loss"])
 
 
 def headline_fields(config: TrainConfig, last: dict[str, Any]) -> dict[str, Any]:
