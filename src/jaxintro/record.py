@@ -52,20 +52,18 @@ class EpochMetrics(NamedTuple):
 
     def line(self, total_epochs: int, *, used: Sequence[int] | None = None, label: str = "") -> str:
         """The lesson's per-epoch line, plus the epoch's seconds. Several members: mean +- std over `used` (default
-        all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one."""
+        all; a sweep: its best setting's seeds, named by `label`), and the ensemble when the row has one. The test
+        set's part only where the epoch scored it (a run with held-out images: where it ends)."""
         epoch = f"{self.epoch:{len(str(total_epochs)) + 1}d}"
         # The row's own mean: over the members it is used through (a sweep's row is `headline_over` them already).
         validation = "" if self.val_accuracy is None else _(" | Val Acc: {accuracy}").format(
             accuracy=format_number(self.val_accuracy, ".4f"))
-        if self.members is None and self.test_accuracy is None:
-            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f}{validation} | lr {lr:.2e} | "
-                     "{seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
-                                              validation=validation, lr=self.learning_rate, seconds=self.seconds)
         if self.members is None:
-            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f} | Test Acc: {test:.4f}{validation} | "
-                     "lr {lr:.2e} | {seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy,
-                                                            test=self.test_accuracy, validation=validation,
-                                                            lr=self.learning_rate, seconds=self.seconds)
+            test = "" if self.test_accuracy is None else _(" | Test Acc: {accuracy}").format(
+                accuracy=format_number(self.test_accuracy, ".4f"))
+            return _("Epoch {epoch} | Loss: {loss:.4f} | Train Acc: {train:.4f}{test}{validation} | lr {lr:.2e} | "
+                     "{seconds:.2f}s").format(epoch=epoch, loss=self.loss, train=self.train_accuracy, test=test,
+                                              validation=validation, lr=self.learning_rate, seconds=self.seconds)
         chosen = range(len(self.members["loss"])) if used is None else used
 
         def mean_and_std(name: str) -> str:
@@ -75,19 +73,14 @@ class EpochMetrics(NamedTuple):
         lrs = [self.members["learning_rate"][k] for k in chosen]
         low, high = (format_number(value, ".2e") for value in (min(lrs), max(lrs)))
         lr = low if low == high else f"{low}..{high}"
-        setting = f" | {label}" if label else ""
-        if self.test_accuracy is None:
-            return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train}{validation} | lr {lr} | "
-                     "{seconds:.2f}s").format(epoch=epoch, setting=setting, loss=mean_and_std("loss"),
-                                              train=mean_and_std("train_accuracy"), validation=validation, lr=lr,
-                                              seconds=self.seconds)
-        average = "" if self.ensemble_test_accuracy is None else _(" | Ensemble: {accuracy:.4f}").format(
-            accuracy=self.ensemble_test_accuracy)
-        return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train} | Test Acc: {test}{ensemble}{validation} | "
-                 "lr {lr} | {seconds:.2f}s").format(
-            epoch=epoch, setting=setting, loss=mean_and_std("loss"),
-            train=mean_and_std("train_accuracy"), test=mean_and_std("test_accuracy"), ensemble=average,
-            validation=validation, lr=lr, seconds=self.seconds)
+        test = "" if self.test_accuracy is None else _(" | Test Acc: {accuracy}").format(
+            accuracy=mean_and_std("test_accuracy"))
+        if self.ensemble_test_accuracy is not None:
+            test += _(" | Ensemble: {accuracy:.4f}").format(accuracy=self.ensemble_test_accuracy)
+        return _("Epoch {epoch}{setting} | Loss: {loss} | Train Acc: {train}{test}{validation} | lr {lr} | "
+                 "{seconds:.2f}s").format(epoch=epoch, setting=f" | {label}" if label else "", loss=mean_and_std("loss"),
+                                          train=mean_and_std("train_accuracy"), test=test, validation=validation,
+                                          lr=lr, seconds=self.seconds)
 
     def as_row(self) -> dict[str, Any]:
         """The row of `metrics.jsonl` (a single run's has no member fields; a diverged member's values are null)."""
