@@ -196,7 +196,7 @@ def test_a_detached_process_ends_with_the_check(detach, tmp_path):
     raise AssertionError(f"the learner's detached process {pid} outlived the check")
 
 
-def test_stray_and_forged_lines_on_the_verdict_pipe_decide_nothing(tmp_path):
+def test_bytes_written_onto_the_answers_pipe_decide_nothing(tmp_path):
     exercise = by_number(1)
     # A wrong answer that writes to every file descriptor it can find: garbage, then a forged passing verdict.
     forged = json.dumps({"number": 1, "slug": exercise.slug, "passed": True, "key": None, "message": ""})
@@ -206,7 +206,15 @@ def test_stray_and_forged_lines_on_the_verdict_pipe_decide_nothing(tmp_path):
         "    except OSError:\n        pass\n"
         "def init_params(key, sizes):\n    return {}\n")
     verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
-    assert not verdict.passed and verdict.key not in ("crashed", "exited")
+    # It wrote onto the pipe of the answers: garbage, which the checks read as garbage, never as a pass.
+    assert (verdict.passed, verdict.key) == (False, "garbled"), verdict
+    assert "os.write" in verdict.message
+    # A well-formed frame whose answer is not one the checks asked for: garbled too, not a traceback.
+    text = ("import os\nfrom jaxintro.exercises import wire\n_m = wire.pack({'callables': 0})\n"
+            "for _fd in range(3, 64):\n    try:\n        os.write(_fd, wire.frame_head(_m) + _m)\n"
+            "    except OSError:\n        pass\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert (verdict.passed, verdict.key) == (False, "garbled"), verdict
 
 
 def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):
@@ -384,7 +392,7 @@ def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
 
 
 def test_init_list_and_hint_do_not_import_jax(tmp_path):
-    # Only a check imports JAX, and in its child process: the command itself stays light (and so does --watch).
+    # Only a check imports JAX (its checks, and the learner's file in the child): the other commands stay light.
     code = ("import sys; from jaxintro.cli import main\n"
             f"folder = {str(tmp_path / 'ex')!r}\n"
             "main(['exercises', 'init', folder]); main(['exercises', 'list', '--dir', folder])\n"

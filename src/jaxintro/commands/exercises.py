@@ -1,7 +1,7 @@
 """`jaxintro exercises`: write the lesson's code yourself, and have it checked (init, list, check, hint, reset, solution).
 
-A check runs in a child process with a time limit (`jaxintro.exercises.runner`); this process
-never imports JAX, so listing, hints and the watch loop stay light. Exit codes: 0 when the checked
+A check runs the learner's file in a child process with a time limit, and the checks here
+(`jaxintro.exercises.runner`); only a check imports JAX, so init, listing and hints stay light. Exit codes: 0 when the checked
 exercise passes (or for init, list, hint, solution), 1 when it fails, 2 for a usage error.
 """
 

@@ -1,25 +1,22 @@
 """What every check shares: the failure a learner reads, calling their code safely, random inputs, comparisons.
 
-A check is a function of the learner's module namespace that returns when everything holds and
-raises `CheckFailed(key, message)` at the first thing that does not. The key is stable (tests and
+A check is a function of the learner's functions, by name (`learner.Function`s: each call crosses to
+the process that runs their file), that returns when everything holds and raises
+`CheckFailed(key, message)` at the first thing that does not. The key is stable (tests and
 `--json` read it); the message, in the learner's language, names the concrete input that broke.
 """
 
 from __future__ import annotations
 
-import contextlib
-import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 
+from jaxintro.exercises.learner import LearnerRaised
 from jaxintro.i18n import _
-
-# The file being checked: tracebacks are searched for its frames, to name the learner's line.
-_learner_file: list[str] = [""]
 
 
 class CheckFailed(Exception):
@@ -31,22 +28,6 @@ class CheckFailed(Exception):
         self.message = message
 
 
-@contextlib.contextmanager
-def learner_file(path: str) -> Iterator[None]:
-    """Name `path` as the learner's file while its checks run (for line numbers in messages)."""
-    _learner_file[0] = path
-    try:
-        yield
-    finally:
-        _learner_file[0] = ""
-
-
-def learner_line(exc: BaseException) -> int | None:
-    """The last line of the learner's file in the traceback of `exc` (None when it never ran there)."""
-    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == _learner_file[0]]
-    return lines[-1] if lines else None
-
-
 def attempt(fn: Callable, *args: Any, name: str, inputs: str, branch_fix: str | None = None, **kwargs: Any) -> Any:
     """Call the learner's `fn`; turn what it raises into a `CheckFailed` that says what to look at.
 
@@ -55,55 +36,54 @@ def attempt(fn: Callable, *args: Any, name: str, inputs: str, branch_fix: str | 
     """
     try:
         return fn(*args, **kwargs)
-    except CheckFailed:
-        raise
-    except NotImplementedError as exc:
-        raise CheckFailed("not_implemented", _("{name} still raises NotImplementedError: write it where the TODO "
-                                               "is").format(name=name)) from exc
-    except (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError) as exc:
-        raise CheckFailed("python_if_on_traced", _(
+    except LearnerRaised as exc:  # the learner's bug, whatever it is, is reported, not raised
+        raise _classified(exc, name, inputs, branch_fix) from exc
+
+
+def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | None) -> CheckFailed:
+    """What the learner's code raised, as the failure a learner reads: the common JAX mistakes by their key."""
+    line = exc.line or "?"
+    if "NotImplementedError" in exc.kinds:
+        return CheckFailed("not_implemented", _("{name} still raises NotImplementedError: write it where the TODO "
+                                                "is").format(name=name))
+    if exc.kinds & {"TracerBoolConversionError", "ConcretizationTypeError"}:
+        return CheckFailed("python_if_on_traced", _(
             "{name}({inputs}) under jax.jit: line {line} needs a concrete value (a Python `if`, `bool()`, "
             "`float()` or `int()` on a traced array); under jit an array is a tracer: use {fix}").format(
-            name=name, inputs=inputs, line=learner_line(exc) or "?",
-            fix=branch_fix or _("jax.lax.cond or jnp.where"))) from exc
-    except jax.errors.TracerArrayConversionError as exc:
-        raise CheckFailed("numpy_on_traced", _(
+            name=name, inputs=inputs, line=line, fix=branch_fix or _("jax.lax.cond or jnp.where")))
+    if "TracerArrayConversionError" in exc.kinds:
+        return CheckFailed("numpy_on_traced", _(
             "{name}({inputs}) under jax.jit: line {line} turns a traced array into a NumPy array; use jax.numpy "
-            "(jnp) inside functions that are jitted").format(name=name, inputs=inputs,
-                                                             line=learner_line(exc) or "?")) from exc
-    except TypeError as exc:
-        if "immutable" in str(exc) or "does not support item assignment" in str(exc):
-            raise CheckFailed("item_assignment", _(
-                "{name}({inputs}): line {line} assigns into an array (a[i] = ...); JAX arrays are immutable: "
-                "a.at[i].set(...) returns the updated copy").format(name=name, inputs=inputs,
-                                                                    line=learner_line(exc) or "?")) from exc
-        raise _raised(exc, name, inputs) from exc
-    except Exception as exc:  # the learner's bug, whatever it is, is reported, not raised
-        raise _raised(exc, name, inputs) from exc
+            "(jnp) inside functions that are jitted").format(name=name, inputs=inputs, line=line))
+    if "TypeError" in exc.kinds and ("immutable" in exc.message or "does not support item assignment" in exc.message):
+        return CheckFailed("item_assignment", _(
+            "{name}({inputs}): line {line} assigns into an array (a[i] = ...); JAX arrays are immutable: "
+            "a.at[i].set(...) returns the updated copy").format(name=name, inputs=inputs, line=line))
+    return _raised(exc, name, inputs)
 
 
-def _raised(exc: Exception, name: str, inputs: str) -> CheckFailed:
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
+def _raised(exc: LearnerRaised, name: str, inputs: str) -> CheckFailed:
+    first = (exc.message.strip().splitlines() or [""])[0][:200]
     said = _("{name}({inputs}) raised {error}: {detail} (line {line} of your file)").format(
-        name=name, inputs=inputs, error=type(exc).__name__, detail=first, line=learner_line(exc) or "?")
+        name=name, inputs=inputs, error=exc.type_name, detail=first, line=exc.line or "?")
     look = what_to_look_at(exc)
     return CheckFailed("raised", f"{said}; {look}" if look else said)
 
 
-def what_to_look_at(exc: Exception) -> str:
+def what_to_look_at(exc: LearnerRaised) -> str:
     """A sentence on where a common error of JAX or Python comes from in a learner's code ("" for any other)."""
-    text = str(exc)
-    if isinstance(exc, TypeError) and text.startswith("cannot reshape array"):
+    text = exc.message
+    if "TypeError" in exc.kinds and text.startswith("cannot reshape array"):
         return _("a reshape keeps the number of elements, and a size written into the code holds only for the "
                  "inputs you had in mind: take sizes from the arrays (x.shape[0], -1), so that the batch axis and "
                  "every other size follow the inputs above")
-    if isinstance(exc, TypeError) and "one_hot() missing" in text:
+    if "TypeError" in exc.kinds and "one_hot() missing" in text:
         return _("jax.nn.one_hot(labels, num_classes) needs the number of classes: the logits' last axis, "
                  "logits.shape[-1]")
     if "Incompatible shapes for broadcasting" in text:
         return _("shapes broadcast from their last axis: compare the shapes above from the right; one value per row "
                  "(shape (n,)) against rows (shape (n, m)) needs a last axis of 1 first, v[:, None]")
-    if isinstance(exc, KeyError):
+    if "KeyError" in exc.kinds:
         return _("the dictionary has no key {key}: print its keys to see how they are named and numbered (code "
                  "meant for any pytree walks its leaves, jax.tree.leaves, instead of naming them)").format(key=text)
     return ""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
                                          make_params, numpy_tree, snapshot, unchanged)
+from jaxintro.exercises.learner import Learner, LearnerRaised
+from jaxintro.exercises.wire import kind_of
 from jaxintro.i18n import N_, _
 
 # Few distinct small dimensions: each new shape compiles the learner's function once more.
@@ -18,9 +19,9 @@ mlp_st = st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4]), st.lists(st.s
                                                                               max_size=4))
 
 
-def check_init_params(ns: dict) -> None:
+def check_init_params(ns: Learner) -> None:
     """Shapes for any sizes; the key decides everything; one key per layer; He scale; zero biases; jittable."""
-    init_params = jax.jit(ns["init_params"], static_argnums=1)  # the sizes fix the shapes: static
+    init_params = ns["init_params"].jit(static_argnums=1)  # the sizes fix the shapes: static
 
     @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=3)
     def shapes(case):
@@ -145,14 +146,14 @@ FORWARD_MISTAKES = {
 }
 
 
-def check_forward(ns: dict) -> None:
+def check_forward(ns: Learner) -> None:
     """Equal to the lesson's forward on random shapes and values, also under jit; the params are not changed."""
     forward = ns["forward"]
     params, (x, _y) = make_params(0, (3, 4, 4, 2)), make_batch(0, 2, 3, 2)
     inputs = describe(params=params, x=x)
     before = snapshot(params)
-    attempt(forward, params, x, name="forward", inputs=inputs)  # once without jit: jit would hide a mutation
-    if not unchanged(before, params):
+    _out, (after, _x) = attempt(forward.seeing_inputs, params, x, name="forward", inputs=inputs)  # jit hides mutation
+    if not unchanged(before, after):
         raise CheckFailed("mutated_input", _("forward({inputs}) changed the params it was given; a pure "
                                              "function only reads its inputs").format(inputs=inputs))
 
@@ -161,7 +162,7 @@ def check_forward(ns: dict) -> None:
         seed, batch, sizes = case
         params, (x, _y) = make_params(seed, tuple(sizes)), make_batch(seed, batch, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x)
-        got = attempt(jax.jit(forward), params, x, name="forward", inputs=inputs)
+        got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
         want = _reference_forward(params, x)
         if not close(got, want):
             key = diagnose_forward(got, params, x)
@@ -186,7 +187,7 @@ def _reference_loss(params: dict, x, y) -> float:
     return float(-np.mean(log_probs[np.arange(len(y)), np.asarray(y)]))
 
 
-def check_loss_fn(ns: dict) -> None:
+def check_loss_fn(ns: Learner) -> None:
     """A scalar equal to the lesson's loss on random inputs, under jit too, and finite for huge logits."""
     loss_fn = ns["loss_fn"]
 
@@ -196,7 +197,7 @@ def check_loss_fn(ns: dict) -> None:
         params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
         try:
-            got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=inputs)
+            got = attempt(loss_fn.jit(), params, x, y, name="loss_fn", inputs=inputs)
         except CheckFailed:
             _refuse_one_hot(loss_fn, params, x, y, inputs)
             raise
@@ -215,7 +216,7 @@ def check_loss_fn(ns: dict) -> None:
     agrees()
     params, (x, y) = make_params(7, (4, 8, 8, 3)), make_batch(7, 4, 4, 3)
     params["layer3"]["w"] = params["layer3"]["w"] * 1e4  # logits in the tens of thousands
-    got = attempt(jax.jit(loss_fn), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
+    got = attempt(loss_fn.jit(), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
     if not np.isfinite(float(got)):
         raise CheckFailed("unstable_log_softmax", _(
             "loss_fn gives {got} when the logits are large (last layer's weights x 10000): softmax rounds a "
@@ -226,8 +227,8 @@ def _refuse_one_hot(loss_fn, params, x, y, inputs: str) -> None:
     """A CheckFailed when `loss_fn` is right once its labels are one-hot: it was written for one-hot labels."""
     classes = np.shape(params[f"layer{len(params)}"]["w"])[1]
     try:
-        got = jax.jit(loss_fn)(params, x, jax.nn.one_hot(y, classes))
-    except Exception:  # noqa: BLE001 (the learner's code, whatever it raises: not written for one-hot either)
+        got = loss_fn.jit()(params, x, jax.nn.one_hot(y, classes))
+    except LearnerRaised:  # whatever it raised: not written for one-hot either
         return
     if close(got, _reference_loss(params, x, y)):
         raise CheckFailed("one_hot_labels", _(
@@ -254,19 +255,15 @@ _LOSS_WHY = {
 }
 
 
-def check_train_step(ns: dict) -> None:
+def check_train_step(ns: Learner) -> None:
     """Jitted; the loss before the step; new params and optimizer state equal value_and_grad + the optimizer's."""
-    train_step, optimizer, loss_fn = ns["train_step"], ns["optimizer"], ns["loss_fn"]
-    if not hasattr(train_step, "lower"):
+    train_step = ns["train_step"]
+    if not train_step.is_jitted():
         raise CheckFailed("not_jitted", _("train_step is not compiled: put @jax.jit above it (the whole step, "
                                           "gradient and update, becomes one XLA program)"))
-
-    def reference(params: dict, opt_state: optax.OptState, x: jax.Array, y: jax.Array) -> tuple:
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, grads
-
-    reference = jax.jit(reference)
+    # The reference step uses the file's own given loss_fn and optimizer, so it is made where they live; its
+    # states stay there too (handles), to be handed to train_step as the optimizer made them.
+    states, reference = ns.helper("optimizer_states"), ns.helper("reference_step")
 
     @examples(mlp_st, n=2)
     def agrees(case):
@@ -275,12 +272,11 @@ def check_train_step(ns: dict) -> None:
         # fresh one, a step that restarts the optimizer would look right.
         params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
-        fresh = optimizer.init(params)
-        state = reference(params, fresh, *make_batch(seed + 1, batch + 1, sizes[0], sizes[-1]))[1]  # another batch's
+        fresh, state = states(params, *make_batch(seed + 1, batch + 1, sizes[0], sizes[-1]))  # another batch's step
         out = attempt(train_step, params, state, x, y, name="train_step", inputs=inputs)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
-                                           "{what}").format(what=type(out).__name__))
+                                           "{what}").format(what=kind_of(out)))
         want_params, want_state, want_loss, grads = reference(params, state, x, y)
         if not close(out[2], want_loss):
             raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got:.5f}; the loss at the "
@@ -288,10 +284,10 @@ def check_train_step(ns: dict) -> None:
                 inputs=inputs, got=float(np.asarray(out[2])), want=float(want_loss)))
         if not close(out[0], want_params, tol=1e-5):
             rates = (1e-3, 1e-2, 1e-1, 1.0)
-            sgd = [jax.tree.map(lambda p, g: p - lr * g, params, grads) for lr in rates]
+            sgd = [jax.tree.map(lambda p, g: np.asarray(p) - lr * g, params, grads) for lr in rates]
             # Up the gradient: p - updates (Optax's updates already point down), or p + lr * g.
-            uphill = [jax.tree.map(lambda p, q: 2 * p - q, params, want_params)]
-            uphill += [jax.tree.map(lambda p, g: p + lr * g, params, grads) for lr in rates]
+            uphill = [jax.tree.map(lambda p, q: 2 * np.asarray(p) - q, params, want_params)]
+            uphill += [jax.tree.map(lambda p, g: np.asarray(p) + lr * g, params, grads) for lr in rates]
             key = ("params_not_updated" if close(out[0], params, tol=0.0)
                    else "opt_state_restarted" if close(out[0], reference(params, fresh, x, y)[0], tol=1e-5)
                    else "moved_up_the_gradient" if any(close(out[0], step, tol=1e-5) for step in uphill)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import time
-import traceback
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,17 +12,20 @@ from hypothesis import strategies as st
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
                                          make_params, numbers)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
+from jaxintro.exercises.learner import Function, Learner, LearnerRaised
+from jaxintro.exercises.probe import optimizer
+from jaxintro.exercises.wire import Prop, kind_of
 from jaxintro.i18n import Code, _
 
 EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
 RATE, WIDTH = 0.2, 1024  # with 1024 units a kept fraction is known to +-0.015: 0.64 and 0.8 never mix up
 
 
-def check_dropout(ns: dict) -> None:
+def check_dropout(ns: Learner) -> None:
     """No key: the plain forward. A key: same key same masks, other key other masks, one mask per layer, scaled."""
     forward = ns["forward"]
     params, (x, _y) = make_params(0, (3, 5, 4, 2)), make_batch(0, 2, 3, 2)
-    got = attempt(jax.jit(lambda p, v: forward(p, v)), params, x, name="forward", inputs=describe(params=params, x=x))
+    got = attempt(forward.jit(), params, x, name="forward", inputs=describe(params=params, x=x))
     if not close(got, _reference_forward(params, x)):
         raise CheckFailed("dropout_without_key", _(
             "forward({inputs}) without a key differs from the plain forward: without a key (at evaluation) there "
@@ -35,10 +34,10 @@ def check_dropout(ns: dict) -> None:
     eye = jnp.eye(WIDTH)
     probe = {name: {"w": eye, "b": jnp.zeros(WIDTH)} for name in ("layer1", "layer2", "layer3")}
     ones = jnp.ones((2, WIDTH))
-    run = jax.jit(lambda k: forward(probe, ones, key=k, rate=RATE))
+    run = forward.partial(probe, ones, rate=RATE).jit()  # fixed as a closure fixes them: constants under jit
     inputs = describe(x=ones, rate=RATE)
-    a, again, other = (np.asarray(attempt(run, jax.random.key(s), name="forward", inputs=inputs + ", key=" + key_text(s)))
-                       for s in (0, 0, 1))
+    a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
+                                          inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
     if not np.array_equal(a, again):
         raise CheckFailed("not_deterministic", _("forward({inputs}) twice with {key} gave other masks: draw them "
                                                  "from the key only").format(inputs=inputs, key=key_text(0)))
@@ -60,12 +59,12 @@ def check_dropout(ns: dict) -> None:
             "into one key per layer (jax.random.split(key, 2)) and draw each mask with its own; the key you were "
             "given draws nothing").format(inputs=inputs + ", key=" + key_text(0)))
     half = describe(x=ones, rate=0.5) + ", key=" + key_text(0)
-    _check_masks(np.asarray(attempt(jax.jit(lambda k: forward(probe, ones, key=k, rate=0.5)), jax.random.key(0),
+    _check_masks(np.asarray(attempt(forward.partial(probe, ones, rate=0.5).jit(), key=jax.random.key(0),
                                     name="forward", inputs=half)), half, 0.5)
     _check_placement(forward)
 
 
-def _check_placement(forward: Callable) -> None:
+def _check_placement(forward: Function) -> None:
     """Where the masks go, which the identity probe cannot tell: zero inputs and a bias of 1 in layer 1 (a mask
     must multiply a layer's output, after its bias and ReLU, not its input or its product alone), layers of three
     widths (a mask of another layer's shape does not fit), and a bias of 1 on the logits (which take no mask)."""
@@ -74,8 +73,8 @@ def _check_placement(forward: Callable) -> None:
     zeros = jnp.zeros((512, 3))
     inputs = _("x of zeros (512, 3), layers 3-5-4-2 whose first bias and last bias are 1, rate={rate}, key={key}"
                ).format(rate=RATE, key=key_text(2))
-    out = np.asarray(attempt(jax.jit(lambda k: forward(probe, zeros, key=k, rate=RATE)), jax.random.key(2),
-                             name="forward", inputs=inputs), np.float64)
+    out = np.asarray(attempt(forward.partial(probe, zeros, rate=RATE).jit(), key=jax.random.key(2), name="forward",
+                             inputs=inputs), np.float64)
     kept_value = 1.0 + 1.0 / (1.0 - RATE) ** 2  # 1 through both masks, scaled twice, plus the logits' bias
     kept = np.isclose(out, kept_value, rtol=1e-4)
     if np.shape(out) != (512, 2) or not np.all(kept | np.isclose(out, 1.0, rtol=1e-4)) \
@@ -155,7 +154,7 @@ def _first_difference(got, want) -> str:
     return ""
 
 
-def check_per_example_grads(ns: dict) -> None:
+def check_per_example_grads(ns: Learner) -> None:
     """vmap(grad) equals a Python loop of grads, has a batch axis, is one program for any batch; the norms are global."""
     per_example, norms = ns["per_example_grads"], ns["grad_norms"]
 
@@ -168,7 +167,7 @@ def check_per_example_grads(ns: dict) -> None:
         params, (x, y) = make_params(seed, sizes), make_batch(seed, batch, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
         try:
-            got = attempt(jax.jit(per_example), params, x, y, name="per_example_grads", inputs=inputs)
+            got = attempt(per_example.jit(), params, x, y, name="per_example_grads", inputs=inputs)
         except CheckFailed as exc:
             if _failed_in_the_batch_loss(exc):  # the commonest mistake: vmap hands loss_fn one example, not a batch
                 raise CheckFailed("example_not_a_batch", _(
@@ -198,7 +197,7 @@ def check_per_example_grads(ns: dict) -> None:
             raise CheckFailed("mismatch", _(
                 "per_example_grads({inputs}) differs from a Python loop of jax.grad over the examples: "
                 "{where}").format(inputs=inputs, where=_first_difference(got, want)))
-        got_norms = attempt(jax.jit(norms), want, name="grad_norms", inputs=_("the gradients above"))
+        got_norms = attempt(norms.jit(), want, name="grad_norms", inputs=_("the gradients above"))
         _check_norms(got_norms, want, inputs)
 
     agrees()
@@ -208,9 +207,9 @@ def check_per_example_grads(ns: dict) -> None:
                               "b": jnp.asarray(rng.normal(size=(4, b)), jnp.float32)}
             for i, (a, b) in enumerate(((3, 2), (2, 1)))}
     inputs = _("the per-example gradients of a {sizes} MLP for {n} examples").format(sizes="3-2-1", n=4)
-    _check_norms(attempt(jax.jit(norms), tree, name="grad_norms", inputs=inputs), tree, inputs)
+    _check_norms(attempt(norms.jit(), tree, name="grad_norms", inputs=inputs), tree, inputs)
     params = make_params(0, (5, 4, 6, 3))
-    sizes = [len(jax.make_jaxpr(per_example)(params, *make_batch(0, b, 5, 3)).eqns) for b in (2, 6)]
+    sizes = [per_example.program_size(params, *make_batch(0, b, 5, 3)) for b in (2, 6)]
     if sizes[0] != sizes[1]:
         raise CheckFailed("python_loop", _(
             "per_example_grads builds a bigger program for a bigger batch ({small} operations for 2 examples, "
@@ -221,12 +220,12 @@ def check_per_example_grads(ns: dict) -> None:
 def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
     """Whether what the learner's code raised came from inside the given `loss_fn` (a batch's loss) on bad shapes."""
     cause = exc.__cause__
-    frames = traceback.extract_tb(cause.__traceback__) if cause is not None else []
-    return isinstance(cause, (IndexError, TypeError, ValueError)) and any(f.name == "loss_fn" for f in frames)
+    return isinstance(cause, LearnerRaised) and bool(cause.kinds & {"IndexError", "TypeError", "ValueError"}) \
+        and "loss_fn" in cause.functions
 
 
-def _first_line(exc: BaseException | None) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
+def _first_line(exc: LearnerRaised) -> str:
+    return f"{exc.type_name}: {(exc.message.splitlines() or [''])[0][:120]}"
 
 
 def _check_norms(got, grads: dict, inputs: str) -> None:
@@ -246,9 +245,9 @@ def _check_norms(got, grads: dict, inputs: str) -> None:
                              "{want}{why}").format(inputs=inputs, got=numbers(got), want=numbers(want), why=why))
 
 
-def check_any_depth(ns: dict) -> None:
+def check_any_depth(ns: Learner) -> None:
     """Agrees with the lesson's 3-layer forward, then with the reference at depths 1 to 6, 12 and 25 layers."""
-    mlp_forward = jax.jit(ns["mlp_forward"])
+    mlp_forward = ns["mlp_forward"].jit()
     cases = [(depth, (4, *[5 + (i % 2) for i in range(depth - 1)], 3)) for depth in (3, 1, 2, 4, 5, 6)]
     # Twelve layers, whose keys sort as strings in another order than their numbers (layer10 before layer2):
     # square first, so that walking them in jax.tree.leaves order runs and gives numbers that name the mistake.
@@ -285,59 +284,19 @@ def check_any_depth(ns: dict) -> None:
                 inputs=inputs, depth=depth, what=what))
 
 
-class _FakeJitted:
-    """A stand-in for a jitted function whose cost we know.
-
-    Its first call "compiles" (`compile_s`, synchronous, as tracing and compiling are); every call
-    then returns at once, with a result that is ready `work_s` later, and calls queue behind each
-    other as they do on a device (asynchronous dispatch). So an honest timing measures `work_s`
-    per call; one without a warm-up adds compile_s / repeats; one that never waits measures ~0.
-    """
-
-    def __init__(self, compile_s: float, work_s: float, spread: tuple[float, ...] = (1.0,)) -> None:
-        self.compile_s, self.work_s, self.spread = compile_s, work_s, spread  # call k works work_s * spread[k % n]
-        self.calls = self.waits = 0
-        self.busy_until = 0.0
-        self.first: _FakeResult | None = None
-        self.warm_up_waited = True  # the first result was waited for before the second call
-
-    def __call__(self, *args):
-        self.calls += 1
-        if self.calls == 1:
-            time.sleep(self.compile_s)
-        elif self.calls == 2:
-            self.warm_up_waited = self.first is not None and self.first.waited
-        self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s * self.spread[self.calls % len(self.spread)]
-        result = _FakeResult(self, self.busy_until)
-        self.first = self.first or result
-        return result
-
-
-class _FakeResult:
-    """A result that is ready at `ready_at`; `block_until_ready` waits until then."""
-
-    def __init__(self, owner: _FakeJitted, ready_at: float) -> None:
-        self.owner, self.ready_at = owner, ready_at
-        self.waited = False
-
-    def block_until_ready(self) -> "_FakeResult":
-        self.owner.waits += 1
-        self.waited = True
-        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
-        return self
-
-
-def check_jit_timing(ns: dict) -> None:
+def check_jit_timing(ns: Learner) -> None:
     """time_call waits for results, leaves the compile out, and returns seconds per call; compare_jit times both."""
     time_call, compare_jit = ns["time_call"], ns["compare_jit"]
     compile_s, work_s, repeats = 0.5, 0.04, 5
-    fake = _FakeJitted(compile_s, work_s)
+    # A stand-in for a jitted function whose cost is known, built in the learner's process (probe.FakeJitted).
+    fake = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0,)})
     inputs = _("f (compiles in {compile_s} s, then {work_s} s of work per call), repeats={repeats}").format(
         compile_s=compile_s, work_s=work_s, repeats=repeats)
     seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
+    seen = fake.seen  # how often it was called and waited for, and whether the warm-up was
     report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
-        inputs=inputs, seconds=seconds, calls=fake.calls)
-    if fake.waits == 0:
+        inputs=inputs, seconds=seconds, calls=seen["calls"])
+    if seen["waits"] == 0:
         raise CheckFailed("no_block_until_ready", report + _(
             ": it never waits for a result; JAX returns before the work is done, so call "
             "jax.block_until_ready(result) (or result.block_until_ready()) before stopping the clock"))
@@ -348,11 +307,11 @@ def check_jit_timing(ns: dict) -> None:
             "time.perf_counter()"))
     if seconds > 0.8 * repeats * work_s:
         raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
-    if fake.calls <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
+    if seen["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
         raise CheckFailed("no_warmup", report + _(
             "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "
             "clock").format(compile_s=compile_s))
-    if not fake.warm_up_waited:
+    if not seen["warm_up_waited"]:
         raise CheckFailed("warm_up_not_waited", report + _(
             "; the warm-up call's result was not waited for, so its work was still running when the clock "
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
@@ -360,13 +319,13 @@ def check_jit_timing(ns: dict) -> None:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
     # Another count of repeats, and calls that take 0.1, 1 and 1.9 times work_s in turn (a mean of work_s): a count
     # or a division written in the code, or the fastest call instead of the mean, shows there.
-    other = _FakeJitted(compile_s, work_s, spread=(1.0, 0.1, 1.9))
+    other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0, 0.1, 1.9)})
     seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
         f"repeats={repeats}", "repeats=3")))
-    if other.calls != 4:
+    if other.seen["calls"] != 4:
         raise CheckFailed("repeats_ignored", _(
             "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
-            "here 3").format(calls=other.calls))
+            "here 3").format(calls=other.seen["calls"]))
     if seconds < 0.2 * work_s:  # the fastest call is 0.1 work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75
         raise CheckFailed("min_not_mean", _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {low} to {high} s, "
@@ -378,16 +337,11 @@ def check_jit_timing(ns: dict) -> None:
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
             "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
             seconds=seconds, work_s=work_s))
-    runs = []
-
-    def f(x):
-        traced = isinstance(x, jax.core.Tracer)  # traced: inside jax.jit; concrete: run eagerly
-        runs.append(traced)
-        if not traced:  # without jit every call runs this Python: at least EAGER_S a call; a jitted call skips it
-            time.sleep(EAGER_S)
-        return jnp.tanh(x) @ jnp.tanh(x).T
-
+    # f(x) = tanh(x) @ tanh(x).T, which sleeps EAGER_S whenever it runs without jit and records each run: traced
+    # (inside jax.jit) or not (probe.SlowWithoutJit).
+    f = Prop("slow_without_jit", {"eager_s": EAGER_S})
     result = attempt(compare_jit, f, jnp.ones((8, 8)), repeats=2, name="compare_jit", inputs="f, x, repeats=2")
+    runs = f.seen["runs"]
     if not (isinstance(result, dict) and {"nojit", "jit"} <= set(result)):
         raise CheckFailed("returns", _('compare_jit must return {{"nojit": seconds, "jit": seconds}}; it returned '
                                        '{got}').format(got=repr(result)[:80]))
@@ -419,14 +373,14 @@ def _grads(seed: int, shapes, scale: float = 1.0) -> dict:
     return {f"g{i}": jnp.asarray(scale * (i + 1) * rng.normal(size=s), jnp.float32) for i, s in enumerate(shapes)}
 
 
-def check_clipping(ns: dict) -> None:
+def check_clipping(ns: Learner) -> None:
     """global_norm over all leaves; clipped = clip then the optimizer, keeping the direction; the curve is raw norms."""
     global_norm, clipped, curve = ns["global_norm"], ns["clipped"], ns["grad_norm_curve"]
 
     @examples(_tree_st(), n=4)
     def norms(case):
         grads = _grads(*case)
-        got = attempt(jax.jit(global_norm), grads, name="global_norm", inputs=describe(grads=grads))
+        got = attempt(global_norm.jit(), grads, name="global_norm", inputs=describe(grads=grads))
         leaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
         want = np.sqrt(sum(np.sum(g ** 2) for g in leaves))
         if not close(got, want):
@@ -437,21 +391,23 @@ def check_clipping(ns: dict) -> None:
                                                           want=want))
 
     norms()
-    _check_clipped(clipped)
+    _check_clipped(clipped, ns.helper("first_updates"))
     _check_curve(curve)
 
 
-def _updates(tx, grads: dict) -> dict:
-    updates, _state = tx.update(grads, tx.init(grads), grads)
-    return updates
+def _optimizer(*parts: tuple) -> Prop:
+    """An Optax optimizer for the learner's code, built in its process: ("sgd", 0.05), or parts chained in order
+    (`probe.optimizer` builds the same one here, for a reference)."""
+    return Prop("optax", {"parts": [[name, list(args)] for name, *args in parts]})
 
 
-def _check_clipped(clipped) -> None:
+def _check_clipped(clipped: Function, first_updates: Function) -> None:
+    """`clipped(optimizer, max_norm)`'s updates, from a fresh state, for gradients of norms above and below it."""
     grads = _grads(1, [(3,), (2, 2)], scale=10.0)  # global norm about 40, its leaves' norms far apart
     norm = float(optax.tree.norm(grads))
     inputs = describe(optimizer="optax.sgd(1.0)", max_norm=1.0)
-    tx = attempt(clipped, optax.sgd(1.0), 1.0, name="clipped", inputs=inputs)
-    updates = attempt(_updates, tx, grads, name="clipped", inputs=inputs)
+    tx = attempt(clipped, _optimizer(("sgd", 1.0)), 1.0, name="clipped", inputs=inputs)
+    updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
     got = float(optax.tree.norm(updates))
     if close(updates, jax.tree.map(lambda g: -np.clip(np.asarray(g, np.float64), -1.0, 1.0), grads)):
         raise CheckFailed("clipped_elementwise", _(
@@ -476,11 +432,11 @@ def _check_clipped(clipped) -> None:
             "(cosine {cosine:.3f}): each leaf was clipped alone; clip_by_global_norm scales all of them by one "
             "factor").format(inputs=inputs, got=got, cosine=cosine))
     small = _grads(2, [(3,)], scale=0.05)
-    if not close(attempt(_updates, tx, small, name="clipped", inputs=inputs), jax.tree.map(lambda g: -g, small)):
+    if not close(attempt(first_updates, tx, small, name="clipped", inputs=inputs), jax.tree.map(lambda g: -g, small)):
         raise CheckFailed("clipped_small_grads", _("clipped({inputs}) changed a gradient whose norm is below 1.0: "
                                                    "clipping only shrinks the big ones").format(inputs=inputs))
     inputs = describe(optimizer="optax.sgd(0.5)", max_norm=2.0)
-    got = float(optax.tree.norm(attempt(_updates, attempt(clipped, optax.sgd(0.5), 2.0, name="clipped",
+    got = float(optax.tree.norm(attempt(first_updates, attempt(clipped, _optimizer(("sgd", 0.5)), 2.0, name="clipped",
                                                           inputs=inputs), grads, name="clipped", inputs=inputs)))
     if abs(got - 1.0) > 1e-3:
         key = "clip_after_optimizer" if abs(got - 2.0) < 1e-3 else "max_norm_ignored"
@@ -491,28 +447,30 @@ def _check_clipped(clipped) -> None:
             if key == "clip_after_optimizer" else _(" (is max_norm passed on?)")))
 
 
-def _check_curve(curve) -> None:
+def _check_curve(curve: Function) -> None:
+    """The curve for two optimizers, each given to the learner's code as a prop and built here for the reference."""
     rng = np.random.default_rng(5)
     params = {"w": jnp.asarray(rng.normal(size=(4, 1)), jnp.float32), "b": jnp.zeros(1)}
     batches = [(jnp.asarray(rng.normal(size=(8, 4)) * 3, jnp.float32), jnp.asarray(rng.normal(size=(8, 1)) * 5,
                                                                                       jnp.float32))
                for _ in range(4)]
     # Two optimizers: the curve follows the one it is given, and Adam's state, unlike SGD's, must be carried along.
-    for tx, label in ((optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05)), "clip_by_global_norm(1.0) + "
-                       "sgd(0.05)"), (optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.1)),
-                                      "clip_by_global_norm(0.5) + adam(0.1)")):
+    for tx, label in ((_optimizer(("clip_by_global_norm", 1.0), ("sgd", 0.05)), "clip_by_global_norm(1.0) + sgd(0.05)"),
+                      (_optimizer(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)")):
         _check_curve_with(curve, params, batches, tx, describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
                                                                optimizer=label))
 
 
-def _check_curve_with(curve, params: dict, batches: list, tx: optax.GradientTransformation, inputs: str) -> None:
-    """One curve: the raw gradient norms of the steps `tx` takes from `params` over `batches`."""
-    returned = attempt(curve, params, batches, tx, name="grad_norm_curve", inputs=inputs)
+def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, inputs: str) -> None:
+    """One curve: the raw gradient norms of the steps the optimizer `prop` takes from `params` over `batches`."""
+    returned = attempt(curve, params, batches, prop, name="grad_norm_curve", inputs=inputs)
     if not hasattr(returned, "shape"):
         raise CheckFailed("curve_not_array", _(
             "grad_norm_curve({inputs}) returned a {kind}, not an array: jnp.stack the norms into one array of "
-            "shape (steps,), ready to plot and to compare").format(inputs=inputs, kind=type(returned).__name__))
+            "shape (steps,), ready to plot and to compare").format(
+            inputs=inputs, kind=kind_of(returned)))
     got = np.asarray(returned, np.float64)
+    tx = optimizer(prop.spec["parts"])
     want, state, p = [], tx.init(params), params
     loss = lambda q, x, y: jnp.mean((x @ q["w"] + q["b"] - y) ** 2)  # noqa: E731 (the given loss_fn)
     for x, y in batches:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, numbers, snapshot,
                                          unchanged)
+from jaxintro.exercises.learner import Learner
 from jaxintro.i18n import Code, _
 
 
@@ -19,14 +20,9 @@ def _array(seed: int, shape: tuple[int, ...]) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
 
 
-def _program_size(fn, *args) -> int:
-    """How many operations `fn` traces to: a Python loop over a batch grows with it, vmap and scan do not."""
-    return len(jax.make_jaxpr(fn)(*args).eqns)
-
-
-def check_immutable_update(ns: dict) -> None:
+def check_immutable_update(ns: Learner) -> None:
     """Equal to a NumPy copy with row i replaced, under jit with i and value traced; `a` unchanged."""
-    set_row = jax.jit(ns["set_row"])
+    set_row = ns["set_row"].jit()
 
     # The explicit cases pair each row with each value: an answer that reads the value from the index (or the
     # index from the value) cannot match them both.
@@ -71,18 +67,19 @@ def _tree_case(seed: int, kind: str) -> tuple:
     return trees[kind](), trees[kind]()
 
 
-def check_tree_map(ns: dict) -> None:
+def check_tree_map(ns: Learner) -> None:
     """p - lr * g at every leaf, for any nesting; same structure; the params passed in are not changed."""
     sgd_update = ns["sgd_update"]
     params, grads = _tree_case(0, "mlp")
     before = snapshot(params)
     inputs = describe(params=params, grads=_("a pytree like params"), lr=0.1)
-    attempt(sgd_update, params, grads, 0.1, name="sgd_update", inputs=inputs)  # without jit: jit hides mutation
-    if not unchanged(before, params):
+    _out, (after, *_rest) = attempt(sgd_update.seeing_inputs, params, grads, 0.1, name="sgd_update",
+                                    inputs=inputs)  # without jit: jit hides mutation
+    if not unchanged(before, after):
         raise CheckFailed("mutated_input", _(
             "sgd_update({inputs}) changed the params dict it was given: build a new pytree (jax.tree.map returns "
             "one) instead of assigning into the old").format(inputs=inputs))
-    update = jax.jit(sgd_update)
+    update = sgd_update.jit()
 
     @examples(st.tuples(st.integers(0, 2**16), st.sampled_from(["mlp", "list", "nested"]),
                         st.sampled_from([0.1, 0.5])), n=5)
@@ -123,7 +120,7 @@ def _predict(w, b, x):
     return (x - x.mean()) @ w + b
 
 
-def check_vmap_in_axes(ns: dict) -> None:
+def check_vmap_in_axes(ns: Learner) -> None:
     """Equal to `predict` on each row, under jit; one program for any batch (vmap, not a Python loop)."""
     batched = ns["batched_predict"]
 
@@ -135,7 +132,7 @@ def check_vmap_in_axes(ns: dict) -> None:
         w, b, xs = _array(seed, (5, classes)), _array(seed + 1, (classes,)), _array(seed + 2, (batch, 5))
         inputs = describe(w=w, b=b, xs=xs)
         try:
-            got = attempt(jax.jit(batched), w, b, xs, name="batched_predict", inputs=inputs)
+            got = attempt(batched.jit(), w, b, xs, name="batched_predict", inputs=inputs)
         except CheckFailed as exc:
             if "vmap" in exc.message:
                 raise CheckFailed("in_axes_params_batched", _(
@@ -155,7 +152,7 @@ def check_vmap_in_axes(ns: dict) -> None:
 
     agrees()
     w, b = _array(0, (5, 2)), _array(1, (2,))
-    small, big = (_program_size(batched, w, b, _array(2, (n, 5))) for n in (2, 6))
+    small, big = (batched.program_size(w, b, _array(2, (n, 5))) for n in (2, 6))
     if small != big:
         raise CheckFailed("python_loop", _(
             "batched_predict builds a bigger program for a bigger batch ({small} operations for 2 rows, {big} for "
@@ -170,7 +167,7 @@ def _moving_average(xs: np.ndarray, decay: float) -> np.ndarray:
     return np.asarray(out)
 
 
-def check_scan(ns: dict) -> None:
+def check_scan(ns: Learner) -> None:
     """Equal to the Python loop's averages, under jit with decay traced; one program for any length (a scan)."""
     moving_average = ns["moving_average"]
 
@@ -180,7 +177,7 @@ def check_scan(ns: dict) -> None:
         seed, length, decay = case
         xs = _array(seed, (length,))
         inputs = describe(xs=xs, decay=decay)
-        got = attempt(jax.jit(moving_average), xs, decay, name="moving_average", inputs=inputs)
+        got = attempt(moving_average.jit(), xs, decay, name="moving_average", inputs=inputs)
         x = np.asarray(xs, np.float64)
         want = _moving_average(x, decay)
         if not close(got, want):
@@ -199,7 +196,7 @@ def check_scan(ns: dict) -> None:
                 inputs=inputs, got=numbers(got), want=numbers(want), why=why))
 
     agrees()
-    small, big = (_program_size(moving_average, _array(0, (n,)), 0.9) for n in (4, 12))
+    small, big = (moving_average.program_size(_array(0, (n,)), 0.9) for n in (4, 12))
     if small != big:
         raise CheckFailed("python_loop", _(
             "moving_average builds a bigger program for a longer input ({small} operations for 4 values, {big} for "
@@ -207,10 +204,10 @@ def check_scan(ns: dict) -> None:
             small=small, big=big))
 
 
-def check_cond(ns: dict) -> None:
+def check_cond(ns: Learner) -> None:
     """sqrt with the sign kept, under jit and vmap, and gradients without NaN on both sides."""
     signed_sqrt = ns["signed_sqrt"]
-    jitted = jax.jit(signed_sqrt)
+    jitted = signed_sqrt.jit()
 
     only_cond = _("jax.lax.cond (jnp.where would compute both branches, and the gradient of the one not taken is "
                   "NaN)")
@@ -234,12 +231,12 @@ def check_cond(ns: dict) -> None:
     agrees()
     # 0.25: between 0 and 1, where a condition on x >= 1 (not x >= 0) would take the wrong branch.
     xs = jnp.asarray([4.0, -4.0, 0.25])
-    got = attempt(jax.vmap(signed_sqrt), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs), branch_fix=only_cond)
+    got = attempt(signed_sqrt.vmap(), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs), branch_fix=only_cond)
     if not close(got, np.asarray([2.0, -2.0, 0.5])):
         raise CheckFailed("mismatch", _("jax.vmap(signed_sqrt)([4, -4, 0.25]) = {got}, expected [2, -2, 0.5]").format(
             got=numbers(got)))
     for x in (4.0, -4.0):
-        grad = float(attempt(jax.grad(signed_sqrt), jnp.float32(x), name="jax.grad(signed_sqrt)", inputs=f"x={x}"))
+        grad = float(attempt(signed_sqrt.grad(), jnp.float32(x), name="jax.grad(signed_sqrt)", inputs=f"x={x}"))
         if not np.isfinite(grad):
             raise CheckFailed("nan_gradient", _(
                 "jax.grad(signed_sqrt)({x}) is {grad}: both branches were computed (jnp.where does that) and the "
@@ -270,9 +267,9 @@ def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]
     return key, _("signed_sqrt({x}) = {got:.4f}, expected {want:.4f}{why}").format(x=x, got=got, want=want, why=why)
 
 
-def check_split_keys(ns: dict) -> None:
+def check_split_keys(ns: Learner) -> None:
     """Shape (n, *x.shape); the key decides; every copy its own key; the parent key unused; standard normal noise."""
-    noisy = jax.jit(ns["noisy_copies"], static_argnums=2)
+    noisy = ns["noisy_copies"].jit(static_argnums=2)
     # Two sizes an answer cannot assume: 2048 numbers (their mean and std known to +-0.05), then a 2-D x.
     for x, n in ((jnp.arange(24.0).reshape(4, 6), 3), (jnp.arange(128.0), 16)):
         inputs = describe(key=key_text(0), x=x, n=n)

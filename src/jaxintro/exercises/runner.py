@@ -1,44 +1,36 @@
-"""Run an exercise's checks on the learner's file: in this process (`check_file`), or in a child with a time limit.
+"""Run an exercise's checks on the learner's file: the checks here, the file in another process (`check_in_child`).
 
-The child (`python -I -m jaxintro.exercises.runner --out-fd FD N=PATH ...`) checks one file after
-another and writes one JSON verdict per line to the pipe FD as each finishes, so a time-out or a
-crash still leaves the verdicts before it. The parent (`check_in_child`) reads the child's stdout and
-stderr into bounded buffers (a file that prints without end cannot fill a pipe or the memory),
-waits at most the time limit, and in `finally` ends every process of the check: the child's process
-group and, on Linux, every descendant, those the learner's code detached too (`setsid`, a double
-fork: the parent adopts orphans while the check runs, `PR_SET_CHILD_SUBREAPER`). An infinite loop, a
-crash or Ctrl-C never leaves a process behind. The child has its own session, so a Ctrl-C in the
-terminal reaches the parent only, which then stops the child.
+The learner's file runs in a child (`python -I -m jaxintro.exercises.probe`), which holds no check and
+no verdict: the checks run in this process and call the file's functions across two pipes
+(`learner.py`), so the file can neither read a verdict nor patch a check. The child's stdout and
+stderr are read into bounded buffers (a file that prints without end cannot fill a pipe or the
+memory), each file's checks end within the time limit, and in `finally` every process of the check
+ends: the child's process group and, on Linux, every descendant, those the learner's code detached
+too (`setsid`, a double fork: this process adopts orphans while the check runs,
+`PR_SET_CHILD_SUBREAPER`). An infinite loop, a crash or Ctrl-C never leaves a process behind. The
+child has its own session, so a Ctrl-C in the terminal reaches this process only, which then stops
+the child. `check_file` runs the same checks with the file in this process (the tests).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import dataclasses
 import importlib
-import io
-import json
 import os
-import re
-import secrets
 import signal
 import subprocess
 import sys
 import threading
-import types
 from pathlib import Path
 from typing import IO, Callable
 
-from jaxintro.data import default_cache_dir
-from jaxintro.exercises.catalog import EXERCISES, SOLUTIONS, Exercise
-from jaxintro.exercises.sandbox import refuse_reading
-from jaxintro.i18n import _, set_language
+from jaxintro.exercises.catalog import Exercise
+from jaxintro.exercises.learner import Child, InProcess, Learner, ProberGone
+from jaxintro.exercises.probe import OUTPUT_KEPT
+from jaxintro.i18n import _, current_language, set_language
 
-OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
-FLOOD = 2000  # more printed than this is worth a note
-VERDICTS_KEPT = 4 << 20  # bytes of the verdict pipe read (a verdict line is about 5 KB)
 REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of this process's descendants are re-parented to it, not to init
 _CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
@@ -63,88 +55,61 @@ class Verdict:
         return cls(exercise.number, exercise.slug, False, key, message)
 
 
-# How a traced value prints (print() of an array inside jax.jit, at trace time): JitTracer(float32[3]), Traced<...>.
-_TRACER = re.compile(r"Traced<[^>]*>|\b\w*Tracer\([^)]*\)")
-
-
-class BoundedText(io.TextIOBase):
-    """A text sink that keeps the first `OUTPUT_KEPT` characters and counts the rest (and sees a printed tracer)."""
-
-    def __init__(self) -> None:
-        self.kept: list[str] = []
-        self.count = 0
-        self.tracer = ""
-
-    def write(self, text: str) -> int:
-        if not self.tracer and (found := _TRACER.search(text)):
-            self.tracer = found[0]
-        if self.count < OUTPUT_KEPT:
-            self.kept.append(text[: OUTPUT_KEPT - self.count])
-        self.count += len(text)
-        return len(text)
-
-    def text(self) -> str:
-        """What was kept."""
-        return "".join(self.kept)
-
-
-def check_function(exercise: Exercise) -> Callable[[dict], None]:
+def check_function(exercise: Exercise) -> Callable[[Learner], None]:
     """The check of `exercise` (imports JAX)."""
     module = next(name for numbers, name in _CHECK_MODULES.items() if exercise.number in numbers)
     return getattr(importlib.import_module(f"jaxintro.exercises.{module}"), f"check_{exercise.slug}")
 
 
-def load(path: Path) -> dict:
-    """Run the learner's file as a module; its namespace."""
-    source = path.read_text(encoding="utf-8")
-    module = types.ModuleType(f"exercise_{path.stem}")
-    module.__file__ = str(path)
-    exec(compile(source, str(path), "exec"), module.__dict__)  # the learner's own file, run as `python FILE` would
-    return module.__dict__
-
-
 def check_file(exercise: Exercise, path: Path) -> Verdict:
-    """Load `path` and run `exercise`'s checks on it, here; the learner's prints are captured, not shown."""
-    from jaxintro.exercises.checking import CheckFailed, learner_file, learner_line
+    """Run `exercise`'s checks on `path`, with the file in this process; its prints are captured, not shown."""
+    return check(Learner(InProcess()), exercise, path)
+
+
+def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = float("inf")) -> Verdict:
+    """Load `path` in `learner`'s process and run `exercise`'s checks on it, within `timeout` seconds."""
+    folder = path.parent.resolve()
+    before = _listing(folder)
+    loaded = learner.load(path, timeout)
+    if "syntax_error" in loaded:
+        verdict = Verdict.failed(exercise, "syntax_error", _("syntax error at line {line} of {file}: {error}").format(
+            line=loaded["syntax_error"]["line"], file=path.name, error=loaded["syntax_error"]["message"]))
+    elif "raised" in loaded:
+        raised = loaded["raised"]
+        verdict = Verdict.failed(exercise, "import_error", _(
+            "{file} raised {error} at line {line} while loading: {detail}").format(
+            file=path.name, error=raised.type_name, line=raised.line or "?",
+            detail=(raised.message.splitlines() or [""])[0][:200]))
+    elif missing := [name for name in exercise.functions if name not in loaded["callables"]]:
+        verdict = Verdict.failed(exercise, "missing_function", _(
+            "{file} defines no function {name}: keep the name and signature of the starter file").format(
+            file=path.name, name=missing[0]))
+    else:
+        verdict = _run_check(learner, exercise)
+    report = learner.report()
+    verdict.printed, verdict.output = report["printed"], report["output"]
+    verdict.notes = silent_mistakes(report, before, folder)
+    return _refuse_a_read_solution(exercise, verdict, report["opened"])
+
+
+def _run_check(learner: Learner, exercise: Exercise) -> Verdict:
+    """The check's verdict on the loaded file (every one of its functions is there)."""
+    from jaxintro.exercises.checking import CheckFailed
 
     import jax
 
-    captured = BoundedText()
-    folder = path.parent.resolve()
-    before, x64 = _listing(folder), jax.config.jax_enable_x64
-    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), learner_file(str(path)):
-        try:
-            namespace = load(path)
-        except SyntaxError as exc:
-            verdict = Verdict.failed(exercise, "syntax_error", _("syntax error at line {line} of {file}: {error}").format(
-                line=exc.lineno, file=path.name, error=exc.msg))
-        except (Exception, SystemExit) as exc:
-            verdict = Verdict.failed(exercise, "import_error", _(
-                "{file} raised {error} at line {line} while loading: {detail}").format(
-                file=path.name, error=type(exc).__name__, line=learner_line(exc) or "?",
-                detail=(str(exc).splitlines() or [""])[0][:200]))
-        else:
-            missing = [name for name in exercise.functions if not callable(namespace.get(name))]
-            if missing:
-                verdict = Verdict.failed(exercise, "missing_function", _(
-                    "{file} defines no function {name}: keep the name and signature of the starter file").format(
-                    file=path.name, name=missing[0]))
-            else:
-                check = check_function(exercise)  # outside the `try`: a missing check is our bug, not theirs
-                try:
-                    # Full float32 matmuls on every backend (a GPU's default TF32 would miss our tolerances).
-                    with jax.default_matmul_precision("highest"):
-                        check(namespace)
-                    verdict = Verdict(exercise.number, exercise.slug, True)
-                except CheckFailed as exc:
-                    verdict = Verdict.failed(exercise, exc.key, exc.message)
-                except Exception as exc:  # what the learner's code returned broke a comparison
-                    verdict = Verdict.failed(exercise, "unexpected", _(
-                        "the check could not use what your code returned ({error}: {detail})").format(
-                        error=type(exc).__name__, detail=(str(exc).splitlines() or [""])[0][:200]))
-    verdict.printed, verdict.output = captured.count, captured.text()
-    verdict.notes = silent_mistakes(captured, x64, before, folder)
-    return verdict
+    checks = check_function(exercise)  # outside the `try`: a missing check is our bug, not theirs
+    try:
+        # Full float32 matmuls on every backend for the references too (a GPU's default TF32 would miss tolerances).
+        with jax.default_matmul_precision("highest"):
+            checks(learner)
+        return Verdict(exercise.number, exercise.slug, True)
+    except CheckFailed as exc:
+        return Verdict.failed(exercise, exc.key, exc.message)
+    except Exception as exc:  # what the learner's code returned broke a comparison
+        return Verdict.failed(exercise, "unexpected", _(
+            "the check could not use what your code returned ({error}: {detail})").format(
+            error=getattr(exc, "type_name", type(exc).__name__), detail=(str(exc).splitlines() or [""])[0][:200]))
 
 
 def _listing(folder: Path) -> set[Path] | None:
@@ -155,17 +120,14 @@ def _listing(folder: Path) -> set[Path] | None:
         return None
 
 
-def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path] | None, folder: Path) -> list[str]:
+def silent_mistakes(report: dict, before: set[Path] | None, folder: Path) -> list[str]:
     """What the learner's file did that no check fails but the lesson would not do: each as a note."""
-    import jax
-
     notes = []
-    if captured.tracer:
+    if report["tracer"]:
         notes.append(_("your file printed a traced value ({seen}): under jax.jit, print runs once while the function "
                        "is traced and shows no numbers; jax.debug.print(\"x = {{x}}\", x=x) prints the values at "
-                       "every call").format(seen=captured.tracer))
-    if jax.config.jax_enable_x64 != x64:
-        jax.config.update("jax_enable_x64", x64)  # the next file is checked as the lesson computes: in float32
+                       "every call").format(seen=report["tracer"]))
+    if report["x64"]:
         notes.append(_("your file turns on jax_enable_x64: arrays default to float64, where the lesson computes in "
                        "float32; remove jax.config.update(\"jax_enable_x64\", True)"))
     after = _listing(folder)
@@ -178,60 +140,86 @@ def silent_mistakes(captured: BoundedText, x64: bool, before: set[Path] | None, 
     return notes
 
 
+def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[str]) -> Verdict:
+    """`verdict`, unless the learner's code tried to open a shipped solution (`probe.SolutionGuard`): no pass by
+    their text."""
+    if not opened:
+        return verdict
+    return dataclasses.replace(Verdict.failed(exercise, "reads_solution", _(
+        "your file opened the shipped solution {name}: write the function yourself (`jaxintro exercises "
+        "solution {n}` shows it to read, not to run)").format(name=opened[0], n=exercise.number)),
+        printed=verdict.printed, output=verdict.output, notes=verdict.notes)
+
+
 def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:
-    """Check each (exercise, file) in one child process, within `timeout` seconds per exercise.
+    """Check each (exercise, file), the files run one after another in one child, each within `timeout` seconds.
 
     The child and everything the learner's code starts are killed when the checks end, and no wait is
     unbounded: a process that outlives its group (a learner's `Popen` holding our pipes) delays nothing.
     """
-    read_end, write_end = os.pipe()  # the verdicts come back on their own pipe, apart from the learner's prints
-    command = [sys.executable, "-I", "-m", "jaxintro.exercises.runner", "--lang", lang, "--out-fd", str(write_end),
-               *[f"{exercise.number}={path}" for exercise, path in items]]
+    if "jax" not in sys.modules:
+        # A command that only checks: the checks' references are tiny, and a TPU serves one process at a time, which
+        # the learner's file may want.
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
-    # Each verdict line starts with this run's token, sent on stdin (neither argv nor the environment shows it):
-    # a stray line on the pipe is not taken for a verdict.
-    token = secrets.token_hex(16)
-    with adopting_orphans() as before:
-        try:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=env, start_new_session=True, pass_fds=(write_end,))
-        finally:
-            os.close(write_end)  # the child holds it now: the pipe ends when the child does
-        return _await_verdicts(proc, token, items, timeout, read_end, before)
-
-
-def _await_verdicts(proc: subprocess.Popen, token: str, items: list[tuple[Exercise, Path]], timeout: float,
-                    read_end: int, before: set[int]) -> list[Verdict]:
-    """Send the token, read the child's output and verdicts within the time limit, then end every process of it."""
-    with contextlib.suppress(OSError):
-        proc.stdin.write(token.encode() + b"\n")
-        proc.stdin.close()
-    readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
-    results = _Drain(os.fdopen(read_end, "rb"), keep=VERDICTS_KEPT)
-    timed_out = False
+    language = current_language()
+    set_language(lang)
+    to_child, requests = os.pipe()
+    answers, from_child = os.pipe()
+    command = [sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
+               "--out-fd", str(from_child)]
     try:
-        proc.wait(timeout=timeout * len(items))
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        with adopting_orphans() as before:
+            try:
+                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                        pass_fds=(to_child, from_child))
+            finally:
+                os.close(to_child)  # the child holds them now: the pipes end when the child does
+                os.close(from_child)
+            readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
+            try:
+                return _check_each(Learner(Child(proc, requests, answers)), items, timeout, proc, readers)
+            finally:
+                _end_the_check(proc, before, readers)
     finally:
-        # Always, even after a clean exit: the child's group holds what the learner's code started.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        end_descendants(proc, before)  # and what it detached from that group (setsid), which holds our pipes
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=REAP_SECONDS)
-        for reader in (*readers, results):
-            reader.join(timeout=REAP_SECONDS)
-    found = parse_verdicts(results.text(), token, items)
+        os.close(requests)
+        os.close(answers)
+        set_language(language)
+
+
+def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: float, proc: subprocess.Popen,
+                readers: list["_Drain"]) -> list[Verdict]:
+    """Each file's verdict, until the child stops: the exercises after the one it stopped at are not checked."""
     verdicts = []
-    for exercise, _path in items:
-        if exercise.number in found:
-            verdicts.append(found[exercise.number])
-            continue
-        verdicts.append(_stopped(exercise, timed_out, timeout, proc.returncode, readers[1].text()))
-        break  # the exercises after the one that stopped the child were not checked
+    for exercise, path in items:
+        try:
+            verdicts.append(check(learner, exercise, path, timeout))
+        except ProberGone as gone:
+            if gone.why != "ended":
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=REAP_SECONDS)
+            readers[1].join(timeout=REAP_SECONDS if gone.why == "ended" else 0)  # its last words, if it ended itself
+            verdicts.append(_stopped(exercise, gone.why, timeout, proc.returncode, readers[1].text()))
+            break
     return verdicts
+
+
+def _end_the_check(proc: subprocess.Popen, before: set[int], readers: list["_Drain"]) -> None:
+    """End every process of the check, even after a clean exit: the child's group holds what the learner's code
+    started, and what it detached from that group (setsid) is found as a descendant."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    end_descendants(proc, before)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=REAP_SECONDS)
+    for reader in readers:
+        reader.join(timeout=REAP_SECONDS)
 
 
 @contextlib.contextmanager
@@ -292,27 +280,15 @@ def _descendants(pid: int, parents: dict[int, int]) -> list[int]:
     return found
 
 
-def parse_verdicts(text: str, token: str, items: list[tuple[Exercise, Path]]) -> dict[int, Verdict]:
-    """The first well-formed verdict of this run for each exercise checked; stray or garbled lines are ignored."""
-    wanted, found = {exercise.number for exercise, _path in items}, {}
-    for line in text.splitlines():
-        mark, _space, body = line.partition(" ")
-        if mark != token:
-            continue
-        try:
-            verdict = Verdict(**json.loads(body))
-        except (ValueError, TypeError, RecursionError):
-            continue
-        if type(verdict.number) is int and type(verdict.passed) is bool and verdict.number in wanted:
-            found.setdefault(verdict.number, verdict)
-    return found
-
-
-def _stopped(exercise: Exercise, timed_out: bool, timeout: float, code: int | None, stderr: str) -> Verdict:
+def _stopped(exercise: Exercise, why: str, timeout: float, code: int | None, stderr: str) -> Verdict:
     """The verdict for the exercise the child was checking when it stopped (or was stopped)."""
-    if timed_out:
+    if why == "timeout":
         return Verdict.failed(exercise, "timeout", _(
             "the check did not finish within {seconds:g} s: is there a loop that never ends?").format(seconds=timeout))
+    if why == "garbled":
+        return Verdict.failed(exercise, "garbled", _(
+            "the answers of the process that runs your file came back garbled: does your file write to file "
+            "descriptors it did not open (os.write)?"))
     last = (stderr.strip().splitlines() or [""])[-1][:200] or _("nothing on stderr (does your file call os._exit?)")
     if code == 0:
         return Verdict.failed(exercise, "exited", _(
@@ -342,71 +318,3 @@ class _Drain(threading.Thread):
     def text(self) -> str:
         """What was kept, as text."""
         return self.kept.decode("utf-8", "replace")
-
-
-class SolutionGuard:
-    """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it, and
-    remembers the attempt, so that a pass by their text is no pass. The checks read none of them; `exercises
-    solution N` reads them in the parent process, where no learner's code runs. It sees Python's own opens (`open`,
-    `importlib`, `os.open`), not a `cat` the file starts or libc through `ctypes`: those the kernel refuses where it
-    has Landlock (`sandbox.refuse_reading`); the checks share the learner's process (docs/reliability.md)."""
-
-    def __init__(self, folder: Path = SOLUTIONS) -> None:
-        self.folder = os.path.realpath(folder)
-        self.opened: list[str] = []
-
-    def __call__(self, event: str, args: tuple) -> None:
-        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):  # an int: an open descriptor
-            return
-        path = os.path.realpath(os.fsdecode(args[0]))
-        if path == self.folder or path.startswith(self.folder + os.sep):  # the folder too: `os.open(name, dir_fd=)`
-            self.opened.append(path)
-            raise PermissionError(_("the shipped solutions are not for the code being checked: {path}").format(
-                path=path))
-
-    def judge(self, exercise: Exercise, verdict: Verdict) -> Verdict:
-        """`verdict`, unless the learner's code tried to read a shipped solution since the last verdict."""
-        opened, self.opened = self.opened, []
-        if not opened:
-            return verdict
-        # The folder by its name; a file by its source's (a .pyc of it too).
-        name = "solutions/" if opened[0] == self.folder else Path(opened[0]).name.split(".")[0] + ".py"
-        return dataclasses.replace(Verdict.failed(exercise, "reads_solution", _(
-            "your file opened the shipped solution {name}: write the function yourself (`jaxintro exercises "
-            "solution {n}` shows it to read, not to run)").format(name=name, n=exercise.number)),
-            printed=verdict.printed, output=verdict.output, notes=verdict.notes)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: check each `N=PATH`, writing one JSON verdict per line to the pipe `--out-fd`."""
-    parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.runner")
-    parser.add_argument("--lang", default=None)
-    parser.add_argument("--out-fd", type=int, required=True)
-    parser.add_argument("items", nargs="+", metavar="N=PATH")
-    args = parser.parse_args(argv)
-    token = sys.stdin.readline().strip()  # before any of the learner's code runs
-    os.set_inheritable(args.out_fd, False)  # nothing the learner's code starts can write verdicts
-    set_language(args.lang)
-    from hypothesis.configuration import set_hypothesis_home_dir
-
-    # Hypothesis caches what it learns of the code it runs; in the user cache, not the learner's folder. Made now:
-    # once reading is restricted, a folder created later beside the path to the solutions could not be read.
-    hypothesis_home = default_cache_dir() / "hypothesis"
-    with contextlib.suppress(OSError):
-        hypothesis_home.mkdir(parents=True, exist_ok=True)
-    set_hypothesis_home_dir(hypothesis_home)
-    guard = SolutionGuard()
-    sys.addaudithook(guard)
-    refuse_reading(SOLUTIONS)  # the kernel's refusal, for every process of the check, where it has Landlock
-    with os.fdopen(args.out_fd, "w", encoding="utf-8") as out:
-        for item in args.items:
-            number, path = item.split("=", 1)
-            exercise = EXERCISES[int(number) - 1]
-            verdict = guard.judge(exercise, check_file(exercise, Path(path)))
-            out.write(f"{token} {json.dumps(dataclasses.asdict(verdict))}\n")
-            out.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 The checking child calls `refuse_reading(SOLUTIONS)` before it runs the learner's file: from then on the shipped
 solutions cannot be read by that file at their place (`open`, a `cat` it starts, libc through `ctypes`), where the
-audit hook of `runner.SolutionGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow
+audit hook of `probe.SolutionGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow
 reading beneath every sibling of each folder on the path down to the solutions, never the path itself, nor a sibling
 that is a link or a mount of a folder on it (a mount of one elsewhere, deeper down, still reads: a user's own doing).
 What exists then stays readable; a file created later directly in one of those folders does not (the caller creates

@@ -1,0 +1,207 @@
+"""The checker's view of the learner's file: its functions as `Function`s whose calls cross to the process that runs it.
+
+A check writes `ns["forward"].jit()(params, x)` where it would write `jax.jit(forward)(params, x)`:
+the learner's process (`probe.py`) applies the transformation and makes the call; the value comes
+back as data (`wire.py`), or, where the learner's code raised, a `LearnerRaised` that carries its
+type, message and line. `InProcess` answers in this process (`check_file`, the tests); `Child`
+answers from a child process, within a deadline, and a child that stops, hangs or garbles its
+answers raises `ProberGone`, which no check catches.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from jaxintro.exercises import wire
+from jaxintro.exercises.probe import Prober
+
+
+class LearnerRaised(Exception):
+    """What the learner's code raised in its process: the type's name, the names of its classes (`kinds`), the
+    message, the last line of their file it passed (None: it never ran there), the functions of its traceback."""
+
+    def __init__(self, raised: Any) -> None:
+        if not (type(raised) is dict and _strings(raised.get("kinds")) and _strings(raised.get("functions"))
+                and _strings([raised.get("type"), raised.get("message")])
+                and (raised.get("line") is None or type(raised.get("line")) is int)):
+            raise ProberGone("garbled")
+        super().__init__(raised["message"])
+        self.type_name, self.message, self.line = raised["type"], raised["message"], raised["line"]
+        self.kinds, self.functions = set(raised["kinds"]), raised["functions"]
+
+
+def _strings(value: Any) -> bool:
+    return type(value) is list and all(type(item) is str for item in value)
+
+
+class ProberGone(BaseException):
+    """The learner's process stopped answering: it ended, ran past the deadline, or garbled its answers. A
+    BaseException, as KeyboardInterrupt is, so that a check's `except Exception` does not take it for a wrong answer."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why  # "ended", "timeout" or "garbled"
+
+
+class Function:
+    """One of the learner's functions (or a helper of `probe.py`, where the given code's objects live), under the
+    transformations `chain`; calling it calls it there."""
+
+    def __init__(self, learner: "Learner", name: str, *, helper: bool = False, chain: tuple = ()) -> None:
+        self.learner, self.name, self.helper, self.chain = learner, name, helper, chain
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ask("call", args, kwargs)
+
+    def _then(self, transform: str, options: dict) -> "Function":
+        return Function(self.learner, self.name, helper=self.helper, chain=(*self.chain, [transform, options]))
+
+    def partial(self, *args: Any, **kwargs: Any) -> "Function":
+        """As `functools.partial(fn, *args, **kwargs)`: under `jit` these are constants, as a closure's are."""
+        return self._then("partial", {"args": list(args), "kwargs": kwargs})
+
+    def jit(self, **options: Any) -> "Function":
+        """As `jax.jit(fn, **options)`."""
+        return self._then("jit", options)
+
+    def vmap(self, **options: Any) -> "Function":
+        """As `jax.vmap(fn, **options)`."""
+        return self._then("vmap", options)
+
+    def grad(self, **options: Any) -> "Function":
+        """As `jax.grad(fn, **options)`."""
+        return self._then("grad", options)
+
+    def program_size(self, *args: Any) -> int:
+        """How many operations it traces to on `args` (`len(jax.make_jaxpr(fn)(*args).eqns)`)."""
+        return self._ask("size", args, {})
+
+    def seeing_inputs(self, *args: Any) -> tuple[Any, tuple]:
+        """Call it; what it returned, and its arguments as they are after the call (a pure function changes none)."""
+        return self._ask("call", args, {}, inputs=True)
+
+    def is_jitted(self) -> bool:
+        """Whether it is a jitted function (has `.lower`, as `@jax.jit` gives)."""
+        return self._ask("jitted", (), {}) is True
+
+    def _ask(self, op: str, args: tuple, kwargs: dict, *, inputs: bool = False) -> Any:
+        props = [leaf for leaf in wire.walk((args, kwargs)) if isinstance(leaf, wire.Prop)]
+        reply = self.learner.ask({"op": op, "name": self.name, "helper": self.helper, "chain": list(self.chain),
+                                  "args": args, "kwargs": kwargs, "inputs": inputs})
+        if not ("value" in reply or "raised" in reply) or type(reply.get("seen")) is not list:
+            raise ProberGone("garbled")
+        for prop, seen in zip(props, reply["seen"]):
+            prop.seen = seen if type(seen) is dict else {}
+        if "raised" in reply:
+            raise LearnerRaised(reply["raised"])
+        return reply["value"]
+
+
+class Learner:
+    """A connection to the process that runs the learner's files: one at a time, each loaded with `load`."""
+
+    def __init__(self, transport: "InProcess | Child") -> None:
+        self.transport = transport
+        self.deadline = float("inf")
+
+    def ask(self, request: dict) -> dict:
+        """The answer to `request` (within the deadline of the file being checked)."""
+        answer = self.transport.exchange(wire.pack(request), self.deadline)
+        try:
+            return wire.unpack(answer)
+        except wire.Garbled as exc:
+            raise ProberGone("garbled") from exc
+
+    def load(self, path: Path, timeout: float = float("inf")) -> dict:
+        """Run the file at `path` there; {"callables": [...]}, {"syntax_error": ...} or {"raised": ...}. The file's
+        checks must end within `timeout` seconds from now."""
+        self.deadline = time.monotonic() + timeout
+        loaded = self.ask({"op": "load", "path": str(path)})
+        syntax = loaded.get("syntax_error")
+        if not (_strings(loaded.get("callables")) or "raised" in loaded or type(syntax) is dict
+                and type(syntax.get("message")) is str and (syntax.get("line") is None or type(syntax["line"]) is int)):
+            raise ProberGone("garbled")
+        if "raised" in loaded:
+            loaded["raised"] = LearnerRaised(loaded["raised"])
+        return loaded
+
+    def report(self) -> dict:
+        """What the file printed, whether it turned on float64, the solutions it tried to open."""
+        report = self.ask({"op": "report"})
+        if not (type(report.get("printed")) is int and type(report.get("output")) is str
+                and type(report.get("tracer")) is str and type(report.get("x64")) is bool
+                and _strings(report.get("opened"))):
+            raise ProberGone("garbled")
+        return report
+
+    def __getitem__(self, name: str) -> Function:
+        """The file's function `name` (a check reads `ns["forward"]`, as from the file's namespace)."""
+        return Function(self, name)
+
+    def helper(self, name: str) -> Function:
+        """`probe.py`'s helper `name`, which uses the file's given code (its optimizer, its loss_fn)."""
+        return Function(self, name, helper=True)
+
+
+class InProcess:
+    """Answers in this process: the learner's file runs here, with no deadline (`check_file`)."""
+
+    def __init__(self) -> None:
+        self.prober = Prober()
+
+    def exchange(self, message: bytes, deadline: float) -> bytes:
+        return self.prober.answer(message)
+
+
+class Child:
+    """Answers from the child `proc`, through the pipes `requests` (ours to write) and `answers` (ours to read)."""
+
+    def __init__(self, proc: subprocess.Popen, requests: int, answers: int) -> None:
+        self.proc, self.requests, self.answers = proc, requests, answers
+        os.set_blocking(requests, False)  # a child that reads nothing must not hold us past the deadline
+
+    def exchange(self, message: bytes, deadline: float) -> bytes:
+        self._write(wire.frame_head(message), deadline)
+        self._write(message, deadline)
+        try:
+            length = wire.frame_length(self._read(wire.HEAD_SIZE, deadline))
+        except wire.Garbled as exc:
+            raise ProberGone("garbled") from exc
+        return self._read(length, deadline)
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(self.requests, deadline, write=True)
+            try:
+                view = view[os.write(self.requests, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError as exc:
+                raise ProberGone("ended") from exc
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        chunks, left = [], size
+        while left:
+            self._wait(self.answers, deadline, write=False)
+            chunk = os.read(self.answers, min(left, 1 << 20))
+            if not chunk:
+                raise ProberGone("ended")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _wait(fd: int, deadline: float, *, write: bool) -> None:
+        """Until `fd` can be written (or read), or the deadline passes: ProberGone("timeout") then."""
+        poller = select.poll()  # not select(): it takes no descriptor numbered 1024 or more
+        poller.register(fd, select.POLLOUT if write else select.POLLIN)
+        while (left := deadline - time.monotonic()) > 0:
+            if poller.poll(min(left, 3600) * 1000):
+                return
+        raise ProberGone("timeout")

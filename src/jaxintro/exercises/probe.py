@@ -1,0 +1,373 @@
+"""The learner's side of a check: run their file, call its functions as asked, and say what happened; judge nothing.
+
+The checker (`runner.py`) sends a request at a time: load a file, call one of its functions (under
+`jax.jit`, `jax.vmap` or `jax.grad` where asked, with stand-ins the check built: `Prop`), count the
+operations of its program, or report what the file printed. The answer is data (`wire.py`): what the
+call returned, or what it raised and at which line of the file. Every comparison, key and message is
+made in the checker, against references it computes itself. As a child (`python -I -m
+jaxintro.exercises.probe --in-fd A --out-fd B`) this process holds no check and no verdict: the
+learner's code can make its own reports say what it likes (as it can make its functions return what it
+likes), never change a check or read a verdict. `check_file` runs the same `Prober` in the checker's own
+process, for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import os
+import re
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+from jaxintro.exercises import wire
+from jaxintro.exercises.catalog import SOLUTIONS
+from jaxintro.exercises.sandbox import refuse_reading
+
+OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
+MESSAGE_KEPT = 2000  # characters of what the learner's code raised kept for the checker
+# How a traced value prints (print() of an array inside jax.jit, at trace time): JitTracer(float32[3]), Traced<...>.
+_TRACER = re.compile(r"Traced<[^>]*>|\b\w*Tracer\([^)]*\)")
+
+
+class BoundedText(io.TextIOBase):
+    """A text sink that keeps the first `OUTPUT_KEPT` characters and counts the rest (and sees a printed tracer)."""
+
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+        self.count = 0
+        self.tracer = ""
+
+    def write(self, text: str) -> int:
+        if not self.tracer and (found := _TRACER.search(text)):
+            self.tracer = found[0]
+        if self.count < OUTPUT_KEPT:
+            self.kept.append(text[: OUTPUT_KEPT - self.count])
+        self.count += len(text)
+        return len(text)
+
+    def text(self) -> str:
+        """What was kept."""
+        return "".join(self.kept)
+
+
+class SolutionGuard:
+    """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it, and
+    remembers the attempt, which the checker fails. It sees Python's own opens (`open`, `importlib`, `os.open`), not a
+    `cat` the file starts or libc through `ctypes`: those the kernel refuses where it has Landlock
+    (`sandbox.refuse_reading`, docs/reliability.md)."""
+
+    def __init__(self, folder: Path = SOLUTIONS) -> None:
+        self.folder = os.path.realpath(folder)
+        self.opened: list[str] = []
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):  # an int: an open descriptor
+            return
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if path == self.folder or path.startswith(self.folder + os.sep):  # the folder too: `os.open(name, dir_fd=)`
+            self.opened.append("solutions/" if path == self.folder else Path(path).name.split(".")[0] + ".py")
+            raise PermissionError(f"the shipped solutions are not for the code being checked: {path}")
+
+    def take(self) -> list[str]:
+        """The solutions opened since the last call."""
+        opened, self.opened = self.opened, []
+        return opened
+
+
+class Prober:
+    """Runs one learner's file at a time and answers the checker's requests about it (`answer`)."""
+
+    def __init__(self, guard: SolutionGuard | None = None) -> None:
+        self.guard = guard
+        self.namespace: dict = {}
+        self.path = ""
+        self.kept: list[Any] = []  # objects the checker holds a Handle to
+        self.captured = BoundedText()
+        self.x64 = False
+
+    def answer(self, message: bytes) -> bytes:
+        """The answer to one request (both are `wire` messages)."""
+        built: list = []  # the props of this request, in the order the checker sent them
+        request = wire.unpack(message, handle=lambda h: self.kept[h["h"]],
+                              prop=lambda p: built.append(build_prop(p)) or built[-1])
+        op = request["op"]
+        if op == "load":
+            return wire.pack(self.load(Path(request["path"])))
+        if op == "report":
+            return wire.pack(self.report())
+        args, kwargs = request["args"], request["kwargs"]
+        with self._learners_turn():
+            try:
+                if request["helper"]:
+                    target = functools.partial(HELPERS[request["name"]], self.namespace)
+                else:
+                    target = self.namespace[request["name"]]
+                fn = transformed(target, request["chain"])
+                if op == "jitted":
+                    value = hasattr(target, "lower")
+                elif op == "size":
+                    import jax
+
+                    value = len(jax.make_jaxpr(fn)(*args, **kwargs).eqns)
+                else:
+                    value = fn(*args, **kwargs)
+                    value = (value, args) if request.get("inputs") else value
+                reply = {"value": value}
+            except (Exception, SystemExit) as exc:  # the learner's code raised: described, for the checker to judge
+                reply = {"raised": self.describe(exc)}
+        reply["seen"] = [p.seen() if isinstance(p, Stand) else {} for p in built]
+        answer = wire.pack(reply, keep=self._keep)
+        if not wire.fits(answer):  # a value too big to send stays here, as a Handle
+            answer = wire.pack({**reply, "value": wire.Keep(reply.get("value"))}, keep=self._keep)
+        return answer
+
+    def load(self, path: Path) -> dict:
+        """Run the learner's file as a module (as `python FILE` would); what came of it."""
+        import jax
+
+        self.namespace, self.path, self.kept = {}, str(path), []
+        self.captured, self.x64 = BoundedText(), jax.config.jax_enable_x64
+        with self._learners_turn():
+            try:
+                source = path.read_text(encoding="utf-8")
+                module = types.ModuleType(f"exercise_{path.stem}")
+                module.__file__ = str(path)
+                exec(compile(source, str(path), "exec"), module.__dict__)  # the learner's own file
+            except SyntaxError as exc:
+                return {"syntax_error": {"line": exc.lineno, "message": str(exc.msg)}}
+            except (Exception, SystemExit) as exc:
+                return {"raised": self.describe(exc)}
+        self.namespace = module.__dict__
+        return {"callables": sorted(name for name, value in self.namespace.items() if callable(value))}
+
+    def report(self) -> dict:
+        """What the file printed, whether it turned on float64 (turned off again here), which solutions it opened."""
+        import jax
+
+        x64 = jax.config.jax_enable_x64
+        if x64 != self.x64:
+            jax.config.update("jax_enable_x64", self.x64)  # the next file is checked as the lesson computes
+        opened = self.guard.take() if self.guard else []
+        return {"printed": self.captured.count, "output": self.captured.text(), "tracer": self.captured.tracer,
+                "x64": x64 != self.x64, "opened": opened}
+
+    def describe(self, exc: BaseException) -> dict:
+        """What the learner's code raised: its type and bases' names, message, last line in the file, functions."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        lines = [f.lineno for f in frames if f.filename == self.path]
+        try:
+            message = str(exc)[:MESSAGE_KEPT]
+        except Exception:  # noqa: BLE001 (an exception whose __str__ raises)
+            message = ""
+        return {"type": type(exc).__name__, "kinds": [c.__name__ for c in type(exc).__mro__], "message": message,
+                "line": lines[-1] if lines else None, "functions": [f.name for f in frames]}
+
+    @contextlib.contextmanager
+    def _learners_turn(self):
+        """While the learner's code runs: its prints captured, full float32 matmuls on every backend (a GPU's default
+        TF32 would miss the checks' tolerances)."""
+        import jax
+
+        with contextlib.redirect_stdout(self.captured), contextlib.redirect_stderr(self.captured), \
+                jax.default_matmul_precision("highest"):
+            yield
+
+    def _keep(self, value: Any) -> int:
+        self.kept.append(value)
+        return len(self.kept) - 1
+
+
+def transformed(fn: Callable, chain: list) -> Callable:
+    """`fn` under the transformations `chain` names, innermost first: [["jit", {"static_argnums": 1}], ...] (and
+    ["partial", {"args": [...], "kwargs": {...}}])."""
+    import jax
+
+    for name, options in chain:
+        if name == "partial":  # arguments fixed, as a closure over them would: constants under jit
+            fn = functools.partial(fn, *options["args"], **options["kwargs"])
+        else:
+            options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+            fn = {"jit": jax.jit, "vmap": jax.vmap, "grad": jax.grad}[name](fn, **options)
+    return fn
+
+
+class Stand:
+    """A stand-in the checker asked for (a `wire.Prop`), which records what the learner's code did with it."""
+
+    def seen(self) -> dict:
+        return {}
+
+
+class FakeJitted(Stand):
+    """A stand-in for a jitted function whose cost the checker knows (exercise 14).
+
+    Its first call "compiles" (`compile_s`, synchronous, as tracing and compiling are); every call
+    then returns at once, with a result that is ready `work_s` later, and calls queue behind each
+    other as they do on a device (asynchronous dispatch). So an honest timing measures `work_s`
+    per call; one without a warm-up adds compile_s / repeats; one that never waits measures ~0.
+    """
+
+    def __init__(self, compile_s: float, work_s: float, spread: tuple[float, ...] = (1.0,)) -> None:
+        self.compile_s, self.work_s, self.spread = compile_s, work_s, tuple(spread)  # call k works work_s * spread[k % n]
+        self.calls = self.waits = 0
+        self.busy_until = 0.0
+        self.first: FakeResult | None = None
+        self.warm_up_waited = True  # the first result was waited for before the second call
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.compile_s)
+        elif self.calls == 2:
+            self.warm_up_waited = self.first is not None and self.first.waited
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s * self.spread[self.calls % len(self.spread)]
+        result = FakeResult(self, self.busy_until)
+        self.first = self.first or result
+        return result
+
+    def seen(self) -> dict:
+        return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited}
+
+
+class FakeResult:
+    """A result that is ready at `ready_at`; `block_until_ready` waits until then."""
+
+    def __init__(self, owner: FakeJitted, ready_at: float) -> None:
+        self.owner, self.ready_at = owner, ready_at
+        self.waited = False
+
+    def block_until_ready(self) -> "FakeResult":
+        self.owner.waits += 1
+        self.waited = True
+        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+        return self
+
+
+class SlowWithoutJit(Stand):
+    """f(x) = tanh(x) @ tanh(x).T, which sleeps `eager_s` whenever it runs without jit (exercise 14's compare_jit),
+    and records each run: traced (inside jax.jit) or not."""
+
+    def __init__(self, eager_s: float) -> None:
+        self.eager_s, self.runs = eager_s, []
+
+    def __call__(self, x):
+        import jax
+        import jax.numpy as jnp
+
+        traced = isinstance(x, jax.core.Tracer)
+        self.runs.append(traced)
+        if not traced:  # without jit every call runs this Python; a jitted call skips it
+            time.sleep(self.eager_s)
+        return jnp.tanh(x) @ jnp.tanh(x).T
+
+    def seen(self) -> dict:
+        return {"runs": self.runs}
+
+
+OPTAX_PARTS = ("sgd", "adam", "clip_by_global_norm")  # what an optimizer prop may be built of
+
+
+def build_prop(request: dict) -> Any:
+    """The stand-in or the object a `wire.Prop` asks for."""
+    kind, spec = request["kind"], request["spec"]
+    if kind == "fake_jitted":
+        return FakeJitted(spec["compile_s"], spec["work_s"], spec["spread"])
+    if kind == "slow_without_jit":
+        return SlowWithoutJit(spec["eager_s"])
+    if kind == "optax":
+        return optimizer(spec["parts"])
+    raise wire.Garbled(f"no prop {kind!r}")
+
+
+def optimizer(parts: list) -> Any:
+    """An Optax optimizer from [[name, args], ...]: one part as itself, several chained in order."""
+    import optax
+
+    unknown = [name for name, _args in parts if name not in OPTAX_PARTS]
+    if unknown or not parts:
+        raise wire.Garbled(f"not an optimizer's parts: {unknown or parts}")
+    built = [getattr(optax, name)(*args) for name, args in parts]
+    return built[0] if len(built) == 1 else optax.chain(*built)
+
+
+# The checks' calls of the file's given code and of the objects it returned, made where they live.
+def optimizer_states(ns: dict, params: dict, x, y) -> tuple:
+    """Exercise 4: the file's optimizer's fresh state for `params`, and its state after one reference step on (x, y)."""
+    fresh = ns["optimizer"].init(params)
+    return wire.Keep(fresh), wire.Keep(reference_step(ns, params, fresh, x, y)[1])
+
+
+def reference_step(ns: dict, params: dict, opt_state: Any, x, y) -> tuple:
+    """Exercise 4: the step the lesson writes, with the file's own loss_fn and optimizer: (params, state, loss, grads)."""
+    return _jitted_step(ns["loss_fn"], ns["optimizer"])(params, opt_state, x, y)
+
+
+@functools.lru_cache(maxsize=4)
+def _jitted_step(loss_fn: Callable, optimizer: Any) -> Callable:
+    """The lesson's step for one loss and optimizer, compiled once per file, not once per call."""
+    import jax
+    import optax
+
+    def step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, grads
+
+    return jax.jit(step)
+
+
+def first_updates(ns: dict, tx: Any, grads: Any) -> Any:
+    """Exercise 15: the updates an optimizer gives for `grads` from a fresh state (`ns` unused: every helper is
+    given the file's namespace)."""
+    updates, _state = tx.update(grads, tx.init(grads), grads)
+    return updates
+
+
+HELPERS: dict[str, Callable] = {"optimizer_states": optimizer_states, "reference_step": reference_step,
+                                "first_updates": first_updates}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: answer requests from the pipe `--in-fd` on the pipe `--out-fd` until the first closes."""
+    parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.probe")
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    for fd in (args.in_fd, args.out_fd):
+        os.set_inheritable(fd, False)  # nothing the learner's code starts holds the checker's pipes
+    import jax  # noqa: F401 (before the first request: the checker's clock for the first file includes it)
+
+    guard = SolutionGuard()
+    sys.addaudithook(guard)
+    refuse_reading(SOLUTIONS)  # the kernel's refusal, for every process of the check, where it has Landlock
+    prober = Prober(guard)
+    with os.fdopen(args.in_fd, "rb") as requests, os.fdopen(args.out_fd, "wb") as answers:
+        while (message := read_frame(requests)) is not None:
+            write_frame(answers, prober.answer(message))
+    return 0
+
+
+def read_frame(stream: io.BufferedReader) -> bytes | None:
+    """The next message on a blocking pipe (None at its end)."""
+    head = stream.read(wire.HEAD_SIZE)
+    if not head:
+        return None
+    return stream.read(wire.frame_length(head))
+
+
+def write_frame(stream: io.BufferedWriter, message: bytes) -> None:
+    """`message` on a blocking pipe, after its frame's head."""
+    stream.write(wire.frame_head(message))
+    stream.write(message)
+    stream.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

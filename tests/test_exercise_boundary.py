@@ -1,0 +1,149 @@
+"""The boundary between the checks and the learner's file (issue 61, point 10): the file runs in a child that holds
+no check and no verdict, the checks call its functions across two pipes, and what crosses (`wire.py`) is data.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxintro import i18n
+from jaxintro.exercises import wire
+from jaxintro.exercises.catalog import EXERCISES, by_number
+from jaxintro.exercises.runner import check_in_child
+
+
+@pytest.fixture(autouse=True)
+def english():
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")
+
+
+def write(folder: Path, exercise, text: str) -> Path:
+    path = folder / exercise.filename
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def received(value):
+    """`value` as the other side reads it."""
+    return wire.unpack(wire.pack({"value": value}))["value"]
+
+
+def test_what_a_check_sends_and_gets_crosses_as_the_same_data():
+    params = {"layer1": {"w": jnp.ones((2, 3)), "b": np.arange(3, dtype=np.float32)}}
+    state = optax.adam(1e-3).init(params)
+    value = {"params": params, "items": [1, 2.5, "x", None, True], "pair": (np.float32(1.5), jnp.bfloat16(2.0)),
+             "key": jax.random.key(3), "state": state, 7: -np.inf}
+    got = received(value)
+    assert type(got["params"]["layer1"]["w"]) is type(params["layer1"]["w"])  # a JAX array stays one
+    assert type(got["params"]["layer1"]["b"]) is np.ndarray and type(got["pair"][0]) is np.float32
+    assert got["pair"][1].dtype == jnp.bfloat16 and float(got["pair"][1]) == 2.0
+    assert got["items"] == [1, 2.5, "x", None, True] and got[7] == -np.inf and type(got["pair"]) is tuple
+    assert jax.random.normal(got["key"]) == jax.random.normal(jax.random.key(3))
+    # A named tuple arrives as one of the same name and fields, whose leaves are the same.
+    assert type(got["state"][0]).__name__ == "ScaleByAdamState" and got["state"][0]._fields == state[0]._fields
+    assert jax.tree.structure(got["state"]) == jax.tree.structure(received(state))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(got["state"]), jax.tree.leaves(state)))
+    # A 0-d array stays 0-d, big-endian bytes arrive as their values, float64 is not narrowed to float32.
+    edge = received({"scalar": jnp.float32(2.0), "big": np.arange(3, dtype=">i4"), "wide": np.float64(1 / 3)})
+    assert edge["scalar"].shape == () and edge["big"].tolist() == [0, 1, 2] and edge["wide"] == 1 / 3
+    # What is not numbers stays with the learner, as a Handle: strings, objects, nests too deep.
+    kept = []
+    deep = [1]
+    for _ in range(wire.MAX_DEPTH + 5):
+        deep = [deep]
+    back = wire.unpack(wire.pack({"v": [np.array(["a"]), object(), deep]}, keep=lambda v: kept.append(v) or
+                                 len(kept) - 1))["v"]
+    assert [type(v) for v in back[:2]] == [wire.Handle, wire.Handle] and back[0].kind == "ndarray"
+    assert wire.walk(back[2])[0] == wire.Handle(2, "list")
+
+
+def test_a_message_builds_nothing_but_data():
+    """No pickle: a message cannot name a class to build or code to run; anything else is `Garbled`."""
+    def message(body: dict, arrays: list[bytes] = ()) -> bytes:
+        text = json.dumps({"body": body, "sizes": [len(a) for a in arrays]}).encode()
+        return struct.pack(">Q", len(text)) + text + b"".join(arrays)
+
+    assert wire.unpack(message({"v": {"a": 0, "dtype": "float32", "shape": [1], "kind": "numpy"}}, [b"\0" * 4]))
+    for bad in ({"v": {"a": 0, "dtype": "object", "shape": [1], "kind": "numpy"}},  # an array of Python objects
+                {"v": {"__reduce__": ["os.system", ["id"]]}},  # what pickle would run
+                {"v": {"p": "fake_jitted", "spec": None}},  # a prop, on the side that builds none
+                {"v": {"a": 0, "dtype": "float32", "shape": [5], "kind": "numpy"}}):  # more than the bytes hold
+        with pytest.raises(wire.Garbled):
+            wire.unpack(message(bad, [b"\0" * 4]))
+    with pytest.raises(wire.Garbled):
+        wire.unpack(message({"v": 1})[:-2])
+    with pytest.raises(wire.Garbled):
+        wire.frame_length(b"not-ours" + bytes(8))
+    with pytest.raises(wire.Garbled):
+        wire.frame_length(wire.MAGIC + struct.pack(">Q", wire.MAX_FRAME + 1))
+    for not_data in (object(), np.array([object()])):  # the checker sends data only: anything else is its own bug
+        with pytest.raises(TypeError):
+            wire.pack({"v": not_data})
+
+
+def test_a_file_that_patches_the_checks_in_its_own_process_still_fails(tmp_path):
+    """The checks ran in the learner's process: a file that replaced them through importlib passed with any answer.
+    Now they run in the command's process, and what the file patches is its own copy."""
+    exercise = by_number(5)
+    text = (
+        "import importlib\n"
+        "for _name in ('checking', 'checks_puzzles', 'runner'):\n"
+        "    _module = importlib.import_module('jaxintro.exercises.' + _name)\n"
+        "    _module.close = lambda *a, **k: True\n"
+        "    _module.check_immutable_update = lambda ns: None\n"
+        "\ndef set_row(a, i, value):\n    return a\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert (verdict.passed, verdict.key) == (False, "mismatch"), verdict
+
+
+def test_the_process_that_runs_the_file_holds_no_check_and_no_verdict(tmp_path):
+    """What the file can reach in its process: no check module, no runner, nothing of the verdict."""
+    exercise = by_number(5)
+    seen = tmp_path / "seen.json"
+    text = exercise.reference() + (
+        "\nimport gc, json, sys\n"
+        f"json.dump({{'modules': sorted(m for m in sys.modules if m.startswith('jaxintro')),\n"
+        "           'verdicts': sorted({type(o).__name__ for o in gc.get_objects()\n"
+        "                               if type(o).__name__ in ('Verdict', 'CheckFailed')})},\n"
+        f"          open({str(seen)!r}, 'w'))\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert verdict.passed, verdict
+    found = json.loads(seen.read_text())
+    assert found["verdicts"] == []
+    assert not [m for m in found["modules"] if m.startswith(("jaxintro.exercises.check", "jaxintro.exercises.runner"))]
+    assert "jaxintro.exercises.wire" in found["modules"]  # it ran in the child, where the probe answers
+
+
+def test_every_reference_passes_across_the_boundary_and_a_mistake_keeps_its_key(tmp_path):
+    """All fifteen references in one child, as `jaxintro exercises check` runs them, then wrong answers whose
+    failure is decided from what crosses: a traced `if`, a Python loop's program, a stand-in's counts."""
+    items = [(e, write(tmp_path / e.slug, e, e.reference())) for e in EXERCISES
+             if (tmp_path / e.slug).mkdir() is None]
+    verdicts = check_in_child(items, "en", timeout=120)
+    assert [(v.number, v.passed) for v in verdicts] == [(e.number, True) for e in EXERCISES], verdicts
+    wrong = Path(__file__).parent / "exercises_wrong"
+    cases = {"09_python_if.py": "python_if_on_traced", "07_python_loop.py": "python_loop",
+             "14_no_block.py": "no_block_until_ready", "12_grad_of_the_batch_loss.py": "example_not_a_batch"}
+    items = []
+    for name, _key in cases.items():
+        exercise = by_number(int(name[:2]))
+        folder = tmp_path / name.removesuffix(".py")
+        folder.mkdir()
+        items.append((exercise, write(folder, exercise, exercise.reference() + "\n\n" + (wrong / name).read_text())))
+    # float64 comes back float64 (the parent's JAX, without x64, would have narrowed it to float32).
+    first = by_number(1)
+    (tmp_path / "x64").mkdir()
+    items.append((first, write(tmp_path / "x64", first, first.reference() + (
+        "\nimport jax\njax.config.update('jax_enable_x64', True)\n"))))
+    verdicts = check_in_child(items, "en", timeout=120)
+    assert [v.key for v in verdicts] == [*cases.values(), "not_float32"], verdicts
