@@ -84,6 +84,7 @@ def test_a_message_builds_nothing_but_data():
         wire.unpack(message({"v": 1})[:-2])
     with pytest.raises(wire.Garbled):
         wire.frame_length(b"not-ours" + bytes(8))
+    assert wire.frame_length(wire.MAGIC + struct.pack(">Q", wire.MAX_FRAME)) == wire.MAX_FRAME
     with pytest.raises(wire.Garbled):
         wire.frame_length(wire.MAGIC + struct.pack(">Q", wire.MAX_FRAME + 1))
     for not_data in (object(), np.array([object()])):  # the checker sends data only: anything else is its own bug

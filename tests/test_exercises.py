@@ -215,6 +215,11 @@ def test_bytes_written_onto_the_answers_pipe_decide_nothing(tmp_path):
             "    except OSError:\n        pass\n")
     verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
     assert (verdict.passed, verdict.key) == (False, "garbled"), verdict
+    # A frame of the right shape whose bytes are not a message.
+    text = ("import os, struct\nfrom jaxintro.exercises import wire\nfor _fd in range(3, 64):\n    try:\n"
+            "        os.write(_fd, wire.MAGIC + struct.pack('>Q', 5) + b'junk!')\n    except OSError:\n        pass\n")
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert (verdict.passed, verdict.key) == (False, "garbled"), verdict
 
 
 def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):
