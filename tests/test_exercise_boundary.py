@@ -17,6 +17,7 @@ import pytest
 from jaxintro import i18n
 from jaxintro.exercises import wire
 from jaxintro.exercises.catalog import EXERCISES, by_number
+from jaxintro.exercises.learner import InProcess, Learner
 from jaxintro.exercises.runner import check_in_child
 
 
@@ -148,3 +149,16 @@ def test_every_reference_passes_across_the_boundary_and_a_mistake_keeps_its_key(
         "\nimport jax\njax.config.update('jax_enable_x64', True)\n"))))
     verdicts = check_in_child(items, "en", timeout=120)
     assert [v.key for v in verdicts] == [*cases.values(), "not_float32"], verdicts
+
+
+def test_a_function_asked_for_again_under_the_same_transformations_is_traced_once(tmp_path):
+    """As one `jax.jit` object: the checks ask for `f.vmap().jit()` call after call, and each shape compiles once."""
+    path = tmp_path / "f.py"
+    path.write_text("traces = []\n\ndef f(x):\n    traces.append(1)\n    return 2 * x\n\n"
+                    "def count():\n    return len(traces)\n")
+    learner = Learner(InProcess())
+    assert learner.load(path)["callables"] == ["count", "f"]
+    for _ in range(3):
+        assert np.array_equal(learner["f"].vmap().jit()(jnp.ones(3)), 2 * np.ones(3))
+    learner["f"].vmap().jit()(jnp.ones(4))  # another shape: traced again
+    assert learner["count"]() == 2

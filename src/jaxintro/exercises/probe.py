@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import hashlib
 import io
 import os
 import re
@@ -89,6 +90,7 @@ class Prober:
         self.namespace: dict = {}
         self.path = ""
         self.kept: list[Any] = []  # objects the checker holds a Handle to
+        self.functions: dict[bytes, Callable] = {}  # the file's functions as transformed so far
         self.captured = BoundedText()
         self.x64 = False
 
@@ -105,13 +107,9 @@ class Prober:
         args, kwargs = request["args"], request["kwargs"]
         with self._learners_turn():
             try:
-                if request["helper"]:
-                    target = functools.partial(HELPERS[request["name"]], self.namespace)
-                else:
-                    target = self.namespace[request["name"]]
-                fn = transformed(target, request["chain"])
+                fn = self._function(request)
                 if op == "jitted":
-                    value = hasattr(target, "lower")
+                    value = hasattr(fn, "lower")
                 elif op == "size":
                     import jax
 
@@ -128,11 +126,21 @@ class Prober:
             answer = wire.pack({**reply, "value": wire.Keep(reply.get("value"))}, keep=self._keep)
         return answer
 
+    def _function(self, request: dict) -> Callable:
+        """The file's function (or a helper) under the request's transformations, made once per file and chain, so
+        that a jitted function compiles once per shape, as one `jax.jit` object does."""
+        key = hashlib.sha1(wire.pack({k: request[k] for k in ("name", "helper", "chain")})).digest()
+        if key not in self.functions:
+            name = request["name"]
+            target = functools.partial(HELPERS[name], self.namespace) if request["helper"] else self.namespace[name]
+            self.functions[key] = transformed(target, request["chain"])
+        return self.functions[key]
+
     def load(self, path: Path) -> dict:
         """Run the learner's file as a module (as `python FILE` would); what came of it."""
         import jax
 
-        self.namespace, self.path, self.kept = {}, str(path), []
+        self.namespace, self.path, self.kept, self.functions = {}, str(path), [], {}
         self.captured, self.x64 = BoundedText(), jax.config.jax_enable_x64
         with self._learners_turn():
             try:
