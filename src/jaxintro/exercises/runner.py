@@ -68,6 +68,7 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
 
 def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = float("inf")) -> Verdict:
     """Load `path` in `learner`'s process and run `exercise`'s checks on it, within `timeout` seconds."""
+    checks = check_function(exercise)  # imported while the child starts up; a missing check is our bug, not theirs
     folder = path.parent.resolve()
     before = _listing(folder)
     loaded = learner.load(path, timeout)
@@ -85,20 +86,19 @@ def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = flo
             "{file} defines no function {name}: keep the name and signature of the starter file").format(
             file=path.name, name=missing[0]))
     else:
-        verdict = _run_check(learner, exercise)
+        verdict = _run_check(learner, exercise, checks)
     report = learner.report()
     verdict.printed, verdict.output = report["printed"], report["output"]
     verdict.notes = silent_mistakes(report, before, folder)
     return _refuse_a_read_solution(exercise, verdict, report["opened"])
 
 
-def _run_check(learner: Learner, exercise: Exercise) -> Verdict:
-    """The check's verdict on the loaded file (every one of its functions is there)."""
+def _run_check(learner: Learner, exercise: Exercise, checks: Callable[[Learner], None]) -> Verdict:
+    """The verdict of `checks` on the loaded file (every one of its functions is there)."""
     from jaxintro.exercises.checking import CheckFailed
 
     import jax
 
-    checks = check_function(exercise)  # outside the `try`: a missing check is our bug, not theirs
     try:
         # Full float32 matmuls on every backend for the references too (a GPU's default TF32 would miss tolerances).
         with jax.default_matmul_precision("highest"):
@@ -157,12 +157,6 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     The child and everything the learner's code starts are killed when the checks end, and no wait is
     unbounded: a process that outlives its group (a learner's `Popen` holding our pipes) delays nothing.
     """
-    if "jax" not in sys.modules:
-        # A command that only checks: the checks' references are tiny, and a TPU serves one process at a time, which
-        # the learner's file may want.
-        import jax
-
-        jax.config.update("jax_platforms", "cpu")
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
     language = current_language()
@@ -182,6 +176,7 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
                 os.close(from_child)
             readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
             try:
+                _checks_on_the_cpu()  # while the child starts
                 return _check_each(Learner(Child(proc, requests, answers)), items, timeout, proc, readers)
             finally:
                 _end_the_check(proc, before, readers)
@@ -189,6 +184,15 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
         os.close(requests)
         os.close(answers)
         set_language(language)
+
+
+def _checks_on_the_cpu() -> None:
+    """In a command that only checks (JAX not yet imported), this process's JAX on the CPU: the checks' references are
+    tiny, and a TPU serves one process at a time, which the learner's file may want."""
+    if "jax" not in sys.modules:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
 
 
 def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: float, proc: subprocess.Popen,
