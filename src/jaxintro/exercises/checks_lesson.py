@@ -10,8 +10,8 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
-                                         make_params, numbers)
-from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward
+                                         make_params, numbers, numpy_tree)
+from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, _softmax, diagnose_forward
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.probe import optimizer
 from jaxintro.exercises.wire import Prop, kind_of
@@ -120,19 +120,22 @@ def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:
             inputs=inputs, values=numbers(values[:3]), scale=scale))
 
 
-def _loop_grads(params: dict, x, y) -> dict:
-    """Each example's gradient by a Python loop over the batch (what vmap must agree with)."""
-    grad = jax.jit(jax.grad(lambda p, xi, yi: _jax_loss(p, xi[None], yi[None])))
-    grads = [grad(params, x[i], y[i]) for i in range(x.shape[0])]
-    return jax.tree.map(lambda *g: jnp.stack(g), *grads)
-
-
-def _jax_loss(params: dict, x, y):
-    h = x
-    for k, name in enumerate(("layer1", "layer2", "layer3")):
-        h = h @ params[name]["w"] + params[name]["b"]
-        h = jax.nn.relu(h) if k < 2 else h
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], axis=1))
+def _example_grads(params: dict, x, y) -> dict:
+    """Each example's gradient of the lesson's loss, by hand in float64 NumPy (backpropagation through the three
+    layers, one row per example: what jax.grad of one example's loss gives, vmapped or looped)."""
+    p = numpy_tree(params)
+    x = np.asarray(x, np.float64)
+    z1 = x @ p["layer1"]["w"] + p["layer1"]["b"]
+    h1 = np.maximum(z1, 0.0)
+    z2 = h1 @ p["layer2"]["w"] + p["layer2"]["b"]
+    h2 = np.maximum(z2, 0.0)
+    logits = h2 @ p["layer3"]["w"] + p["layer3"]["b"]
+    d3 = _softmax(logits) - np.eye(logits.shape[1])[np.asarray(y)]  # d loss / d logits, row by row
+    d2 = (d3 @ p["layer3"]["w"].T) * (z2 > 0)  # ReLU's gradient is 0 at 0, as JAX's
+    d1 = (d2 @ p["layer2"]["w"].T) * (z1 > 0)
+    outer = lambda a, d: np.einsum("ni,nj->nij", a, d)  # noqa: E731 (each example's weight gradient)
+    return {"layer1": {"b": d1, "w": outer(x, d1)}, "layer2": {"b": d2, "w": outer(h1, d2)},
+            "layer3": {"b": d3, "w": outer(h2, d3)}}
 
 
 def _reference_norms(grads: dict) -> np.ndarray:
@@ -181,7 +184,7 @@ def check_per_example_grads(ns: Learner) -> None:
                     "params are shared by every example, so their axis is None: in_axes=(None, 0, 0)").format(
                     inputs=inputs)) from exc
             raise
-        want = _loop_grads(params, x, y)
+        want = _example_grads(params, x, y)
         if jax.tree.map(np.shape, got) == jax.tree.map(np.shape, params):
             raise CheckFailed("no_batch_axis", _(
                 "per_example_grads({inputs}) returned gradients shaped like the params, without a batch axis: that "
@@ -197,7 +200,8 @@ def check_per_example_grads(ns: Learner) -> None:
             raise CheckFailed("mismatch", _(
                 "per_example_grads({inputs}) differs from a Python loop of jax.grad over the examples: "
                 "{where}").format(inputs=inputs, where=_first_difference(got, want)))
-        got_norms = attempt(norms.jit(), want, name="grad_norms", inputs=_("the gradients above"))
+        grads = jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), want)  # as per_example_grads gives them
+        got_norms = attempt(norms.jit(), grads, name="grad_norms", inputs=_("the gradients above"))
         _check_norms(got_norms, want, inputs)
 
     agrees()
