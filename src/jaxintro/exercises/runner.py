@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import IO, Callable
 
+from jaxintro.data import default_cache_dir
 from jaxintro.exercises.catalog import Exercise
 from jaxintro.exercises.learner import Child, InProcess, Learner, ProberGone
 from jaxintro.exercises.probe import OUTPUT_KEPT
@@ -176,7 +177,7 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
                 os.close(from_child)
             readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
             try:
-                _checks_on_the_cpu()  # while the child starts
+                _settle_a_checking_command()  # while the child starts
                 return _check_each(Learner(Child(proc, requests, answers)), items, timeout, proc, readers)
             finally:
                 _end_the_check(proc, before, readers)
@@ -186,13 +187,20 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
         set_language(language)
 
 
-def _checks_on_the_cpu() -> None:
-    """In a command that only checks (JAX not yet imported), this process's JAX on the CPU: the checks' references are
-    tiny, and a TPU serves one process at a time, which the learner's file may want."""
-    if "jax" not in sys.modules:
-        import jax
+def _settle_a_checking_command() -> None:
+    """In a command that only checks (JAX not yet imported here): JAX on the CPU, as the checks' references are tiny
+    and a TPU serves one process at a time, which the learner's file may want; Hypothesis's cache of what it learns of
+    the code it runs in the user cache, not in the learner's folder. A program that imports jaxintro keeps its own."""
+    if "jax" in sys.modules:
+        return
+    import jax
+    from hypothesis.configuration import set_hypothesis_home_dir
 
-        jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_platforms", "cpu")
+    hypothesis_home = default_cache_dir() / "hypothesis"
+    with contextlib.suppress(OSError):
+        hypothesis_home.mkdir(parents=True, exist_ok=True)
+    set_hypothesis_home_dir(hypothesis_home)
 
 
 def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: float, proc: subprocess.Popen,
