@@ -58,12 +58,12 @@ def test_what_a_check_sends_and_gets_crosses_as_the_same_data():
     edge = received({"scalar": jnp.float32(2.0), "big": np.arange(3, dtype=">i4"), "wide": np.float64(1 / 3)})
     assert edge["scalar"].shape == () and edge["big"].tolist() == [0, 1, 2] and edge["wide"] == 1 / 3
     # What is not numbers stays with the learner, as a Handle: strings, objects, nests too deep.
-    kept = []
+    held = []
     deep = [1]
     for _ in range(wire.MAX_DEPTH + 5):
         deep = [deep]
-    back = wire.unpack(wire.pack({"v": [np.array(["a"]), object(), deep]}, keep=lambda v: kept.append(v) or
-                                 len(kept) - 1))["v"]
+    back = wire.unpack(wire.pack({"v": [np.array(["a"]), object(), deep]}, hold=lambda v: held.append(v) or
+                                 len(held) - 1))["v"]
     assert [type(v) for v in back[:2]] == [wire.Handle, wire.Handle] and back[0].kind == "ndarray"
     assert wire.walk(back[2])[0] == wire.Handle(2, "list")
 

@@ -1,7 +1,7 @@
-"""What every check shares: the failure a learner reads, calling their code safely, random inputs, comparisons.
+"""What every check shares: the failure a learner reads, calling their code, random inputs, comparisons.
 
-A check is a function of the learner's functions, by name (`learner.Function`s: each call crosses to
-the process that runs their file), that returns when everything holds and raises
+A check takes the learner's file (a `learner.Learner`) and calls its functions by name, each call
+crossing to the process that runs the file; it returns when everything holds and raises
 `CheckFailed(key, message)` at the first thing that does not. The key is stable (tests and
 `--json` read it); the message, in the learner's language, names the concrete input that broke.
 """

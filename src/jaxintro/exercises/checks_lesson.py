@@ -13,7 +13,7 @@ from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, 
                                          make_params, numbers, numpy_tree)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, _softmax, diagnose_forward
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
-from jaxintro.exercises.probe import optimizer
+from jaxintro.exercises.probe import build_optimizer
 from jaxintro.exercises.wire import Prop, kind_of
 from jaxintro.i18n import Code, _
 
@@ -158,7 +158,8 @@ def _first_difference(got, want) -> str:
 
 
 def check_per_example_grads(ns: Learner) -> None:
-    """vmap(grad) equals a Python loop of grads, has a batch axis, is one program for any batch; the norms are global."""
+    """vmap(grad) equals each example's own gradient, has a batch axis, is one program for any batch; the norms are
+    global."""
     per_example, norms = ns["per_example_grads"], ns["grad_norms"]
 
     # Two models of other sizes: a size written into the answer (5 features, say) holds for one of them only.
@@ -297,10 +298,10 @@ def check_jit_timing(ns: Learner) -> None:
     inputs = _("f (compiles in {compile_s} s, then {work_s} s of work per call), repeats={repeats}").format(
         compile_s=compile_s, work_s=work_s, repeats=repeats)
     seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
-    seen = fake.seen  # how often it was called and waited for, and whether the warm-up was
+    observed = fake.observed  # how often it was called and waited for, and whether the warm-up was
     report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
-        inputs=inputs, seconds=seconds, calls=seen["calls"])
-    if seen["waits"] == 0:
+        inputs=inputs, seconds=seconds, calls=observed["calls"])
+    if observed["waits"] == 0:
         raise CheckFailed("no_block_until_ready", report + _(
             ": it never waits for a result; JAX returns before the work is done, so call "
             "jax.block_until_ready(result) (or result.block_until_ready()) before stopping the clock"))
@@ -311,11 +312,11 @@ def check_jit_timing(ns: Learner) -> None:
             "time.perf_counter()"))
     if seconds > 0.8 * repeats * work_s:
         raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
-    if seen["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
+    if observed["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
         raise CheckFailed("no_warmup", report + _(
             "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "
             "clock").format(compile_s=compile_s))
-    if not seen["warm_up_waited"]:
+    if not observed["warm_up_waited"]:
         raise CheckFailed("warm_up_not_waited", report + _(
             "; the warm-up call's result was not waited for, so its work was still running when the clock "
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
@@ -326,10 +327,10 @@ def check_jit_timing(ns: Learner) -> None:
     other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0, 0.1, 1.9)})
     seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
         f"repeats={repeats}", "repeats=3")))
-    if other.seen["calls"] != 4:
+    if other.observed["calls"] != 4:
         raise CheckFailed("repeats_ignored", _(
             "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
-            "here 3").format(calls=other.seen["calls"]))
+            "here 3").format(calls=other.observed["calls"]))
     if seconds < 0.2 * work_s:  # the fastest call is 0.1 work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75
         raise CheckFailed("min_not_mean", _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {low} to {high} s, "
@@ -345,7 +346,7 @@ def check_jit_timing(ns: Learner) -> None:
     # (inside jax.jit) or not (probe.SlowWithoutJit).
     f = Prop("slow_without_jit", {"eager_s": EAGER_S})
     result = attempt(compare_jit, f, jnp.ones((8, 8)), repeats=2, name="compare_jit", inputs="f, x, repeats=2")
-    runs = f.seen["runs"]
+    runs = f.observed["runs"]
     if not (isinstance(result, dict) and {"nojit", "jit"} <= set(result)):
         raise CheckFailed("returns", _('compare_jit must return {{"nojit": seconds, "jit": seconds}}; it returned '
                                        '{got}').format(got=repr(result)[:80]))
@@ -399,9 +400,9 @@ def check_clipping(ns: Learner) -> None:
     _check_curve(curve)
 
 
-def _optimizer(*parts: tuple) -> Prop:
+def _optimizer_prop(*parts: tuple) -> Prop:
     """An Optax optimizer for the learner's code, built in its process: ("sgd", 0.05), or parts chained in order
-    (`probe.optimizer` builds the same one here, for a reference)."""
+    (`probe.build_optimizer` builds the same one here, for a reference)."""
     return Prop("optax", {"parts": [[name, list(args)] for name, *args in parts]})
 
 
@@ -410,7 +411,7 @@ def _check_clipped(clipped: Function, first_updates: Function) -> None:
     grads = _grads(1, [(3,), (2, 2)], scale=10.0)  # global norm about 40, its leaves' norms far apart
     norm = float(optax.tree.norm(grads))
     inputs = describe(optimizer="optax.sgd(1.0)", max_norm=1.0)
-    tx = attempt(clipped, _optimizer(("sgd", 1.0)), 1.0, name="clipped", inputs=inputs)
+    tx = attempt(clipped, _optimizer_prop(("sgd", 1.0)), 1.0, name="clipped", inputs=inputs)
     updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
     got = float(optax.tree.norm(updates))
     if close(updates, jax.tree.map(lambda g: -np.clip(np.asarray(g, np.float64), -1.0, 1.0), grads)):
@@ -440,7 +441,7 @@ def _check_clipped(clipped: Function, first_updates: Function) -> None:
         raise CheckFailed("clipped_small_grads", _("clipped({inputs}) changed a gradient whose norm is below 1.0: "
                                                    "clipping only shrinks the big ones").format(inputs=inputs))
     inputs = describe(optimizer="optax.sgd(0.5)", max_norm=2.0)
-    got = float(optax.tree.norm(attempt(first_updates, attempt(clipped, _optimizer(("sgd", 0.5)), 2.0, name="clipped",
+    got = float(optax.tree.norm(attempt(first_updates, attempt(clipped, _optimizer_prop(("sgd", 0.5)), 2.0, name="clipped",
                                                           inputs=inputs), grads, name="clipped", inputs=inputs)))
     if abs(got - 1.0) > 1e-3:
         key = "clip_after_optimizer" if abs(got - 2.0) < 1e-3 else "max_norm_ignored"
@@ -459,8 +460,8 @@ def _check_curve(curve: Function) -> None:
                                                                                       jnp.float32))
                for _ in range(4)]
     # Two optimizers: the curve follows the one it is given, and Adam's state, unlike SGD's, must be carried along.
-    for tx, label in ((_optimizer(("clip_by_global_norm", 1.0), ("sgd", 0.05)), "clip_by_global_norm(1.0) + sgd(0.05)"),
-                      (_optimizer(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)")):
+    for tx, label in ((_optimizer_prop(("clip_by_global_norm", 1.0), ("sgd", 0.05)), "clip_by_global_norm(1.0) + sgd(0.05)"),
+                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)")):
         _check_curve_with(curve, params, batches, tx, describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
                                                                optimizer=label))
 
@@ -474,7 +475,7 @@ def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, 
             "shape (steps,), ready to plot and to compare").format(
             inputs=inputs, kind=kind_of(returned)))
     got = np.asarray(returned, np.float64)
-    tx = optimizer(prop.spec["parts"])
+    tx = build_optimizer(prop.spec["parts"])
     want, state, p = [], tx.init(params), params
     loss = lambda q, x, y: jnp.mean((x @ q["w"] + q["b"] - y) ** 2)  # noqa: E731 (the given loss_fn)
     for x, y in batches:

@@ -73,7 +73,7 @@ def check_tree_map(ns: Learner) -> None:
     params, grads = _tree_case(0, "mlp")
     before = snapshot(params)
     inputs = describe(params=params, grads=_("a pytree like params"), lr=0.1)
-    _out, (after, *_rest) = attempt(sgd_update.seeing_inputs, params, grads, 0.1, name="sgd_update",
+    _out, (after, *_rest) = attempt(sgd_update.call_returning_args, params, grads, 0.1, name="sgd_update",
                                     inputs=inputs)  # without jit: jit hides mutation
     if not unchanged(before, after):
         raise CheckFailed("mutated_input", _(

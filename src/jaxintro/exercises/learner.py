@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -25,18 +24,25 @@ class LearnerRaised(Exception):
     """What the learner's code raised in its process: the type's name, the names of its classes (`kinds`), the
     message, the last line of their file it passed (None: it never ran there), the functions of its traceback."""
 
-    def __init__(self, raised: Any) -> None:
+    def __init__(self, type_name: str, kinds: set[str], message: str, line: int | None, functions: list[str]) -> None:
+        super().__init__(message)
+        self.type_name, self.kinds, self.message, self.line, self.functions = type_name, kinds, message, line, functions
+
+    @classmethod
+    def read(cls, raised: Any) -> "LearnerRaised":
+        """From the child's description of it; ProberGone("garbled") if that is not one."""
         if not (type(raised) is dict and _strings(raised.get("kinds")) and _strings(raised.get("functions"))
-                and _strings([raised.get("type"), raised.get("message")])
-                and (raised.get("line") is None or type(raised.get("line")) is int)):
+                and _strings([raised.get("type"), raised.get("message")]) and _line(raised.get("line"))):
             raise ProberGone("garbled")
-        super().__init__(raised["message"])
-        self.type_name, self.message, self.line = raised["type"], raised["message"], raised["line"]
-        self.kinds, self.functions = set(raised["kinds"]), raised["functions"]
+        return cls(raised["type"], set(raised["kinds"]), raised["message"], raised["line"], raised["functions"])
 
 
 def _strings(value: Any) -> bool:
     return type(value) is list and all(type(item) is str for item in value)
+
+
+def _line(value: Any) -> bool:
+    return value is None or type(value) is int
 
 
 class ProberGone(BaseException):
@@ -81,24 +87,26 @@ class Function:
         """How many operations it traces to on `args` (`len(jax.make_jaxpr(fn)(*args).eqns)`)."""
         return self._ask("size", args, {})
 
-    def seeing_inputs(self, *args: Any) -> tuple[Any, tuple]:
+    def call_returning_args(self, *args: Any) -> tuple[Any, tuple]:
         """Call it; what it returned, and its arguments as they are after the call (a pure function changes none)."""
-        return self._ask("call", args, {}, inputs=True)
+        return self._ask("call", args, {}, return_args=True)
 
     def is_jitted(self) -> bool:
         """Whether it is a jitted function (has `.lower`, as `@jax.jit` gives)."""
         return self._ask("jitted", (), {}) is True
 
-    def _ask(self, op: str, args: tuple, kwargs: dict, *, inputs: bool = False) -> Any:
-        props = [leaf for leaf in wire.walk((args, kwargs)) if isinstance(leaf, wire.Prop)]
+    def _ask(self, op: str, args: tuple, kwargs: dict, *, return_args: bool = False) -> Any:
+        # In the order the child builds them: the chain's (a `partial`'s arguments), then the call's.
+        props = [leaf for leaf in wire.walk((list(self.chain), args, kwargs)) if isinstance(leaf, wire.Prop)]
         reply = self.learner.ask({"op": op, "name": self.name, "helper": self.helper, "chain": list(self.chain),
-                                  "args": args, "kwargs": kwargs, "inputs": inputs})
-        if not ("value" in reply or "raised" in reply) or type(reply.get("seen")) is not list:
+                                  "args": args, "kwargs": kwargs, "return_args": return_args})
+        observed = reply.get("observed")
+        if not ("value" in reply or "raised" in reply) or type(observed) is not list or len(observed) != len(props):
             raise ProberGone("garbled")
-        for prop, seen in zip(props, reply["seen"]):
-            prop.seen = seen if type(seen) is dict else {}
+        for prop, seen in zip(props, observed):
+            prop.observed = seen if type(seen) is dict else {}
         if "raised" in reply:
-            raise LearnerRaised(reply["raised"])
+            raise LearnerRaised.read(reply["raised"])
         return reply["value"]
 
 
@@ -122,12 +130,10 @@ class Learner:
         checks must end within `timeout` seconds from now."""
         self.deadline = time.monotonic() + timeout
         loaded = self.ask({"op": "load", "path": str(path)})
-        syntax = loaded.get("syntax_error")
-        if not (_strings(loaded.get("callables")) or "raised" in loaded or type(syntax) is dict
-                and type(syntax.get("message")) is str and (syntax.get("line") is None or type(syntax["line"]) is int)):
-            raise ProberGone("garbled")
         if "raised" in loaded:
-            loaded["raised"] = LearnerRaised(loaded["raised"])
+            loaded["raised"] = LearnerRaised.read(loaded["raised"])
+        elif not (_strings(loaded.get("callables")) or _syntax_error(loaded.get("syntax_error"))):
+            raise ProberGone("garbled")
         return loaded
 
     def report(self) -> dict:
@@ -148,6 +154,10 @@ class Learner:
         return Function(self, name, helper=True)
 
 
+def _syntax_error(value: Any) -> bool:
+    return type(value) is dict and type(value.get("message")) is str and _line(value.get("line"))
+
+
 class InProcess:
     """Answers in this process: the learner's file runs here, with no deadline (`check_file`)."""
 
@@ -159,10 +169,10 @@ class InProcess:
 
 
 class Child:
-    """Answers from the child `proc`, through the pipes `requests` (ours to write) and `answers` (ours to read)."""
+    """Answers from a child process, through the pipes `requests` (ours to write) and `answers` (ours to read)."""
 
-    def __init__(self, proc: subprocess.Popen, requests: int, answers: int) -> None:
-        self.proc, self.requests, self.answers = proc, requests, answers
+    def __init__(self, requests: int, answers: int) -> None:
+        self.requests, self.answers = requests, answers
         os.set_blocking(requests, False)  # a child that reads nothing must not hold us past the deadline
 
     def exchange(self, message: bytes, deadline: float) -> bytes:

@@ -89,7 +89,7 @@ class Prober:
         self.guard = guard
         self.namespace: dict = {}
         self.path = ""
-        self.kept: list[Any] = []  # objects the checker holds a Handle to
+        self.held: list[Any] = []  # objects the checker has a Handle to
         self.functions: dict[bytes, Callable] = {}  # the file's functions as transformed so far
         self.captured = BoundedText()
         self.x64 = False
@@ -97,8 +97,12 @@ class Prober:
     def answer(self, message: bytes) -> bytes:
         """The answer to one request (both are `wire` messages)."""
         built: list = []  # the props of this request, in the order the checker sent them
-        request = wire.unpack(message, handle=lambda h: self.kept[h["h"]],
-                              prop=lambda p: built.append(build_prop(p)) or built[-1])
+
+        def build(prop: dict) -> Any:
+            built.append(build_prop(prop))
+            return built[-1]
+
+        request = wire.unpack(message, handle=lambda h: self.held[h["h"]], prop=build)
         op = request["op"]
         if op == "load":
             return wire.pack(self.load(Path(request["path"])))
@@ -116,14 +120,14 @@ class Prober:
                     value = len(jax.make_jaxpr(fn)(*args, **kwargs).eqns)
                 else:
                     value = fn(*args, **kwargs)
-                    value = (value, args) if request.get("inputs") else value
+                    value = (value, args) if request["return_args"] else value
                 reply = {"value": value}
             except (Exception, SystemExit) as exc:  # the learner's code raised: described, for the checker to judge
-                reply = {"raised": self.describe(exc)}
-        reply["seen"] = [p.seen() if isinstance(p, Stand) else {} for p in built]
-        answer = wire.pack(reply, keep=self._keep)
-        if not wire.fits(answer):  # a value too big to send stays here, as a Handle
-            answer = wire.pack({**reply, "value": wire.Keep(reply.get("value"))}, keep=self._keep)
+                reply = {"raised": self.describe_raised(exc)}
+        reply["observed"] = [p.observed() if isinstance(p, Stand) else {} for p in built]
+        answer = wire.pack(reply, hold=self._hold)
+        if not wire.fits(answer) and "value" in reply:  # a value too big to send stays here, as a Handle
+            answer = wire.pack({**reply, "value": wire.Hold(reply["value"])}, hold=self._hold)
         return answer
 
     def _function(self, request: dict) -> Callable:
@@ -137,10 +141,10 @@ class Prober:
         return self.functions[key]
 
     def load(self, path: Path) -> dict:
-        """Run the learner's file as a module (as `python FILE` would); what came of it."""
+        """Run the learner's file as a module, as `import` would (`__name__` is not "__main__"); what came of it."""
         import jax
 
-        self.namespace, self.path, self.kept, self.functions = {}, str(path), [], {}
+        self.namespace, self.path, self.held, self.functions = {}, str(path), [], {}
         self.captured, self.x64 = BoundedText(), jax.config.jax_enable_x64
         with self._learners_turn():
             try:
@@ -151,7 +155,7 @@ class Prober:
             except SyntaxError as exc:
                 return {"syntax_error": {"line": exc.lineno, "message": str(exc.msg)}}
             except (Exception, SystemExit) as exc:
-                return {"raised": self.describe(exc)}
+                return {"raised": self.describe_raised(exc)}
         self.namespace = module.__dict__
         return {"callables": sorted(name for name, value in self.namespace.items() if callable(value))}
 
@@ -166,7 +170,7 @@ class Prober:
         return {"printed": self.captured.count, "output": self.captured.text(), "tracer": self.captured.tracer,
                 "x64": x64 != self.x64, "opened": opened}
 
-    def describe(self, exc: BaseException) -> dict:
+    def describe_raised(self, exc: BaseException) -> dict:
         """What the learner's code raised: its type and bases' names, message, last line in the file, functions."""
         frames = traceback.extract_tb(exc.__traceback__)
         lines = [f.lineno for f in frames if f.filename == self.path]
@@ -187,9 +191,9 @@ class Prober:
                 jax.default_matmul_precision("highest"):
             yield
 
-    def _keep(self, value: Any) -> int:
-        self.kept.append(value)
-        return len(self.kept) - 1
+    def _hold(self, value: Any) -> int:
+        self.held.append(value)
+        return len(self.held) - 1
 
 
 def transformed(fn: Callable, chain: list) -> Callable:
@@ -201,7 +205,6 @@ def transformed(fn: Callable, chain: list) -> Callable:
         if name == "partial":  # arguments fixed, as a closure over them would: constants under jit
             fn = functools.partial(fn, *options["args"], **options["kwargs"])
         else:
-            options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
             fn = {"jit": jax.jit, "vmap": jax.vmap, "grad": jax.grad}[name](fn, **options)
     return fn
 
@@ -209,7 +212,7 @@ def transformed(fn: Callable, chain: list) -> Callable:
 class Stand:
     """A stand-in the checker asked for (a `wire.Prop`), which records what the learner's code did with it."""
 
-    def seen(self) -> dict:
+    def observed(self) -> dict:
         return {}
 
 
@@ -240,7 +243,7 @@ class FakeJitted(Stand):
         self.first = self.first or result
         return result
 
-    def seen(self) -> dict:
+    def observed(self) -> dict:
         return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited}
 
 
@@ -275,7 +278,7 @@ class SlowWithoutJit(Stand):
             time.sleep(self.eager_s)
         return jnp.tanh(x) @ jnp.tanh(x).T
 
-    def seen(self) -> dict:
+    def observed(self) -> dict:
         return {"runs": self.runs}
 
 
@@ -290,11 +293,11 @@ def build_prop(request: dict) -> Any:
     if kind == "slow_without_jit":
         return SlowWithoutJit(spec["eager_s"])
     if kind == "optax":
-        return optimizer(spec["parts"])
+        return build_optimizer(spec["parts"])
     raise wire.Garbled(f"no prop {kind!r}")
 
 
-def optimizer(parts: list) -> Any:
+def build_optimizer(parts: list) -> Any:
     """An Optax optimizer from [[name, args], ...]: one part as itself, several chained in order."""
     import optax
 
@@ -309,7 +312,7 @@ def optimizer(parts: list) -> Any:
 def optimizer_states(ns: dict, params: dict, x, y) -> tuple:
     """Exercise 4: the file's optimizer's fresh state for `params`, and its state after one reference step on (x, y)."""
     fresh = ns["optimizer"].init(params)
-    return wire.Keep(fresh), wire.Keep(reference_step(ns, params, fresh, x, y)[1])
+    return wire.Hold(fresh), wire.Hold(reference_step(ns, params, fresh, x, y)[1])
 
 
 def reference_step(ns: dict, params: dict, opt_state: Any, x, y) -> tuple:
@@ -350,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for fd in (args.in_fd, args.out_fd):
         os.set_inheritable(fd, False)  # nothing the learner's code starts holds the checker's pipes
-    import jax  # noqa: F401 (before the first request: the checker's clock for the first file includes it)
+    import jax  # noqa: F401 (now, once: JAX's start-up counts against the first file's time limit only)
 
     guard = SolutionGuard()
     sys.addaudithook(guard)

@@ -24,14 +24,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
 from jaxintro.data import default_cache_dir
 from jaxintro.exercises.catalog import Exercise
 from jaxintro.exercises.learner import Child, InProcess, Learner, ProberGone
-from jaxintro.exercises.probe import OUTPUT_KEPT
 from jaxintro.i18n import _, current_language, set_language
 
+STDERR_KEPT = 4000  # bytes of the child's stderr kept: its last line explains a crash
 REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of this process's descendants are re-parented to it, not to init
 _CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
@@ -69,7 +69,7 @@ def check_file(exercise: Exercise, path: Path) -> Verdict:
 
 def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = float("inf")) -> Verdict:
     """Load `path` in `learner`'s process and run `exercise`'s checks on it, within `timeout` seconds."""
-    checks = check_function(exercise)  # imported while the child starts up; a missing check is our bug, not theirs
+    check_fn = check_function(exercise)  # imported while the child starts up; a missing check is our bug, not theirs
     folder = path.parent.resolve()
     before = _listing(folder)
     loaded = learner.load(path, timeout)
@@ -87,15 +87,15 @@ def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = flo
             "{file} defines no function {name}: keep the name and signature of the starter file").format(
             file=path.name, name=missing[0]))
     else:
-        verdict = _run_check(learner, exercise, checks)
+        verdict = _run_check(learner, exercise, check_fn)
     report = learner.report()
     verdict.printed, verdict.output = report["printed"], report["output"]
     verdict.notes = silent_mistakes(report, before, folder)
     return _refuse_a_read_solution(exercise, verdict, report["opened"])
 
 
-def _run_check(learner: Learner, exercise: Exercise, checks: Callable[[Learner], None]) -> Verdict:
-    """The verdict of `checks` on the loaded file (every one of its functions is there)."""
+def _run_check(learner: Learner, exercise: Exercise, check_fn: Callable[[Learner], None]) -> Verdict:
+    """The verdict of `check_fn` on the loaded file (every one of its functions is there)."""
     from jaxintro.exercises.checking import CheckFailed
 
     import jax
@@ -103,11 +103,11 @@ def _run_check(learner: Learner, exercise: Exercise, checks: Callable[[Learner],
     try:
         # Full float32 matmuls on every backend for the references too (a GPU's default TF32 would miss tolerances).
         with jax.default_matmul_precision("highest"):
-            checks(learner)
+            check_fn(learner)
         return Verdict(exercise.number, exercise.slug, True)
     except CheckFailed as exc:
         return Verdict.failed(exercise, exc.key, exc.message)
-    except Exception as exc:  # what the learner's code returned broke a comparison
+    except Exception as exc:  # what the learner's code returned broke a comparison, or its given code raised
         return Verdict.failed(exercise, "unexpected", _(
             "the check could not use what your code returned ({error}: {detail})").format(
             error=getattr(exc, "type_name", type(exc).__name__), detail=(str(exc).splitlines() or [""])[0][:200]))
@@ -167,20 +167,22 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     command = [sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
                "--out-fd", str(from_child)]
     try:
-        with adopting_orphans() as before:
+        with adopting_orphans() as children_before:
             try:
-                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                # Its prints reach us through Python's own streams, captured there; what it writes to the
+                # descriptors goes nowhere, but its stderr, whose last line explains a crash.
+                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, env=env, start_new_session=True,
                                         pass_fds=(to_child, from_child))
             finally:
                 os.close(to_child)  # the child holds them now: the pipes end when the child does
                 os.close(from_child)
-            readers = [_Drain(proc.stdout), _Drain(proc.stderr)]
+            stderr = _Drain(proc.stderr)
             try:
                 _settle_a_checking_command()  # while the child starts
-                return _check_each(Learner(Child(proc, requests, answers)), items, timeout, proc, readers)
+                return _check_each(Learner(Child(requests, answers)), items, timeout, proc, stderr)
             finally:
-                _end_the_check(proc, before, readers)
+                _end_the_check(proc, children_before, stderr)
     finally:
         os.close(requests)
         os.close(answers)
@@ -204,7 +206,7 @@ def _settle_a_checking_command() -> None:
 
 
 def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: float, proc: subprocess.Popen,
-                readers: list["_Drain"]) -> list[Verdict]:
+                stderr: "_Drain") -> list[Verdict]:
     """Each file's verdict, until the child stops: the exercises after the one it stopped at are not checked."""
     verdicts = []
     for exercise, path in items:
@@ -212,30 +214,32 @@ def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: f
             verdicts.append(check(learner, exercise, path, timeout))
         except ProberGone as gone:
             if gone.why != "ended":
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _kill_group(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=REAP_SECONDS)
-            readers[1].join(timeout=REAP_SECONDS if gone.why == "ended" else 0)  # its last words, if it ended itself
-            verdicts.append(_stopped(exercise, gone.why, timeout, proc.returncode, readers[1].text()))
+            stderr.join(timeout=REAP_SECONDS if gone.why == "ended" else 0)  # its last words, if it ended itself
+            verdicts.append(_stopped(exercise, gone.why, timeout, proc.returncode, stderr.text()))
             break
     return verdicts
 
 
-def _end_the_check(proc: subprocess.Popen, before: set[int], readers: list["_Drain"]) -> None:
-    """End every process of the check, even after a clean exit: the child's group holds what the learner's code
-    started, and what it detached from that group (setsid) is found as a descendant."""
+def _kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    end_descendants(proc, before)
+
+
+def _end_the_check(proc: subprocess.Popen, children_before: set[int], stderr: "_Drain") -> None:
+    """End every process of the check, even after a clean exit: the child's group holds what the learner's code
+    started, and what it detached from that group (setsid) is found as a descendant."""
+    _kill_group(proc)
+    end_descendants(proc, children_before)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=REAP_SECONDS)
-    for reader in readers:
-        reader.join(timeout=REAP_SECONDS)
+    stderr.join(timeout=REAP_SECONDS)
 
 
 @contextlib.contextmanager
-def adopting_orphans():
+def adopting_orphans() -> Iterator[set[int]]:
     """While the check runs, this process adopts the orphans of its descendants (Linux): a process the learner's code
     detached (`setsid`, then its parent exits) stays a descendant, which `end_descendants` finds. Yields the children
     this process had before, which are not the check's."""
@@ -304,27 +308,24 @@ def _stopped(exercise: Exercise, why: str, timeout: float, code: int | None, std
     last = (stderr.strip().splitlines() or [""])[-1][:200] or _("nothing on stderr (does your file call os._exit?)")
     if code == 0:
         return Verdict.failed(exercise, "exited", _(
-            "your file ended the checking process (exit code {code}) before its checks finished: remove the "
+            "your file ended the process that runs it (exit code {code}) before its checks finished: remove the "
             "os._exit, sys.exit or exit() call (a file of functions is imported, not run)").format(code=code))
     return Verdict.failed(exercise, "crashed", _(
-        "the checking process stopped (exit code {code}) while checking this file: {last}").format(
+        "the process that runs your file stopped (exit code {code}) while it was checked: {last}").format(
         code=code, last=last))
 
 
 class _Drain(threading.Thread):
-    """Read a pipe to its end, keeping its first `keep` bytes (all of them when `keep` is None)."""
+    """Read a pipe to its end, keeping its first `STDERR_KEPT` bytes."""
 
-    def __init__(self, pipe: IO[bytes], keep: int | None = OUTPUT_KEPT) -> None:
+    def __init__(self, pipe: IO[bytes]) -> None:
         super().__init__(daemon=True)
-        self.pipe, self.keep, self.kept = pipe, keep, bytearray()
+        self.pipe, self.kept = pipe, bytearray()
         self.start()
 
     def run(self) -> None:
         for chunk in iter(lambda: self.pipe.read(65536), b""):
-            if self.keep is None:
-                self.kept += chunk
-            elif len(self.kept) < self.keep:
-                self.kept += chunk[: self.keep - len(self.kept)]
+            self.kept += chunk[: max(STDERR_KEPT - len(self.kept), 0)]
         self.pipe.close()
 
     def text(self) -> str:

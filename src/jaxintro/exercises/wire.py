@@ -7,7 +7,7 @@ named by number) and a `Prop` (something the checker asks that process to build:
 function, an Optax optimizer). Unlike pickle, nothing in a message runs code in the process that
 reads it. On a pipe a frame starts with `MAGIC` and its length, so bytes the learner's code writes
 there are seen as garbage, never read as an answer; a message is at most `MAX_FRAME` bytes, its
-header `MAX_HEADER`, its values `MAX_DEPTH` deep (deeper, or bigger, a value is sent as a Handle).
+header `MAX_HEADER`, its values `MAX_DEPTH` deep (the learner's side sends a value deeper or bigger as a Handle).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any, Callable
 import numpy as np
 
 MAGIC = b"jaxintro"  # every frame starts with it
-MAX_FRAME = 64 << 20  # bytes: above the largest message a check sends (12 MB of exercise 11's probe weights)
+MAX_FRAME = 64 << 20  # bytes: above the largest message a check sends (exercise 11's identity weights, 12 MB)
 MAX_HEADER = 4 << 20  # bytes of JSON: the arrays' bytes come apart, so a header is small
 MAX_DEPTH = 64  # dicts, lists and tuples nested deeper are a Handle
 _LENGTH = struct.Struct(">Q")
 HEAD_SIZE = len(MAGIC) + _LENGTH.size  # a frame's magic and length
-_NUMBERS = "biufc"  # the kinds of NumPy dtype sent as arrays (bool, ints, floats, complex), and ml_dtypes' floats
+_NUMBERS = "biufc"  # the kinds of NumPy dtype sent as arrays: bool, ints, floats, complex
 
 
 class Garbled(Exception):
@@ -36,7 +36,8 @@ class Garbled(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Handle:
-    """An object kept in the learner's process (an optimizer their code returned, an optimizer state), by number."""
+    """An object held in the learner's process, by number: one that is not data (a function, an optimizer's `update`),
+    or data held on purpose (`Hold`: exercise 4's optimizer states, handed back to the learner's code as they are)."""
 
     number: int
     kind: str  # its type's name, for messages
@@ -45,16 +46,16 @@ class Handle:
 @dataclasses.dataclass
 class Prop:
     """Something the learner's process builds from `kind` and `spec` and passes to the learner's code; what it saw
-    there comes back in `seen` after each call it was part of."""
+    there comes back in `observed` after each call it was part of."""
 
     kind: str
     spec: dict
-    seen: dict = dataclasses.field(default_factory=dict)
+    observed: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
-class Keep:
-    """Wraps a value the learner's side keeps and sends as a Handle, even where it is data (a state to pass back)."""
+class Hold:
+    """Wraps a value the learner's side holds and sends as a Handle, even where it is data (a state to pass back)."""
 
     value: Any
 
@@ -96,11 +97,11 @@ def frame_length(head: bytes) -> int:
     return length
 
 
-def pack(values: dict[str, Any], *, keep: Callable[[Any], int] | None = None) -> bytes:
-    """One message of `values`. `keep(obj)` stores an object that is not data (only the learner's side has one) and
-    returns its number; without it such an object is a TypeError."""
+def pack(values: dict[str, Any], *, hold: Callable[[Any], int] | None = None) -> bytes:
+    """One message of `values`. `hold(obj)` stores an object that is not data (only the learner's side has one) and
+    returns its number; without it (the checker's side) such an object is a TypeError, as a value too deep or big."""
     arrays: list[bytes] = []
-    body = {name: _encode(value, arrays, keep, 0) for name, value in values.items()}
+    body = {name: _encode(value, arrays, hold, 0) for name, value in values.items()}
     text = json.dumps({"body": body, "sizes": [len(a) for a in arrays]}).encode()
     return b"".join([_LENGTH.pack(len(text)), text, *arrays])
 
@@ -130,8 +131,8 @@ def fits(message: bytes) -> bool:
     return len(message) <= MAX_FRAME and _LENGTH.unpack_from(message)[0] <= MAX_HEADER
 
 
-def _encode(value: Any, arrays: list[bytes], keep: Callable[[Any], int] | None, depth: int) -> Any:
-    encode = functools.partial(_encode, arrays=arrays, keep=keep, depth=depth + 1)
+def _encode(value: Any, arrays: list[bytes], hold: Callable[[Any], int] | None, depth: int) -> Any:
+    encode = functools.partial(_encode, arrays=arrays, hold=hold, depth=depth + 1)
     if value is None or type(value) in (bool, int, float, str):
         return value
     array = _as_array(value)
@@ -143,9 +144,9 @@ def _encode(value: Any, arrays: list[bytes], keep: Callable[[Any], int] | None, 
         return {"h": value.number, "kind": value.kind}
     if isinstance(value, Prop):
         return {"p": value.kind, "spec": encode(value.spec)}
-    if keep is not None and (isinstance(value, Keep) or depth >= MAX_DEPTH):
-        kept = value.value if isinstance(value, Keep) else value
-        return {"h": keep(kept), "kind": type(kept).__name__}
+    if hold is not None and (isinstance(value, Hold) or depth >= MAX_DEPTH):
+        held = value.value if isinstance(value, Hold) else value
+        return {"h": hold(held), "kind": type(held).__name__}
     if type(value) is dict:
         return {"d": [[encode(k), encode(v)] for k, v in value.items()]}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -154,9 +155,9 @@ def _encode(value: Any, arrays: list[bytes], keep: Callable[[Any], int] | None, 
         return {"l" if type(value) is list else "t": [encode(v) for v in value]}
     if _is_jax(value) and _is_key(value):
         return _encode_key(value, arrays)
-    if keep is None:
+    if hold is None:
         raise TypeError(f"not data: {type(value).__name__}")
-    return {"h": keep(value), "kind": type(value).__name__}
+    return {"h": hold(value), "kind": type(value).__name__}
 
 
 def _as_array(value: Any) -> np.ndarray | None:
@@ -170,7 +171,7 @@ def _as_array(value: Any) -> np.ndarray | None:
             return None
     else:
         return None
-    if array.dtype.kind not in _NUMBERS and array.dtype.type.__module__ != "ml_dtypes":
+    if array.dtype.kind not in _NUMBERS and array.dtype.type.__module__ != "ml_dtypes":  # bfloat16 & co. are kind V
         return None  # strings, bytes, records, objects: not numbers
     return array
 
@@ -233,7 +234,7 @@ def _decode_array(value: dict, arrays: list[bytes]) -> Any:
     import jax
     import jax.numpy as jnp
 
-    dtype = np.dtype(jnp.dtype(str(value["dtype"])))  # bfloat16 and the other ml_dtypes too; NumPy refuses "object"
+    dtype = np.dtype(str(value["dtype"]))  # bfloat16 and the other ml_dtypes by name, once JAX has loaded them
     array = np.frombuffer(arrays[value["a"]], dtype=dtype).reshape([int(n) for n in value["shape"]])
     # A JAX array stays one, unless this side's JAX would narrow its dtype (float64 where x64 is off): then NumPy's.
     if value["kind"] == "jax" and jax.dtypes.canonicalize_dtype(dtype) == dtype:
