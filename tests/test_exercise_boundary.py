@@ -17,7 +17,7 @@ import pytest
 from jaxintro import i18n
 from jaxintro.exercises import wire
 from jaxintro.exercises.catalog import EXERCISES, by_number
-from jaxintro.exercises.learner import InProcess, Learner
+from jaxintro.exercises.learner import InProcess, Learner, ProberGone
 from jaxintro.exercises.runner import check_in_child
 
 
@@ -162,3 +162,44 @@ def test_a_function_asked_for_again_under_the_same_transformations_is_traced_onc
         assert np.array_equal(learner["f"].vmap().jit()(jnp.ones(3)), 2 * np.ones(3))
     learner["f"].vmap().jit()(jnp.ones(4))  # another shape: traced again
     assert learner["count"]() == 2
+
+
+class _Replies:
+    """A transport that answers every request with the next of `replies` (what a forged frame could hold)."""
+
+    def __init__(self, *replies: dict) -> None:
+        self.replies = list(replies)
+
+    def exchange(self, message: bytes, deadline: float) -> bytes:
+        return wire.pack(self.replies.pop(0))
+
+
+@pytest.mark.parametrize("ask, reply", [
+    ("load", {"callables": 0}),
+    ("load", {"syntax_error": {"line": "3", "message": "bad"}}),
+    ("load", {"raised": {"type": "E", "kinds": [1], "message": "", "line": None, "functions": []}}),
+    ("report", {"printed": "many", "output": "", "tracer": "", "x64": False, "opened": []}),
+    ("report", {"printed": 0, "output": "", "tracer": "", "x64": 0, "opened": []}),
+    ("call", {"observed": []}),  # neither a value nor what was raised
+    ("call", {"value": 1}),  # no word on the props
+    ("call", {"value": 1, "observed": []}),  # one prop was sent, none observed
+    ("call", {"raised": {"type": "E", "kinds": ["E"], "message": "", "line": "7", "functions": []}, "observed": [{}]}),
+])
+def test_an_answer_that_is_not_the_one_asked_for_is_garbled_never_a_value(ask, reply, tmp_path):
+    """Every answer is read for its shape before a check sees it: a forged one ends the check as `garbled`."""
+    def asked(learner: Learner):
+        if ask == "load":
+            return learner.load(tmp_path / "f.py")
+        if ask == "report":
+            return learner.report()
+        prop = wire.Prop("slow_without_jit", {"eager_s": 0.0})
+        return learner["f"](prop), prop.observed
+
+    with pytest.raises(ProberGone) as gone:
+        asked(Learner(_Replies(reply)))
+    assert gone.value.why == "garbled"
+    well_formed = {"load": {"callables": ["f"]}, "report": {"printed": 0, "output": "", "tracer": "", "x64": False,
+                                                            "opened": []},
+                   "call": {"value": 1, "observed": [{"runs": [True]}]}}[ask]
+    assert asked(Learner(_Replies(well_formed))) == {"load": well_formed, "report": well_formed,
+                                                     "call": (1, {"runs": [True]})}[ask]
