@@ -14,24 +14,11 @@ import numpy as np
 import optax
 import pytest
 
-from jaxintro import i18n
 from jaxintro.exercises import wire
 from jaxintro.exercises.catalog import EXERCISES, by_number
 from jaxintro.exercises.learner import InProcess, Learner, ProberGone
 from jaxintro.exercises.runner import check_in_child
-
-
-@pytest.fixture(autouse=True)
-def english():
-    i18n.set_language("en")
-    yield
-    i18n.set_language("en")
-
-
-def write(folder: Path, exercise, text: str) -> Path:
-    path = folder / exercise.filename
-    path.write_text(text, encoding="utf-8")
-    return path
+from test_exercises import english, write  # noqa: F401 (the autouse fixture, English messages, applies here too)
 
 
 def received(value):
