@@ -278,10 +278,21 @@ def test_one_evaluation_scores_every_member_and_the_ensemble(data):
     np.testing.assert_allclose(loss[3], ensemble_loss, rtol=1e-5)
 
 
-def test_a_diverged_member_is_reported_and_left_out(data):
+def test_a_diverged_member_is_reported_and_left_out(data, monkeypatch):
+    from jaxintro import train
+
     config = TrainConfig(**SMALL, optimizer="sgd", lr_grid=(0.1, 1e12), seeds=1)
+    scored, real = [], train.score_unseen
+
+    def spy(eval_fn, params, test, held_out, diverged, *, ends):
+        scored.append((held_out is None, sorted(diverged)))
+        return real(eval_fn, params, test, held_out, diverged, ends=ends)
+
+    monkeypatch.setattr(train, "score_unseen", spy)
     with pytest.warns(RuntimeWarning, match="member 1 diverged"):
         result = fit(config, data, log=quiet)
+    # The epoch it diverged in scores the test set again, without it (the ensemble's number is of those used).
+    assert scored == [(True, []), (True, [1])]
     last = result.history[-1]
     assert math.isfinite(last.members["test_accuracy"][0]) and math.isnan(last.members["test_accuracy"][1])
     assert last.test_accuracy == last.members["test_accuracy"][0]

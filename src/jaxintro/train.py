@@ -237,8 +237,8 @@ def fit(
             if unseen is not None:
                 trainer.layout.check_epoch(metrics, unseen.loss, epoch, trainer.steps_per_epoch, diverged,
                                            held_out=is_held_out)
-        if len(diverged) > known:  # a member diverged in this epoch: the ensemble is scored again without it
-            test, scores = score_unseen(eval_fn, state.params, (x_test, y_test), held_out, diverged, ends=ends)
+        if len(diverged) > known and test is not None:  # a member diverged now: the test ensemble, again, without it
+            test, _none = score_unseen(eval_fn, state.params, (x_test, y_test), None, diverged, ends=True)
         eval_seconds += time.perf_counter() - eval_start
         if epoch == epochs[0]:
             release_free_memory()  # the evaluation program was compiled just now
