@@ -12,7 +12,7 @@ import pytest
 from jaxintro import grid, record
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError, TrainingDivergedError
-from jaxintro.grid import Member, Setting
+from jaxintro.grid import Member, Setting, diverged_in
 
 SWEEP = TrainConfig(lr_grid=(1e-3, 3e-3), seeds=2, seed=5)
 SWEEP_WD = TrainConfig(lr_grid=(1e-3,), weight_decay_grid=(0.0, 1e-4), seeds=2, optimizer="adamw")
@@ -273,3 +273,8 @@ def test_a_diverged_members_held_out_scores_are_nan_and_left_out_of_the_mean():
     assert row.members["val_loss"][0] == 0.1 and math.isnan(row.members["val_loss"][1])
     assert row.val_accuracy == 0.9 and row.val_loss == 0.1
     assert row.as_row()["members"]["val_accuracy"] == [0.9, None]  # null in metrics.jsonl, as a diverged test score
+
+
+def test_a_diverged_member_is_read_from_its_loss_null_in_the_file_nan_in_memory():
+    assert diverged_in({"members": {"loss": [0.5, float("nan"), None, float("inf")]}}) == [1, 2, 3]
+    assert diverged_in({"loss": 0.5}) == []  # a single run's row

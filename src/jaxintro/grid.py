@@ -123,9 +123,10 @@ def chosen_setting(config: TrainConfig, row: dict[str, Any]) -> Setting:
 
 
 def diverged_in(row: dict[str, Any]) -> list[int]:
-    """The members a `metrics.jsonl` row reports as diverged (null numbers: its loss, which every epoch has); none for
-    a single run's row."""
-    return [k for k, loss in enumerate(row.get("members", {}).get("loss", [])) if loss is None]
+    """The members a row reports as diverged: their loss, which every epoch has, is null in `metrics.jsonl` and NaN in
+    a row still in memory; none for a single run's row."""
+    losses = row.get("members", {}).get("loss", [])
+    return [k for k, loss in enumerate(losses) if loss is None or not math.isfinite(loss)]
 
 
 def headline_accuracy(config: TrainConfig, row: dict[str, Any]) -> float | None:

@@ -204,7 +204,7 @@ class Members:
 
     def used_at(self, row: EpochMetrics) -> Choice:
         """The members the run would be used through after this epoch (a sweep: the epoch's best setting's seeds)."""
-        return choose_members(self.config, row.members[judged_by(row.members)], diverged_in(row.as_row()))
+        return choose_members(self.config, row.members[judged_by(row.members)], diverged_in({"members": row.members}))
 
 
 # ---------------------------------------------------------------- the ensemble
