@@ -291,7 +291,7 @@ function renderCurves(rows) {
   const curves = (train, test, heldOut) => [
     { name: text.train, color: "#2f6fdf", points: pick(train) },
     { name: text.test, color: "#d9480f", points: pick(test) },
-    { name: text.held_out, color: "#2b8a3e", points: pick(heldOut) },
+    { name: text.held_out, color: "#9467bd", points: pick(heldOut) },  // curves.png's tab:purple
   ].filter((s) => s.points.length);
   chart($("chart-loss"), curves("loss", "test_loss", "val_loss"), text.loss);
   chart($("chart-accuracy"), curves("train_accuracy", "test_accuracy", "val_accuracy"), text.accuracy,
