@@ -17,7 +17,7 @@ from pathlib import Path
 import jupytext
 
 from jaxintro.cli import build_parser, shows_default
-from jaxintro.i18n import current_language, set_language
+from jaxintro.i18n import in_language
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACE = re.compile(r"^\{\{ (notebook|readme|flags): ([\w.]+) \}\}$", re.M)
@@ -45,17 +45,13 @@ def readme(source: Path) -> str:
 
 def flags(command: str, language: str) -> str:
     """`jaxintro COMMAND`'s flags as a markdown table (flag, default, what it does), in `language`."""
-    previous = current_language()
-    set_language(language)  # the help strings are translated as the parser is built
-    try:
+    with in_language(language):  # the help strings are translated as the parser is built
         parser = build_parser()
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         formatter = argparse.HelpFormatter(f"jaxintro {command}")  # the help alone: the default has its column
         rows = [flag_row(action, formatter) for action in commands.choices[command]._actions if action.option_strings]
-        head = f"| {' | '.join(FLAG_COLUMNS[language])} |\n| --- | --- | --- |\n"
-        return head + "\n".join(rows) + "\n"
-    finally:
-        set_language(previous)  # the build's own language, as it was
+    head = f"| {' | '.join(FLAG_COLUMNS[language])} |\n| --- | --- | --- |\n"
+    return head + "\n".join(rows) + "\n"
 
 
 def flag_row(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:

@@ -45,6 +45,17 @@ def current_language() -> str:
     return _language
 
 
+@contextlib.contextmanager
+def in_language(flag: str | None):
+    """Messages in `flag`'s language inside the block, and in the one installed before it afterwards."""
+    previous = current_language()
+    set_language(flag)
+    try:
+        yield
+    finally:
+        set_language(previous)
+
+
 # Languages that write a decimal comma and group thousands with a point (78.821 muestras/s, 82,78%; the percent
 # sign stays where the messages put it, next to the number, so the catalog's own "{x:.2f}%" reads the same).
 DECIMAL_COMMA = frozenset({"es"})

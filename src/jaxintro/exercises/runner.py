@@ -29,7 +29,7 @@ from typing import IO, Callable, Iterator
 from jaxintro.data import default_cache_dir
 from jaxintro.exercises.catalog import Exercise
 from jaxintro.exercises.learner import Child, InProcess, Learner, ProberGone
-from jaxintro.i18n import _, current_language, set_language
+from jaxintro.i18n import _, in_language
 
 STDERR_KEPT = 4000  # bytes of the child's stderr kept: its last line explains a crash
 REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
@@ -160,14 +160,12 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     """
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
-    language = current_language()
-    set_language(lang)
     to_child, requests = os.pipe()
     answers, from_child = os.pipe()
     command = [sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
                "--out-fd", str(from_child)]
     try:
-        with adopting_orphans() as children_before:
+        with in_language(lang), adopting_orphans() as children_before:
             try:
                 # Its prints reach us through Python's own streams, captured there; what it writes to the
                 # descriptors goes nowhere, but its stderr, whose last line explains a crash.
@@ -186,7 +184,6 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     finally:
         os.close(requests)
         os.close(answers)
-        set_language(language)
 
 
 def _settle_a_checking_command() -> None:
