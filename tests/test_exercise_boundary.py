@@ -190,3 +190,20 @@ def test_an_answer_that_is_not_the_one_asked_for_is_garbled_never_a_value(ask, r
                    "call": {"value": 1, "observed": [{"runs": [True]}]}}[ask]
     assert asked(Learner(_Replies(well_formed))) == {"load": well_formed, "report": well_formed,
                                                      "call": (1, {"runs": [True]})}[ask]
+
+
+def test_the_childs_temp_files_go_with_the_check_even_where_the_temp_folder_is_on_the_path_to_the_solutions(
+        tmp_path, monkeypatch):
+    """A clone under /tmp puts the temp folder on the path to the solutions, where Landlock leaves a new temp file
+    unreadable: the child's temp files then go to a folder of their own, which the killed child cannot remove. The
+    check makes it, and removes it, whatever the child does."""
+    from jaxintro.exercises.catalog import SOLUTIONS
+
+    temp = SOLUTIONS.parent  # on the path, as /tmp is to a clone there
+    before = set(temp.iterdir())
+    monkeypatch.setenv("TMPDIR", str(temp))
+    exercise = by_number(5)
+    text = exercise.reference() + "\nimport tempfile\n_made = tempfile.NamedTemporaryFile(delete=False)\n"
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert verdict.passed, verdict
+    assert set(temp.iterdir()) == before

@@ -19,9 +19,11 @@ import ctypes
 import dataclasses
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Callable, Iterator
@@ -160,6 +162,8 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     """
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+    # The child's temp files in a folder of the check's, removed here: the child is killed, so it removes nothing.
+    env["TMPDIR"] = temp = tempfile.mkdtemp(prefix="jaxintro-check-")
     to_child, requests = os.pipe()
     answers, from_child = os.pipe()
     command = [sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
@@ -184,6 +188,7 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     finally:
         os.close(requests)
         os.close(answers)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _settle_a_checking_command() -> None:
