@@ -179,9 +179,3 @@ def key_text(seed: int) -> str:
 def unchanged(before: Any, after: Any) -> bool:
     """True when the same values sit at the same places (the learner did not mutate an input)."""
     return close(before, after, tol=0.0)
-
-
-def snapshot(tree: Any) -> Any:
-    """A deep copy of a pytree's structure and values, to compare after a call."""
-    return jax.tree.map(lambda leaf: np.array(leaf), tree)
-
