@@ -78,3 +78,50 @@ def test_a_second_ctrl_c_quits_in_the_middle_of_a_long_compiled_epoch(tmp_path, 
     # It did not wait for the running epoch: it left in a fraction of one epoch's time.
     assert waited < epoch_seconds / 2, (waited, epoch_seconds)
     assert load_run(tmp_path / "r").epoch == 1  # the checkpoint written before is intact
+
+
+# Sends SIGINT to itself at each step of GracefulStop's setup (before/after the wake-up pipe, before/after the
+# handler), through libc so that Python runs no handler at the send, and says what became of each Ctrl-C.
+SETUP_RACE = r"""
+import ctypes, json, os, signal, sys, time
+from jaxintro.signals import GracefulStop
+
+libc = ctypes.CDLL(None)
+real = {"set_wakeup_fd": signal.set_wakeup_fd, "signal": signal.signal}
+outcomes = {}
+for name in real:
+    for when in ("before", "after"):
+        def send_once(*args, _name=name, _when=when, _sent=[], **kwargs):
+            if _when == "before" and not _sent:
+                _sent.append(libc.kill(os.getpid(), signal.SIGINT))
+            result = real[_name](*args, **kwargs)
+            if _when == "after" and not _sent:
+                _sent.append(libc.kill(os.getpid(), signal.SIGINT))
+            return result
+        setattr(signal, name, send_once)
+        try:
+            with GracefulStop() as stop:
+                setattr(signal, name, real[name])
+                deadline = time.monotonic() + 5
+                while not stop.requested and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                outcome = "stop requested" if stop.requested else "lost"
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        setattr(signal, name, real[name])
+        restored = signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.set_wakeup_fd(-1) == -1
+        outcomes[f"{when} {name}"] = [outcome, restored]
+print(json.dumps(outcomes))
+"""
+
+
+def test_a_ctrl_c_while_the_watcher_is_being_installed_is_never_lost():
+    # The old order (handlers, then the wake-up pipe) lost a Ctrl-C sent between the two: `jaxintro serve`, stopped
+    # as soon as it printed "Ctrl-C to stop", then served on.
+    done = subprocess.run([sys.executable, "-c", SETUP_RACE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outcomes = json.loads(done.stdout)
+    assert len(outcomes) == 4
+    for step, (outcome, restored) in outcomes.items():
+        assert outcome in ("stop requested", "KeyboardInterrupt"), step  # the Ctrl-C did something, at once
+        assert restored, step  # and the process's handlers are as they were before the `with`

@@ -579,15 +579,16 @@ def serve(run_dir: Path | None, *, host: str = "127.0.0.1", port: int = 8000, op
         server.app = load_app(run_dir, data_dir, setting)  # type: ignore[attr-defined]
         url = page_url(server.server_address[0], server.server_address[1])
         app: App = server.app  # type: ignore[attr-defined]
-        print(_("Serving {run_dir} ({model} on {dataset}, epoch {epoch}) at {url}  (Ctrl-C to stop)").format(
-            run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset.name, epoch=app.run.epoch,
-            url=url), flush=True)
-        if open_browser:
-            import webbrowser
-
-            webbrowser.open(url)
-        # The signal watcher's thread stops the serving loop (which runs in this, the main, thread).
+        # The signal watcher's thread stops the serving loop (which runs in this, the main, thread). It is in place
+        # before the line that says "Ctrl-C to stop", so a Ctrl-C as soon as that line shows stops the server.
         with GracefulStop(on_stop=server.shutdown, stopping=N_("stopping the server")):
+            print(_("Serving {run_dir} ({model} on {dataset}, epoch {epoch}) at {url}  (Ctrl-C to stop)").format(
+                run_dir=run_dir, model=app.run_info()["model"], dataset=app.run.dataset.name, epoch=app.run.epoch,
+                url=url), flush=True)
+            if open_browser:
+                import webbrowser
+
+                webbrowser.open(url)
             server.serve_forever(poll_interval=0.2)
         print(_("Stopped."), flush=True)
         return 0

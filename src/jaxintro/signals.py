@@ -58,10 +58,18 @@ class GracefulStop:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
         self._pipe = (read_fd, write_fd)
-        for signum in self._signals:
-            # A do-nothing Python handler: the watcher thread does the work, as soon as the signal arrives.
-            self._previous[signum] = signal.signal(signum, lambda *_: None)
-        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        # The wake-up pipe before the handlers: in the other order a signal between the two met the do-nothing
+        # handler with no pipe to write to, and was lost. In this order none is: `signal.signal` runs a pending
+        # signal's old handler before it installs the new one (a Ctrl-C that early raises KeyboardInterrupt, and
+        # then everything is put back; if it lands before the old fd is stored, -1, which nothing else here sets).
+        try:
+            self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            for signum in self._signals:
+                # A do-nothing Python handler: the watcher thread does the work, as soon as the signal arrives.
+                self._previous[signum] = signal.signal(signum, lambda *_: None)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         self._thread = threading.Thread(target=self._watch, name="jaxintro-signals", daemon=True)
         self._thread.start()
         return self
