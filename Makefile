@@ -49,15 +49,18 @@ install: $(STAMP)
 train: $(STAMP)
 	$(BIN)/jaxintro train $(ARGS)
 
-# Two workers (pytest-xdist) take tests as they free up: while one test waits (a heartbeat, a browser, a child's
-# time limit), the other computes. `make test WORKERS=0` runs them all in one process.
-WORKERS ?= 2
+# Three workers (pytest-xdist) on two cores take tests as they free up: while one test waits (a heartbeat, a
+# browser, a child's time limit), the others compute (with two, the cores were busy 1.77 of 2 on average).
+# `make test WORKERS=0` runs them all in one process. Python may keep the bytecode it compiles (ignored by git):
+# the suite starts hundreds of Pythons, and each would otherwise compile jaxintro's modules and the tests again.
+WORKERS ?= 3
+PYTEST  := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 test: test-setup
-	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal $(ARGS)
+	$(PYTEST) $(ARGS)
 
 test-fast: test-setup
-	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow" $(ARGS)
 
 # The tests that must hold on every backend (`-m backend`: the lesson's math, per-example gradients, resume and the
 # checkpoint round trip, members as their single runs, the speedrun's arithmetic), in one process: on a TPU one
