@@ -55,41 +55,45 @@ class GracefulStop:
     def __enter__(self) -> "GracefulStop":
         if threading.current_thread() is not threading.main_thread():
             return self  # signals belong to the main thread; elsewhere (tests, libraries) nothing is installed
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        self._pipe = (read_fd, write_fd)
-        # The wake-up pipe before the handlers: in the other order a signal between the two met the do-nothing
-        # handler with no pipe to write to, and was lost. In this order none is: `signal.signal` runs a pending
-        # signal's old handler before it installs the new one (a Ctrl-C that early raises KeyboardInterrupt, and
-        # then everything is put back; if it lands before the old fd is stored, -1, which nothing else here sets).
+        # First the wake-up pipe, then the handlers. In the other order a signal between the two met the do-nothing
+        # handler with no pipe, and was lost. Now a Ctrl-C before our SIGINT handler meets Python's default one,
+        # which raises KeyboardInterrupt (at the latest inside `signal.signal`, which runs pending handlers first),
+        # and `except` undoes the setup; after it, every signal reaches the pipe.
         try:
-            self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self._pipe = os.pipe()
+            os.set_blocking(self._pipe[1], False)
+            self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
             for signum in self._signals:
                 # A do-nothing Python handler: the watcher thread does the work, as soon as the signal arrives.
                 self._previous[signum] = signal.signal(signum, lambda *_: None)
+            watcher = threading.Thread(target=self._watch, args=(self._pipe[0],), name="jaxintro-signals",
+                                       daemon=True)
+            watcher.start()
+            self._thread = watcher
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        self._thread = threading.Thread(target=self._watch, name="jaxintro-signals", daemon=True)
-        self._thread.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._pipe is None:
             return
-        signal.set_wakeup_fd(self._previous_fd)
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
         read_fd, write_fd = self._pipe
-        os.close(write_fd)  # ends the watcher's read with EOF
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        os.close(read_fd)
-        self._pipe = None
+        try:
+            # The handlers before the pipe, the reverse of `__enter__`: a signal in between meets the handler from
+            # before the `with` (Ctrl-C: KeyboardInterrupt), never the do-nothing one with no pipe.
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+        finally:
+            signal.set_wakeup_fd(self._previous_fd)
+            os.close(write_fd)  # ends the watcher's read with EOF, once it has read what came before
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            os.close(read_fd)
+            self._pipe, self._thread = None, None
 
-    def _watch(self) -> None:
-        read_fd = self._pipe[0]  # type: ignore[index]
+    def _watch(self, read_fd: int) -> None:
         while True:
             try:
                 data = os.read(read_fd, 64)
