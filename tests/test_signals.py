@@ -83,7 +83,7 @@ def test_a_second_ctrl_c_quits_in_the_middle_of_a_long_compiled_epoch(tmp_path, 
 # Sends SIGINT to itself just before or after a step of GracefulStop's setup or teardown (its wake-up pipe, its
 # handler), through libc so that the signal lands exactly at that step, and says what became of each Ctrl-C.
 RACE = r"""
-import ctypes, json, os, signal, sys, time
+import ctypes, json, os, signal, sys, threading, time
 from jaxintro.signals import GracefulStop
 
 libc = ctypes.CDLL(None)
@@ -119,8 +119,9 @@ for phase in ("setup", "teardown"):
             except KeyboardInterrupt:
                 outcome = "KeyboardInterrupt"
             setattr(signal, name, real[name])
-            restored = signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.set_wakeup_fd(-1) == -1
-            outcomes[f"{phase}: {when} {name}"] = [outcome, restored]
+            handlers = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            watcher_gone = stop._pipe is None and not any(t.name == "jaxintro-signals" for t in threading.enumerate())
+            outcomes[f"{phase}: {when} {name}"] = [outcome, handlers, watcher_gone, signal.set_wakeup_fd(-1) == -1]
 print(json.dumps(outcomes))
 """
 
@@ -132,8 +133,9 @@ def test_a_ctrl_c_while_the_watcher_is_set_up_or_taken_down_is_never_lost():
     assert done.returncode == 0, done.stderr
     outcomes = json.loads(done.stdout)
     assert len(outcomes) == 8
-    for step, (outcome, restored) in outcomes.items():
+    for step, (outcome, handlers, watcher_gone, wakeup_fd) in outcomes.items():
         assert outcome in ("stop requested", "KeyboardInterrupt"), (step, outcome)  # the Ctrl-C did something
-        # And the process's handlers are as they were before the `with`; but a KeyboardInterrupt in the teardown's
-        # last step (raised in our sender, before the real call) ends the process with the pipe still set.
-        assert restored or step == "teardown: before set_wakeup_fd", step
+        # And the process is as it was before the `with`: its handlers, no pipe, no watcher; and no wake-up fd, but
+        # where the KeyboardInterrupt is raised in our sender, before the real call that would have restored it.
+        assert handlers and watcher_gone, step
+        assert wakeup_fd or step == "teardown: before set_wakeup_fd", step

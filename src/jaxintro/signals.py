@@ -86,12 +86,14 @@ class GracefulStop:
             for signum, handler in self._previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
         finally:
-            signal.set_wakeup_fd(self._previous_fd)
-            os.close(write_fd)  # ends the watcher's read with EOF, once it has read what came before
-            if self._thread is not None:
-                self._thread.join(timeout=5)
-            os.close(read_fd)
-            self._pipe, self._thread = None, None
+            try:
+                signal.set_wakeup_fd(self._previous_fd)
+            finally:  # a Ctrl-C raised at the line above still closes the pipe and ends the watcher
+                os.close(write_fd)  # ends the watcher's read with EOF, once it has read what came before
+                if self._thread is not None:
+                    self._thread.join(timeout=5)
+                os.close(read_fd)
+                self._pipe, self._thread = None, None
 
     def _watch(self, read_fd: int) -> None:
         while True:
