@@ -145,6 +145,13 @@ def test_the_child_reports_a_crash_a_syntax_error_and_a_flood_of_prints(tmp_path
     assert verdict.key == "exited" and "remove the os._exit" in verdict.message
 
 
+def test_a_crash_after_much_on_stderr_is_explained_by_its_last_line(tmp_path):
+    exercise = by_number(5)
+    text = 'import os\nos.write(2, b"warning " * 2000 + b"\\n")\nos.write(2, b"the cause, last\\n")\nos._exit(3)\n'
+    verdict, = check_in_child([(exercise, write(tmp_path, exercise, text))], "en", timeout=60)
+    assert verdict.key == "crashed" and verdict.message.endswith("the cause, last"), verdict.message
+
+
 def test_a_started_program_neither_delays_the_verdict_nor_outlives_it(tmp_path):
     exercise = by_number(5)
     pid_file = tmp_path / "pid"

@@ -83,7 +83,7 @@ def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = flo
         verdict = Verdict.failed(exercise, "import_error", _(
             "{file} raised {error} at line {line} while loading: {detail}").format(
             file=path.name, error=raised.type_name, line=raised.line or "?",
-            detail=(raised.message.splitlines() or [""])[0][:200]))
+            detail=raised.first_line()))
     elif missing := [name for name in exercise.functions if name not in loaded["callables"]]:
         verdict = Verdict.failed(exercise, "missing_function", _(
             "{file} defines no function {name}: keep the name and signature of the starter file").format(
@@ -318,7 +318,7 @@ def _stopped(exercise: Exercise, why: str, timeout: float, code: int | None, std
 
 
 class _Drain(threading.Thread):
-    """Read a pipe to its end, keeping its first `STDERR_KEPT` bytes."""
+    """Read a pipe to its end, keeping its last `STDERR_KEPT` bytes (a crash explains itself last)."""
 
     def __init__(self, pipe: IO[bytes]) -> None:
         super().__init__(daemon=True)
@@ -327,7 +327,7 @@ class _Drain(threading.Thread):
 
     def run(self) -> None:
         for chunk in iter(lambda: self.pipe.read(65536), b""):
-            self.kept += chunk[: max(STDERR_KEPT - len(self.kept), 0)]
+            self.kept = (self.kept + chunk)[-STDERR_KEPT:]
         self.pipe.close()
 
     def text(self) -> str:
