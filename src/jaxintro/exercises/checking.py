@@ -63,9 +63,8 @@ def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | No
 
 
 def _raised(exc: LearnerRaised, name: str, inputs: str) -> CheckFailed:
-    first = (exc.message.strip().splitlines() or [""])[0][:200]
     said = _("{name}({inputs}) raised {error}: {detail} (line {line} of your file)").format(
-        name=name, inputs=inputs, error=exc.type_name, detail=first, line=exc.line or "?")
+        name=name, inputs=inputs, error=exc.type_name, detail=exc.first_line(), line=exc.line or "?")
     look = what_to_look_at(exc)
     return CheckFailed("raised", f"{said}; {look}" if look else said)
 

@@ -14,7 +14,7 @@ from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, 
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, _softmax, diagnose_forward
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.probe import build_optimizer
-from jaxintro.exercises.wire import Prop, kind_of
+from jaxintro.exercises.wire import Prop, type_name
 from jaxintro.i18n import Code, _
 
 EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
@@ -230,7 +230,7 @@ def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
 
 
 def _first_line(exc: LearnerRaised) -> str:
-    return f"{exc.type_name}: {(exc.message.splitlines() or [''])[0][:120]}"
+    return f"{exc.type_name}: {exc.first_line(120)}"
 
 
 def _check_norms(got, grads: dict, inputs: str) -> None:
@@ -473,7 +473,7 @@ def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, 
         raise CheckFailed("curve_not_array", _(
             "grad_norm_curve({inputs}) returned a {kind}, not an array: jnp.stack the norms into one array of "
             "shape (steps,), ready to plot and to compare").format(
-            inputs=inputs, kind=kind_of(returned)))
+            inputs=inputs, kind=type_name(returned)))
     got = np.asarray(returned, np.float64)
     tx = build_optimizer(prop.spec["parts"])
     want, state, p = [], tx.init(params), params

@@ -28,6 +28,10 @@ class LearnerRaised(Exception):
         super().__init__(message)
         self.type_name, self.kinds, self.message, self.line, self.functions = type_name, kinds, message, line, functions
 
+    def first_line(self, limit: int = 200) -> str:
+        """The message's first line, at most `limit` characters: what a verdict quotes of it."""
+        return (self.message.strip().splitlines() or [""])[0][:limit]
+
     @classmethod
     def read(cls, raised: Any) -> "LearnerRaised":
         """From the child's description of it; ProberGone("garbled") if that is not one."""
