@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
                                          make_params, numpy_tree, unchanged)
 from jaxintro.exercises.learner import Learner, LearnerRaised
-from jaxintro.exercises.wire import kind_of
+from jaxintro.exercises.wire import type_name
 from jaxintro.i18n import N_, _
 
 # Few distinct small dimensions: each new shape compiles the learner's function once more.
@@ -277,7 +277,7 @@ def check_train_step(ns: Learner) -> None:
         out = attempt(train_step, params, state, x, y, name="train_step", inputs=inputs)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
-                                           "{what}").format(what=kind_of(out)))
+                                           "{what}").format(what=type_name(out)))
         want_params, want_state, want_loss, grads = reference(params, state, x, y)
         if not close(out[2], want_loss):
             raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got:.5f}; the loss at the "

@@ -60,12 +60,12 @@ class Hold:
     value: Any
 
 
-def kind_of(value: Any) -> str:
+def type_name(value: Any) -> str:
     """A value's type's name, for messages: a Handle's is that of the object it stands for."""
     return value.kind if isinstance(value, Handle) else type(value).__name__
 
 
-@functools.lru_cache(maxsize=256)
+@functools.cache  # never evicted: two records of one name and fields are always one class
 def record(name: str, fields: tuple[str, ...]) -> type:
     """The named tuple class that stands for a named tuple `name` of the other process (one class per name and fields,
     so that two of them have the same pytree structure)."""
