@@ -427,6 +427,35 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+class CtrlCAtTheLine(io.StringIO):
+    """A stdout whose reader presses Ctrl-C the moment the line "(Ctrl-C to stop)" is printed."""
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if "Ctrl-C to stop" in text:
+            os.kill(os.getpid(), signal.SIGINT)
+        return written
+
+
+def test_a_ctrl_c_as_soon_as_serve_says_ctrl_c_stops_it(digits_run, monkeypatch):
+    # The line promises that Ctrl-C stops the server: the signal watcher must be in place before it is printed.
+    bound: list[Any] = []
+    real_bind = serve.bind
+    monkeypatch.setattr(serve, "bind", lambda host, port: bound.append(real_bind(host, port)) or bound[-1])
+    monkeypatch.setattr(sys, "stdout", CtrlCAtTheLine())
+    forced: list[bool] = []  # a lost Ctrl-C: the server is stopped here, and the test fails
+    timer = threading.Timer(30, lambda: forced.append(True) or (bound and bound[0].shutdown()))
+    timer.start()
+    try:
+        returned = serve.serve(digits_run, port=0)
+    except KeyboardInterrupt as interrupted:  # the Ctrl-C met no watcher
+        returned = interrupted
+    finally:
+        timer.cancel()
+    assert returned == 0 and not forced, returned
+    assert "Stopped." in sys.stdout.getvalue()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_server_cleanly(signum, digits_run, tmp_path):
     # SIGINT with the default run (the newest finished one under runs/), SIGTERM with an explicit RUN_DIR.
