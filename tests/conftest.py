@@ -227,8 +227,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def compiled_cache(tmp_path_factory) -> Path:
-    """The session's one compile-cache folder, shared by both pytest-xdist workers and every process they start:
-    a program either of them compiled, the other reads back. (An entry read while another process still writes
+    """The session's one compile-cache folder, shared by the pytest-xdist workers and every process they start:
+    a program one of them compiled, the others read back. (An entry read while another process still writes
     it fails to decompress: JAX warns and compiles it again.)
 
     Under `make mutation` every mutant's session shares one, in mutants/: a program one of them compiled, the

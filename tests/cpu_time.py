@@ -4,12 +4,12 @@ A pytest plugin that tests/conftest.py registers when CPU_TIME names a file. pyt
 time, which on two busy cores says little about what a test costs (a test that waits on a heartbeat takes time
 and no CPU; a test that starts processes costs CPU its own process never shows):
 
-    CPU_TIME=$PWD/cpu.jsonl make test                          # one JSON line per test, from both workers
+    CPU_TIME=$PWD/cpu.jsonl make test                          # one JSON line per test, from every worker
     .venv/bin/python tests/cpu_time.py cpu.jsonl [BEFORE.jsonl]  # the table; with BEFORE, its CPU beside
 
 A child counts once it has been waited for (`getrusage(RUSAGE_CHILDREN)`): in the test that reaps it, whichever that
 is; a module or session fixture counts in the first test that asks for it. Each line also has the test's start
-(seconds since the epoch) and its pytest-xdist worker, for a timeline of the two workers.
+(seconds since the epoch) and its pytest-xdist worker, for a timeline of the workers.
 """
 
 from __future__ import annotations
