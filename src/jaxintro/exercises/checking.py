@@ -8,6 +8,7 @@ crossing to the process that runs the file; it returns when everything holds and
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import jax
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 
-from jaxintro.exercises.learner import LearnerRaised
+from jaxintro.exercises.learner import Function, LearnerRaised
 from jaxintro.i18n import _
 
 
@@ -46,6 +47,21 @@ def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | No
     if "NotImplementedError" in exc.kinds:
         return CheckFailed("not_implemented", _("{name} still raises NotImplementedError: write it where the TODO "
                                                 "is").format(name=name))
+    if "KeyReuseError" in exc.kinds:
+        return CheckFailed("key_reused", _(
+            "{name}({inputs}): line {line} uses a key that was already used (JAX's key-reuse checker: {detail}); a "
+            "key is used once: split it, draw with each new key once, and keep one of them to split again").format(
+            name=name, inputs=inputs, line=line, detail=exc.first_line(120)))
+    if exc.kinds & {"TracerBoolConversionError", "ConcretizationTypeError"} and _TRUTH_OF_A_KEY.search(exc.source):
+        return CheckFailed("truth_of_a_key", _(
+            "{name}({inputs}) under jax.jit: line {line} asks a key for True or False (`{code}`); to know whether a "
+            "key was given, compare it with None: `if key is not None:` is a Python test of a Python value, fine "
+            "under jit").format(name=name, inputs=inputs, line=line, code=exc.source))
+    if exc.kinds & {"ConcretizationTypeError"} and _TO_A_NUMBER.search(exc.source):
+        return CheckFailed("number_from_traced", _(
+            "{name}({inputs}) under jax.jit: line {line} turns a traced array into a Python number (`{code}`); under "
+            "jit there is no number yet, only its shape: keep it an array (jnp's functions take arrays) and convert "
+            "it, if ever, outside the jitted function").format(name=name, inputs=inputs, line=line, code=exc.source))
     if exc.kinds & {"TracerBoolConversionError", "ConcretizationTypeError"}:
         return CheckFailed("python_if_on_traced", _(
             "{name}({inputs}) under jax.jit: line {line} needs a concrete value (a Python `if`, `bool()`, "
@@ -60,6 +76,12 @@ def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | No
             "{name}({inputs}): line {line} assigns into an array (a[i] = ...); JAX arrays are immutable: "
             "a.at[i].set(...) returns the updated copy").format(name=name, inputs=inputs, line=line))
     return _raised(exc, name, inputs)
+
+
+# The learner's line, read for what it asks of a traced value: the truth of a key (`if key:`, `if not key`), a Python
+# number (`float(x)`, `int(x)`, `x.item()`).
+_TRUTH_OF_A_KEY = re.compile(r"\b(if|while|and|or|not)\s+(not\s+)?\w*key\w*\s*(:|and\b|or\b|else\b|\))")
+_TO_A_NUMBER = re.compile(r"\b(float|int|complex)\(|\.item\(\)|\.tolist\(\)")
 
 
 def _raised(exc: LearnerRaised, name: str, inputs: str) -> CheckFailed:
@@ -111,6 +133,28 @@ def close(a: Any, b: Any, *, tol: float = 1e-4) -> bool:
                    for x, y in zip(la, lb))
     except (TypeError, ValueError):
         return False
+
+
+def keys_used_once(fn: Function, *args: Any, static_argnums: int | tuple = (), name: str, inputs: str,
+                   **kwargs: Any) -> None:
+    """Call the learner's `fn` eagerly, then under `jit`, with JAX's key-reuse checker on (as every call is unless
+    `keys_unchecked`): a key used twice is a `CheckFailed("key_reused")` that names the line. Eagerly the learner's
+    Python runs line by line; under `jit` the checker reads the traced program."""
+    attempt(fn, *args, name=name, inputs=inputs, **kwargs)
+    attempt(fn.jit(static_argnums=static_argnums), *args, name=name, inputs=inputs, **kwargs)
+
+
+def finite_where(got: Any, name: str, inputs: str) -> None:
+    """A `CheckFailed("not_finite")` where the learner's value holds a NaN or an infinity that the reference, finite,
+    does not: a comparison with NaN is False either way, so no check may let one decide (or pass) by a `<` or `>`."""
+    leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(got)
+              if np.issubdtype(np.asarray(leaf).dtype, np.number)]
+    bad = next((leaf for leaf in leaves if not np.all(np.isfinite(leaf))), None)
+    if bad is not None:
+        raise CheckFailed("not_finite", _(
+            "{name}({inputs}) gave {values}, where the lesson's answer is finite: a NaN comes from 0/0, the log or "
+            "the square root of a negative number, inf - inf; an infinity from an overflow or a division by 0"
+        ).format(name=name, inputs=inputs, values=numbers(bad.ravel()[:6])))
 
 
 def shape_of(tree: Any) -> str:

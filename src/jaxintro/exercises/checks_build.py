@@ -5,10 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
-                                         make_params, numpy_tree, unchanged)
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
+                                         keys_used_once, make_batch, make_params, numpy_tree, unchanged)
 from jaxintro.exercises.learner import Learner, LearnerRaised
 from jaxintro.exercises.wire import type_name
 from jaxintro.i18n import N_, _
@@ -21,7 +22,9 @@ mlp_st = st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4]), st.lists(st.s
 
 def check_init_params(ns: Learner) -> None:
     """Shapes for any sizes; the key decides everything; one key per layer; He scale; zero biases; jittable."""
-    init_params = ns["init_params"].jit(static_argnums=1)  # the sizes fix the shapes: static
+    # The sizes fix the shapes: static. The weights are read first with JAX's key-reuse checker off (what they show
+    # says more than the checker's "consumed key"); the checker has the last word.
+    init_params = ns["init_params"].jit(static_argnums=1).keys_unchecked()
 
     @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=3)
     def shapes(case):
@@ -32,6 +35,13 @@ def check_init_params(ns: Learner) -> None:
     sizes = (16,) * 6  # five layers: an answer that assumes the lesson's three splits too few keys
     inputs = describe(key=key_text(0), sizes=sizes)
     a = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
+    finite_where(a, "init_params", inputs)
+    zero = next((name for name, layer in a.items() if not np.any(np.asarray(layer["w"]))), None)
+    if zero:
+        raise CheckFailed("zero_weights", _(
+            "init_params({inputs}): {layer}['w'] is all zeros, so every unit computes the same and learns the same: "
+            "is the scale 0? In Python 2 // fan_in is a floor division, 0 for fan_in > 2; 2 / fan_in is the "
+            "division He init wants").format(inputs=inputs, layer=zero))
     again = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
     if not close(a, again, tol=0.0):
         raise CheckFailed("not_deterministic", _(
@@ -39,10 +49,12 @@ def check_init_params(ns: Learner) -> None:
             "from the key (jax.random), not from NumPy's or Python's global random state").format(inputs=inputs))
     # Under jit, NumPy's random numbers are drawn once, when tracing, and then never change with the key.
     other = attempt(init_params, jax.random.key(1), sizes, name="init_params", inputs=inputs)
-    if close(a["layer1"]["w"], other["layer1"]["w"], tol=0.0):
+    same = next((name for name in a if close(a[name]["w"], other[name]["w"], tol=0.0)), None)  # every layer
+    if same:
         raise CheckFailed("ignores_key", _(
-            "init_params gives the same weights for {k0} and {k1}: the weights must come from the key "
-            "you are given").format(k0=key_text(0), k1=key_text(1)))
+            "init_params gives the same {layer}['w'] for {k0} and {k1}: every layer's weights must come from the key "
+            "you are given (split it; a key made inside the function, jax.random.key(0) or PRNGKey(0), is the same "
+            "at every call)").format(layer=same, k0=key_text(0), k1=key_text(1)))
     _check_keys_split(a, inputs)
     wide = next((f"{name}['{k}']: {leaf.dtype}" for name, layer in a.items() for k, leaf in layer.items()
                  if np.dtype(leaf.dtype) != np.float32), None)
@@ -55,6 +67,7 @@ def check_init_params(ns: Learner) -> None:
             raise CheckFailed("bias_not_zero", _("init_params({inputs}): {layer}['b'] is not all zeros; the lesson "
                                                  "starts biases at 0").format(inputs=inputs, layer=name))
     _check_he_scale(init_params)
+    keys_used_once(ns["init_params"], jax.random.key(0), sizes, static_argnums=1, name="init_params", inputs=inputs)
 
 
 def _check_init_shapes(init_params, seed: int, sizes: tuple[int, ...]) -> None:
@@ -220,8 +233,10 @@ def check_loss_fn(ns: Learner) -> None:
     got = attempt(loss_fn.jit(), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
     if not np.isfinite(float(got)):
         raise CheckFailed("unstable_log_softmax", _(
-            "loss_fn gives {got} when the logits are large (last layer's weights x 10000): softmax rounds a "
-            "probability to 0 and its log is -inf; jax.nn.log_softmax computes the log directly").format(got=got))
+            "loss_fn gives {got} when the logits are large (last layer's weights x 10000): in float32, exp of a "
+            "logit above about 88 overflows to inf, and a probability far below the largest rounds to 0, whose log is "
+            "-inf; jax.nn.log_softmax computes the log-probabilities without either (it subtracts the largest logit "
+            "first)").format(got=got))
 
 
 def _refuse_one_hot(loss_fn, params, x, y, inputs: str) -> None:
@@ -234,8 +249,9 @@ def _refuse_one_hot(loss_fn, params, x, y, inputs: str) -> None:
     if close(got, _reference_loss(params, x, y)):
         raise CheckFailed("one_hot_labels", _(
             "loss_fn({inputs}) is written for one-hot labels (given jax.nn.one_hot(y) it is right), but y holds "
-            "integer classes, shape (batch,): pick each row's log-probability with jnp.take_along_axis(log_probs, "
-            "y[:, None], axis=1)").format(inputs=inputs))
+            "integer classes, shape (batch,): each row's loss is the log-probability at the column its label names; "
+            "pick that one entry per row (the lesson's section on the loss shows how) instead of multiplying by a "
+            "one-hot matrix").format(inputs=inputs))
 
 
 def _diagnose_loss(got, params, x, y) -> str:
@@ -256,15 +272,57 @@ _LOSS_WHY = {
 }
 
 
+def example_grads(params: dict, x, y) -> dict:
+    """Each example's gradient of the lesson's loss, by hand in float64 NumPy (backpropagation through the three
+    layers, one row per example: what jax.grad of one example's loss gives, vmapped or looped)."""
+    p = numpy_tree(params)
+    x = np.asarray(x, np.float64)
+    z1 = x @ p["layer1"]["w"] + p["layer1"]["b"]
+    h1 = np.maximum(z1, 0.0)
+    z2 = h1 @ p["layer2"]["w"] + p["layer2"]["b"]
+    h2 = np.maximum(z2, 0.0)
+    logits = h2 @ p["layer3"]["w"] + p["layer3"]["b"]
+    d3 = _softmax(logits) - np.eye(logits.shape[1])[np.asarray(y)]  # d loss / d logits, row by row
+    d2 = (d3 @ p["layer3"]["w"].T) * (z2 > 0)  # ReLU's gradient is 0 at 0, as JAX's
+    d1 = (d2 @ p["layer2"]["w"].T) * (z1 > 0)
+    outer = lambda a, d: np.einsum("ni,nj->nij", a, d)  # noqa: E731 (each example's weight gradient)
+    return {"layer1": {"b": d1, "w": outer(x, d1)}, "layer2": {"b": d2, "w": outer(h1, d2)},
+            "layer3": {"b": d3, "w": outer(h2, d3)}}
+
+
+# The file's given optimizer, optax.adam(1e-3): the step is checked against Adam computed here, in NumPy, never in the
+# process that runs the file (whose code could change a reference made there).
+LEARNING_RATE, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
+
+
+def batch_grads(params: dict, x, y) -> dict:
+    """The gradient of the lesson's mean loss over the batch (float64 NumPy): the mean of the examples' gradients."""
+    return jax.tree.map(lambda g: g.mean(axis=0), example_grads(params, x, y))
+
+
+def adam_state(count: int, mu: dict, nu: dict) -> tuple:
+    """An `optax.adam` state holding `count`, `mu` and `nu`, as the file's optimizer makes and reads it."""
+    fresh = optax.adam(LEARNING_RATE).init(mu)
+    as32 = lambda tree: jax.tree.map(lambda v: np.asarray(v, np.float32), tree)  # noqa: E731
+    return (fresh[0]._replace(count=np.asarray(count, np.int32), mu=as32(mu), nu=as32(nu)), *fresh[1:])
+
+
+def adam_step(params: dict, state: tuple, grads: dict) -> tuple[dict, tuple]:
+    """One `optax.adam(1e-3)` step in NumPy: (new params, new state)."""
+    count = int(state[0].count) + 1
+    mu = jax.tree.map(lambda m, g: B1 * np.asarray(m, np.float64) + (1 - B1) * g, dict(state[0].mu), grads)
+    nu = jax.tree.map(lambda v, g: B2 * np.asarray(v, np.float64) + (1 - B2) * g ** 2, dict(state[0].nu), grads)
+    new = jax.tree.map(lambda p, m, v: np.asarray(p, np.float64) - LEARNING_RATE * (m / (1 - B1 ** count)) / (
+        np.sqrt(v / (1 - B2 ** count)) + EPS), dict(params), mu, nu)
+    return new, adam_state(count, mu, nu)
+
+
 def check_train_step(ns: Learner) -> None:
     """Jitted; the loss before the step; new params and optimizer state equal value_and_grad + the optimizer's."""
     train_step = ns["train_step"]
     if not train_step.is_jitted():
         raise CheckFailed("not_jitted", _("train_step is not compiled: put @jax.jit above it (the whole step, "
                                           "gradient and update, becomes one XLA program)"))
-    # The reference step uses the file's own given loss_fn and optimizer, so it is made where they live; its
-    # states stay there too (handles), to be handed to train_step as the optimizer made them.
-    states, reference = ns.helper("optimizer_states"), ns.helper("reference_step")
 
     @examples(mlp_st, n=2)
     def agrees(case):
@@ -273,12 +331,17 @@ def check_train_step(ns: Learner) -> None:
         # fresh one, a step that restarts the optimizer would look right.
         params, (x, y) = make_params(seed, tuple(sizes)), make_batch(seed, batch + 1, sizes[0], sizes[-1])
         inputs = describe(params=params, x=x, y=y)
-        fresh, state = states(params, *make_batch(seed + 1, batch + 1, sizes[0], sizes[-1]))  # another batch's step
+        zeros = jax.tree.map(np.zeros_like, numpy_tree(params))
+        fresh = adam_state(0, zeros, zeros)
+        _stepped, state = adam_step(params, fresh, batch_grads(params, *make_batch(seed + 1, batch + 1, sizes[0],
+                                                                                      sizes[-1])))
         out = attempt(train_step, params, state, x, y, name="train_step", inputs=inputs)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
                                            "{what}").format(what=type_name(out)))
-        want_params, want_state, want_loss, grads = reference(params, state, x, y)
+        grads = batch_grads(params, x, y)
+        (want_params, want_state), want_loss = adam_step(params, state, grads), _reference_loss(params, x, y)
+        finite_where(out[2], "train_step", inputs)
         if not close(out[2], want_loss):
             raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got:.5f}; the loss at the "
                                                    "params it was given is {want:.5f}").format(
@@ -290,7 +353,7 @@ def check_train_step(ns: Learner) -> None:
             uphill = [jax.tree.map(lambda p, q: 2 * p - q, params, want_params)]
             uphill += [jax.tree.map(lambda p, g: p + lr * g, params, grads) for lr in rates]
             key = ("params_not_updated" if close(out[0], params, tol=0.0)
-                   else "opt_state_restarted" if close(out[0], reference(params, fresh, x, y)[0], tol=1e-5)
+                   else "opt_state_restarted" if close(out[0], adam_step(params, fresh, grads)[0], tol=1e-5)
                    else "moved_up_the_gradient" if any(close(out[0], step, tol=1e-5) for step in uphill)
                    else "optimizer_not_used" if any(close(out[0], step) for step in sgd)
                    else "mismatch")
@@ -306,7 +369,8 @@ def check_train_step(ns: Learner) -> None:
                                         "which holds Adam's moments and step count; update with that state, "
                                         "never a new optimizer.init)"),
                                     "mismatch": ""}[key]))
-        if not close(out[1], want_state, tol=1e-5):
+        # Leaf by leaf: a state crosses from the file's process as records of optax's names, not optax's classes.
+        if not close(jax.tree.leaves(out[1]), jax.tree.leaves(want_state), tol=1e-5):
             raise CheckFailed("opt_state_not_updated", _(
                 "train_step({inputs}): the returned opt_state is not the one optimizer.update returned: return "
                 "the new opt_state (Adam's moments and step count live there)").format(inputs=inputs))

@@ -9,15 +9,17 @@ import optax
 from hypothesis import example
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, make_batch,
-                                         make_params, numbers, numpy_tree)
-from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, _softmax, diagnose_forward
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
+                                         keys_used_once, make_batch, make_params, numbers, numpy_tree)
+from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
+from jaxintro.exercises.checks_puzzles import require_no_loop
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.probe import build_optimizer
 from jaxintro.exercises.wire import Prop, type_name
-from jaxintro.i18n import Code, _
+from jaxintro.i18n import Code, _, format_number
 
 EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
+SPREAD = (0.1, 0.3, 2.6)  # exercise 14: the timed calls' costs, times work_s (mean 1, median 0.3)
 RATE, WIDTH = 0.2, 1024  # with 1024 units a kept fraction is known to +-0.015: 0.64 and 0.8 never mix up
 
 
@@ -34,7 +36,9 @@ def check_dropout(ns: Learner) -> None:
     eye = jnp.eye(WIDTH)
     probe = {name: {"w": eye, "b": jnp.zeros(WIDTH)} for name in ("layer1", "layer2", "layer3")}
     ones = jnp.ones((2, WIDTH))
-    run = forward.partial(probe, ones, rate=RATE).jit()  # fixed as a closure fixes them: constants under jit
+    # Fixed as a closure fixes them: constants under jit. The masks are read with JAX's key-reuse checker off (what
+    # they show says more than the checker's "consumed key"); the checker has the last word.
+    run = forward.partial(probe, ones, rate=RATE).jit().keys_unchecked()
     inputs = describe(x=ones, rate=RATE)
     a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
                                           inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
@@ -59,9 +63,11 @@ def check_dropout(ns: Learner) -> None:
             "into one key per layer (jax.random.split(key, 2)) and draw each mask with its own; the key you were "
             "given draws nothing").format(inputs=inputs + ", key=" + key_text(0)))
     half = describe(x=ones, rate=0.5) + ", key=" + key_text(0)
-    _check_masks(np.asarray(attempt(forward.partial(probe, ones, rate=0.5).jit(), key=jax.random.key(0),
-                                    name="forward", inputs=half)), half, 0.5)
+    _check_masks(np.asarray(attempt(forward.partial(probe, ones, rate=0.5).jit().keys_unchecked(),
+                                    key=jax.random.key(0), name="forward", inputs=half)), half, 0.5)
     _check_placement(forward)
+    keys_used_once(forward.partial(probe, ones, rate=RATE), key=jax.random.key(0), name="forward",
+                   inputs=inputs + ", key=" + key_text(0))
 
 
 def _check_placement(forward: Function) -> None:
@@ -73,8 +79,8 @@ def _check_placement(forward: Function) -> None:
     zeros = jnp.zeros((512, 3))
     inputs = _("x of zeros (512, 3), layers 3-5-4-2 whose first bias and last bias are 1, rate={rate}, key={key}"
                ).format(rate=RATE, key=key_text(2))
-    out = np.asarray(attempt(forward.partial(probe, zeros, rate=RATE).jit(), key=jax.random.key(2), name="forward",
-                             inputs=inputs), np.float64)
+    out = np.asarray(attempt(forward.partial(probe, zeros, rate=RATE).jit().keys_unchecked(), key=jax.random.key(2),
+                             name="forward", inputs=inputs), np.float64)
     kept_value = 1.0 + 1.0 / (1.0 - RATE) ** 2  # 1 through both masks, scaled twice, plus the logits' bias
     kept = np.isclose(out, kept_value, rtol=1e-4)
     if np.shape(out) != (512, 2) or not np.all(kept | np.isclose(out, 1.0, rtol=1e-4)) \
@@ -118,24 +124,6 @@ def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:
             "forward({inputs}): kept activations of 1 came out as {values}; inverted dropout divides by (1 - rate) "
             "at each layer, here {scale:.4f} after two, so the expected activation stays the same").format(
             inputs=inputs, values=numbers(values[:3]), scale=scale))
-
-
-def _example_grads(params: dict, x, y) -> dict:
-    """Each example's gradient of the lesson's loss, by hand in float64 NumPy (backpropagation through the three
-    layers, one row per example: what jax.grad of one example's loss gives, vmapped or looped)."""
-    p = numpy_tree(params)
-    x = np.asarray(x, np.float64)
-    z1 = x @ p["layer1"]["w"] + p["layer1"]["b"]
-    h1 = np.maximum(z1, 0.0)
-    z2 = h1 @ p["layer2"]["w"] + p["layer2"]["b"]
-    h2 = np.maximum(z2, 0.0)
-    logits = h2 @ p["layer3"]["w"] + p["layer3"]["b"]
-    d3 = _softmax(logits) - np.eye(logits.shape[1])[np.asarray(y)]  # d loss / d logits, row by row
-    d2 = (d3 @ p["layer3"]["w"].T) * (z2 > 0)  # ReLU's gradient is 0 at 0, as JAX's
-    d1 = (d2 @ p["layer2"]["w"].T) * (z1 > 0)
-    outer = lambda a, d: np.einsum("ni,nj->nij", a, d)  # noqa: E731 (each example's weight gradient)
-    return {"layer1": {"b": d1, "w": outer(x, d1)}, "layer2": {"b": d2, "w": outer(h1, d2)},
-            "layer3": {"b": d3, "w": outer(h2, d3)}}
 
 
 def _reference_norms(grads: dict) -> np.ndarray:
@@ -185,7 +173,7 @@ def check_per_example_grads(ns: Learner) -> None:
                     "params are shared by every example, so their axis is None: in_axes=(None, 0, 0)").format(
                     inputs=inputs)) from exc
             raise
-        want = _example_grads(params, x, y)
+        want = example_grads(params, x, y)
         if jax.tree.map(np.shape, got) == jax.tree.map(np.shape, params):
             raise CheckFailed("no_batch_axis", _(
                 "per_example_grads({inputs}) returned gradients shaped like the params, without a batch axis: that "
@@ -220,6 +208,7 @@ def check_per_example_grads(ns: Learner) -> None:
             "per_example_grads builds a bigger program for a bigger batch ({small} operations for 2 examples, "
             "{big} for 6): a Python loop over the examples; jax.vmap gives one program for any batch").format(
             small=sizes[0], big=sizes[1]))
+    require_no_loop(per_example, "per_example_grads", params, *make_batch(0, 6, 5, 3))
 
 
 def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
@@ -278,9 +267,14 @@ def check_any_depth(ns: Learner) -> None:
         if not close(got, _reference_forward(params, x)):
             key = ("layers_in_string_order" if close(got, _reference_forward(params, x, string_order=True))
                    else diagnose_forward(got, params, x))
-            if key == "mismatch" and depth != 3:
-                key = "depth_hard_coded"
-            what = {"depth_hard_coded": _("the depth is fixed at 3: it must follow the params"),
+            if key == "mismatch" and depth > 9:  # right up to 6 layers: the order of layer10 and up is off
+                key = "layers_out_of_order"
+            what = {"layers_out_of_order": _(
+                        "right up to 6 layers, wrong with {depth}: the layers ran out of order (sorted by their names, "
+                        "or a character of them, layer10 does not come after layer9); walk them by number, "
+                        "params[f\"layer{{i}}\"] for i from 1 to N").format(depth=depth),
+                    "mismatch": _("the output differs from running layer1 to layer{depth} in order, with a ReLU "
+                                  "between them").format(depth=depth),
                     "layers_in_string_order": _(
                         "the layers ran in jax.tree.leaves order, which sorts the keys as strings (layer1, layer10, "
                         "layer11, layer12, layer2, ...): count the layers with jax.tree.leaves, then walk them by "
@@ -310,7 +304,11 @@ def check_jit_timing(ns: Learner) -> None:
             ": it waits for each result, but its clock did not count the wait: time.process_time and "
             "time.thread_time count this process's CPU time, and waiting for a device is not; use "
             "time.perf_counter()"))
-    if seconds > 0.8 * repeats * work_s:
+    finite_where(seconds, "time_call", inputs)
+    if 0.85 * 1000 * work_s <= seconds <= 1.5 * 1000 * work_s:
+        raise CheckFailed("milliseconds", report + _(": that is milliseconds; time_call returns seconds, as "
+                                                     "time.perf_counter() counts them"))
+    if 0.85 * repeats * work_s <= seconds <= 1.15 * repeats * work_s:
         raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
     if observed["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
         raise CheckFailed("no_warmup", report + _(
@@ -322,22 +320,29 @@ def check_jit_timing(ns: Learner) -> None:
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
     if seconds > 1.5 * work_s:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
-    # Another count of repeats, and calls that take 0.1, 1 and 1.9 times work_s in turn (a mean of work_s): a count
-    # or a division written in the code, or the fastest call instead of the mean, shows there.
-    other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0, 0.1, 1.9)})
+    # Another count of repeats, and calls that take 0.1, 0.3 and 2.6 times work_s in turn (a mean of work_s, a median
+    # of 0.3): a count or a division written in the code, the fastest, the median or the slowest call shows there.
+    other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": SPREAD})
     seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
         f"repeats={repeats}", "repeats=3")))
     if other.observed["calls"] != 4:
         raise CheckFailed("repeats_ignored", _(
             "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
             "here 3").format(calls=other.observed["calls"]))
-    if seconds < 0.2 * work_s:  # the fastest call is 0.1 work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75
-        raise CheckFailed("min_not_mean", _(
-            "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {low} to {high} s, "
-            "{work_s} s on average: return the mean time per call (the total over the repeats), not the fastest "
-            "call").format(seconds=seconds, low=Code(round(0.1 * work_s, 6)), high=Code(round(1.9 * work_s, 6)),
-                           work_s=work_s))
-    if not 0.85 * work_s <= seconds <= 1.5 * work_s:
+    finite_where(seconds, "time_call", inputs)
+    # Each call's time is known; a statistic other than the mean lands near the one it is (the timed calls take
+    # 0.3, 0.1 and 2.6 times work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75 too, told as the median).
+    statistic = next((name for name, value in (("min_not_mean", min(SPREAD)), ("median_not_mean", sorted(SPREAD)[1]),
+                                               ("max_not_mean", max(SPREAD)))
+                      if 0.7 * value * work_s <= seconds <= 1.3 * value * work_s), None)
+    if statistic:
+        raise CheckFailed(statistic, _(
+            "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {times} s, {work_s} s "
+            "on average: that is the {which}; return the mean time per call, the timed calls' total divided by the "
+            "repeats").format(seconds=seconds, times=", ".join(format_number(k * work_s, "g") for k in SPREAD),
+                             work_s=work_s, which={"min_not_mean": _("fastest call"), "median_not_mean": _("median"),
+                                                  "max_not_mean": _("slowest call")}[statistic]))
+    if not 0.85 * work_s <= seconds <= 1.3 * work_s:
         raise CheckFailed("not_per_call", _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
             "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
@@ -407,49 +412,61 @@ def _optimizer_prop(*parts: tuple) -> Prop:
 
 
 def _check_clipped(clipped: Function, first_updates: Function) -> None:
-    """`clipped(optimizer, max_norm)`'s updates, from a fresh state, for gradients of norms above and below it."""
+    """`clipped(optimizer, max_norm)`'s first updates, from a fresh state, compared with the reference's (SGD after
+    clip_by_global_norm, in NumPy) for gradients of norm far above and far below `max_norm`, at two settings."""
     grads = _grads(1, [(3,), (2, 2)], scale=10.0)  # global norm about 40, its leaves' norms far apart
+    small = _grads(2, [(3,)], scale=0.05)  # global norm below any max_norm used
     norm = float(optax.tree.norm(grads))
-    inputs = describe(optimizer="optax.sgd(1.0)", max_norm=1.0)
-    tx = attempt(clipped, _optimizer_prop(("sgd", 1.0)), 1.0, name="clipped", inputs=inputs)
-    updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
-    got = float(optax.tree.norm(updates))
-    if close(updates, jax.tree.map(lambda g: -np.clip(np.asarray(g, np.float64), -1.0, 1.0), grads)):
-        raise CheckFailed("clipped_elementwise", _(
-            "clipped({inputs}) on gradients of global norm {norm:.1f}: every entry was clipped to [-1.0, 1.0] on its "
-            "own (optax.clip), so the update has norm {got:.3f} and points elsewhere; "
-            "optax.clip_by_global_norm(max_norm) scales the whole gradient by one factor").format(
-            inputs=inputs, norm=norm, got=got))
-    if got > 1.0 + 1e-4 and all(float(jnp.linalg.norm(u)) <= 1.0 + 1e-4 for u in jax.tree.leaves(updates)):
-        raise CheckFailed("clipped_per_leaf", _(
-            "clipped({inputs}) on gradients of global norm {norm:.1f}: every leaf was clipped to norm 1.0 on its "
-            "own, so together they have norm {got:.3f}; clip_by_global_norm scales all the leaves by one factor, "
-            "keeping the direction").format(inputs=inputs, norm=norm, got=got))
-    if got > 1.0 + 1e-4:
-        raise CheckFailed("not_clipped", _("clipped({inputs}) on gradients of global norm {norm:.1f}: the update's "
-                                           "norm is {got:.3f}, more than 1.0").format(inputs=inputs, norm=norm, got=got))
+    for lr, max_norm in ((1.0, 1.0), (0.5, 2.0)):
+        inputs = describe(optimizer=f"optax.sgd({lr})", max_norm=max_norm)
+        tx = attempt(clipped, _optimizer_prop(("sgd", lr)), max_norm, name="clipped", inputs=inputs)
+        got_small = attempt(first_updates, tx, small, name="clipped", inputs=inputs)
+        finite_where(got_small, "clipped", inputs)
+        if not close(got_small, jax.tree.map(lambda g: -lr * np.asarray(g, np.float64), small)):
+            key = "clipped_small_grads" if close(got_small, jax.tree.map(lambda g: -np.asarray(g), small)) and lr == 1 \
+                else "optimizer_ignored"
+            raise CheckFailed(key, _(
+                "clipped({inputs}) on gradients of norm {small:.2f}, below max_norm: the update is not the optimizer's "
+                "{why}").format(inputs=inputs, small=float(optax.tree.norm(small)), why=_(
+                    "(clipping only shrinks the big ones)") if key == "clipped_small_grads" else _(
+                    "(-{lr} x the gradient): use the optimizer clipped() is given, chained after the clip, not one "
+                    "built inside").format(lr=Code(lr))))
+        updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
+        finite_where(updates, "clipped", inputs)
+        want = jax.tree.map(lambda g: -lr * np.asarray(g, np.float64) * min(1.0, max_norm / norm), grads)
+        if not close(updates, want):
+            raise CheckFailed(*_clip_mistake(updates, grads, lr, max_norm, inputs))
+
+
+def _clip_mistake(updates, grads, lr: float, max_norm: float, inputs: str) -> tuple[str, str]:
+    """The key and message of clipped updates that differ from the reference's (all of them finite)."""
+    norm, got = float(optax.tree.norm(grads)), float(optax.tree.norm(updates))
+    said = _("clipped({inputs}) on gradients of global norm {norm:.1f}: the update's norm is {got:.3f}, expected "
+             "{lr} x {max_norm} = {want:.3f}").format(inputs=inputs, norm=norm, got=got, lr=Code(lr),
+                                                       max_norm=Code(max_norm), want=lr * max_norm)
+    elementwise = jax.tree.map(lambda g: -lr * np.clip(np.asarray(g, np.float64), -max_norm, max_norm), grads)
+    if close(updates, elementwise):
+        return "clipped_elementwise", said + _(
+            ": every entry was clipped to [-max_norm, max_norm] on its own (optax.clip), so the update points "
+            "elsewhere; optax.clip_by_global_norm(max_norm) scales the whole gradient by one factor")
+    if all(float(jnp.linalg.norm(u)) <= lr * max_norm * (1 + 1e-4) for u in jax.tree.leaves(updates)) \
+            and got > lr * max_norm * (1 + 1e-4):
+        return "clipped_per_leaf", said + _(
+            ": every leaf was clipped to the norm on its own; clip_by_global_norm scales all the leaves by one factor, "
+            "keeping the direction")
+    if abs(got - lr * norm) < 1e-3 * lr * norm:
+        return "not_clipped", said + _(": nothing was clipped")
+    if abs(got - min(lr * norm, max_norm)) < 1e-3:
+        return "clip_after_optimizer", said + _(
+            " (the clip comes after the optimizer: in optax.chain the clip goes first)")
     flat_g = np.concatenate([np.ravel(g) for g in jax.tree.leaves(grads)])
     flat_u = np.concatenate([np.ravel(u) for u in jax.tree.leaves(updates)])
     cosine = -float(flat_g @ flat_u / (np.linalg.norm(flat_g) * np.linalg.norm(flat_u) + 1e-12))
-    if cosine < 0.999 or got < 1.0 - 1e-3:
-        raise CheckFailed("clipped_per_leaf", _(
-            "clipped({inputs}): the clipped gradient (norm {got:.3f}) no longer points where the gradient did "
-            "(cosine {cosine:.3f}): each leaf was clipped alone; clip_by_global_norm scales all of them by one "
-            "factor").format(inputs=inputs, got=got, cosine=cosine))
-    small = _grads(2, [(3,)], scale=0.05)
-    if not close(attempt(first_updates, tx, small, name="clipped", inputs=inputs), jax.tree.map(lambda g: -g, small)):
-        raise CheckFailed("clipped_small_grads", _("clipped({inputs}) changed a gradient whose norm is below 1.0: "
-                                                   "clipping only shrinks the big ones").format(inputs=inputs))
-    inputs = describe(optimizer="optax.sgd(0.5)", max_norm=2.0)
-    got = float(optax.tree.norm(attempt(first_updates, attempt(clipped, _optimizer_prop(("sgd", 0.5)), 2.0, name="clipped",
-                                                          inputs=inputs), grads, name="clipped", inputs=inputs)))
-    if abs(got - 1.0) > 1e-3:
-        key = "clip_after_optimizer" if abs(got - 2.0) < 1e-3 else "max_norm_ignored"
-        raise CheckFailed(key, _("clipped({inputs}) on gradients of norm {norm:.1f}: the update's norm is {got:.3f}, "
-                                 "expected 0.5 x 2.0 = 1.0{why}").format(
-            inputs=inputs, norm=norm, got=got,
-            why=_(" (the clip comes after the optimizer: in optax.chain the clip goes first)")
-            if key == "clip_after_optimizer" else _(" (is max_norm passed on?)")))
+    if cosine < 0.999:
+        return "clipped_per_leaf", said + _(
+            " and it no longer points where the gradient did (cosine {cosine:.3f}): each leaf was changed alone; "
+            "clip_by_global_norm scales all of them by one factor").format(cosine=cosine)
+    return "max_norm_ignored", said + _(" (is max_norm passed on?)")
 
 
 def _check_curve(curve: Function) -> None:

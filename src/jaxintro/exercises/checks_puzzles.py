@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import jax
@@ -10,9 +11,9 @@ import numpy as np
 from hypothesis import example
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, key_text, numbers,
-                                         unchanged)
-from jaxintro.exercises.learner import Learner
+from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
+                                         keys_used_once, numbers, unchanged)
+from jaxintro.exercises.learner import Function, Learner
 from jaxintro.i18n import Code, _
 
 
@@ -137,6 +138,11 @@ def check_vmap_in_axes(ns: Learner) -> None:
         try:
             got = attempt(batched.jit(), w, b, xs, name="batched_predict", inputs=inputs)
         except CheckFailed as exc:
+            if "vmap" in exc.message and "keyword" in exc.message or "len(args)=0" in exc.message:
+                raise CheckFailed("vmap_keyword_arguments", _(
+                    "batched_predict({inputs}): vmap maps positional arguments only, and in_axes counts them ({error}): "
+                    "pass w, b and the examples by position, in the order of in_axes").format(
+                    inputs=inputs, error=exc.message.splitlines()[0][:160])) from exc
             if "vmap" in exc.message:
                 raise CheckFailed("in_axes_params_batched", _(
                     "batched_predict({inputs}): vmap tried to map over w or b too ({error}): w and b are the same "
@@ -160,6 +166,18 @@ def check_vmap_in_axes(ns: Learner) -> None:
         raise CheckFailed("python_loop", _(
             "batched_predict builds a bigger program for a bigger batch ({small} operations for 2 rows, {big} for "
             "6): a Python loop; jax.vmap gives one program for any batch").format(small=small, big=big))
+    require_no_loop(batched, "batched_predict", w, b, _array(2, (6, 5)))
+
+
+def require_no_loop(fn: Function, name: str, *args) -> None:
+    """A `CheckFailed` where `fn`'s program walks the batch in a loop (`lax.map`, `fori_loop`, `scan`, `while_loop`):
+    one example at a time, in order, where `vmap` computes the whole batch as one batched operation."""
+    loops = fn.primitives(*args) & {"scan", "while"}
+    if loops:
+        raise CheckFailed("loop_not_vmap", _(
+            "{name}'s program holds a loop ({loops}: jax.lax.map, fori_loop or scan), which handles one example after "
+            "the other; the exercise is jax.vmap, which turns the function of one example into one of a batch, run "
+            "as batched operations all at once").format(name=name, loops=", ".join(sorted(loops))))
 
 
 def _moving_average(xs: np.ndarray, decay: float) -> np.ndarray:
@@ -205,6 +223,25 @@ def check_scan(ns: Learner) -> None:
             "moving_average builds a bigger program for a longer input ({small} operations for 4 values, {big} for "
             "12): the Python loop is unrolled when traced; jax.lax.scan compiles the step once").format(
             small=small, big=big))
+    if "scan" not in moving_average.primitives(_array(0, (12,)), 0.9):
+        raise CheckFailed("scan_missing", _(
+            "moving_average gives the right numbers, but its program holds no jax.lax.scan: the exercise is the loop "
+            "written as a scan, the step compiled once and run for every value, with the average as its carry"))
+    # At the scale the lesson uses: a thousand steps (a closed form of decay ** t loses its precision long before).
+    xs = _array(8, (1000,))
+    inputs = describe(xs=xs, decay=0.9)
+    got = np.asarray(attempt(moving_average.jit(), xs, 0.9, name="moving_average", inputs=inputs), np.float64)
+    want = _moving_average(np.asarray(xs, np.float64), 0.9)
+    if got.shape != want.shape:
+        raise CheckFailed("long_input", _("moving_average({inputs}) returned shape {got}; one average per value is "
+                                          "{want}").format(inputs=inputs, got=got.shape, want=want.shape))
+    if not close(got, want):  # NaN is never close to anything
+        t = int(np.argmax(~np.isclose(got, want, rtol=1e-4, atol=1e-4)))
+        raise CheckFailed("long_input", _(
+            "moving_average({inputs}), 1000 steps: step {t} gives {got}, the loop {want}: right for short inputs "
+            "only (a closed form in powers of decay loses its precision, or overflows, as t grows; a length written "
+            "into the code?); carry the average from step to step with jax.lax.scan").format(
+            inputs=inputs, t=t, got=numbers(got[t]), want=numbers(want[t])))
 
 
 def check_cond(ns: Learner) -> None:
@@ -247,12 +284,21 @@ def check_cond(ns: Learner) -> None:
             ).format(x=x, grad=grad))
         if not close(grad, 0.25):
             raise CheckFailed("mismatch", _("jax.grad(signed_sqrt)({x}) = {grad}, expected 0.25").format(x=x, grad=grad))
+    if "cond" not in signed_sqrt.primitives(jnp.float32(2.0)):
+        raise CheckFailed("cond_missing", _(
+            "signed_sqrt gives the right numbers, but its program holds no jax.lax.cond: the exercise is the branch "
+            "written as a cond, which runs only the branch the value asks for (a formula such as sign(x) * "
+            "sqrt(|x|) avoids the branch the exercise is about)"))
 
 
 def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]) -> tuple[str, str]:
     """The key and message of a wrong `signed_sqrt(x)`: right further from 0 but wrong here is a condition that does
     not split at 0; a NaN on both sides is swapped branches, on one side that side's branch alone."""
     far = 4.0 if x > 0 else -4.0
+    if x == 0 and not np.isfinite(got):
+        return "zero_over_zero", _("signed_sqrt(0) = {got}, expected 0 (at 0 your formula divides 0 by 0, or takes "
+                                   "a root's gradient where it is infinite: 0 / 0 is NaN; give 0 its own value)").format(
+            got=got)
     if close(got, np.sqrt(abs(x))):
         key, why = "lost_sign", _(" (the sign is lost)")
     elif x != 0 and abs(x) < 1 and (not np.isfinite(got) or close(got, -want)) and close(at(far), np.sign(far) * 2.0):
@@ -271,16 +317,19 @@ def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]
 
 
 def check_split_keys(ns: Learner) -> None:
-    """Shape (n, *x.shape); the key decides; every copy its own key; the parent key unused; standard normal noise."""
-    noisy = ns["noisy_copies"].jit(static_argnums=2)
-    # Two sizes an answer cannot assume: 2048 numbers (their mean and std known to +-0.05), then a 2-D x.
-    for x, n in ((jnp.arange(24.0).reshape(4, 6), 3), (jnp.arange(128.0), 16)):
+    """Shape (n, *x.shape); the key decides; every copy its own key, every entry its own draw; the parent key unused;
+    standard normal noise (its whole distribution, not two moments)."""
+    # The numbers first, with JAX's key-reuse checker off: what they show says more than the checker's "consumed key".
+    noisy = ns["noisy_copies"].jit(static_argnums=2).keys_unchecked()
+    cases = ((jnp.arange(24.0).reshape(4, 6), 3), (jnp.arange(128.0), 16))  # two sizes an answer cannot assume
+    for x, n in cases:
         inputs = describe(key=key_text(0), x=x, n=n)
         out = attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)
         if np.shape(out) != (n, *x.shape):
             raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected {wanted}: n copies of "
                                          "x's shape").format(inputs=inputs, got=np.shape(out), wanted=(n, *x.shape)))
-    noise = np.asarray(out) - np.asarray(x)
+        finite_where(out, "noisy_copies", inputs)
+        _check_every_draw_its_own(np.asarray(out, np.float64) - np.asarray(x, np.float64), x, inputs)
     if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)),
                           np.asarray(out)):
         raise CheckFailed("not_deterministic", _("noisy_copies({inputs}) twice gave other noise: draw it from the "
@@ -289,16 +338,51 @@ def check_split_keys(ns: Learner) -> None:
     if np.array_equal(other, np.asarray(out)):
         raise CheckFailed("ignores_key", _("noisy_copies gives the same noise with {k0} and {k1}: the noise must "
                                            "come from the key you are given").format(k0=key_text(0), k1=key_text(1)))
-    if np.allclose(noise[0], noise[1]):
-        raise CheckFailed("key_reused", _("noisy_copies({inputs}): copies 0 and 1 have the same noise: one key was "
-                                          "used for several copies; split it, one key per copy").format(inputs=inputs))
+    _check_standard_normal(noisy)
+    keys_used_once(ns["noisy_copies"], jax.random.key(0), *cases[0], static_argnums=2, name="noisy_copies",
+                   inputs=describe(key=key_text(0), x=cases[0][0], n=cases[0][1]))
+
+
+def _check_every_draw_its_own(noise: np.ndarray, x: jax.Array, inputs: str) -> None:
+    """No two copies alike, no copy drawn with the key given, no number drawn twice inside a copy."""
+    for i in range(len(noise)):
+        for j in range(i + 1, len(noise)):
+            if np.allclose(noise[i], noise[j]):
+                raise CheckFailed("key_reused", _(
+                    "noisy_copies({inputs}): copies {i} and {j} have the same noise: one key was used for several "
+                    "copies; split it, one key per copy").format(inputs=inputs, i=i, j=j))
     parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape))
     if any(np.allclose(row, parent, atol=1e-5) for row in noise):
         raise CheckFailed("parent_key_used", _(
             "noisy_copies({inputs}): a copy's noise is what the key you were given draws by itself: split that key "
             "into one key per copy (jax.random.split(key, n)) and draw each copy's noise with its own; the key you "
             "were given draws nothing").format(inputs=inputs))
-    if abs(noise.mean()) > 0.15 or not 0.85 < noise.std() < 1.15:
+    # A draw broadcast over rows or columns repeats each number (4 decimals: x + noise - x is not noise to the bit).
+    repeated = next((c for c, copy in enumerate(noise) if np.unique(np.round(copy, 4)).size <= copy.size // 2), None)
+    if repeated is not None:
+        raise CheckFailed("noise_shared", _(
+            "noisy_copies({inputs}): inside copy {c} the same noise repeats ({distinct} distinct values for {size} "
+            "entries): one draw was broadcast over a row or a column; draw noise of x's whole shape, one number per "
+            "entry").format(inputs=inputs, c=repeated, distinct=np.unique(np.round(noise[repeated], 4)).size,
+                            size=noise[repeated].size))
+
+
+def _check_standard_normal(noisy: Function) -> None:
+    """The noise of 16,384 draws: mean 0 and std 1 first (the commonest slips), then the distribution's whole shape,
+    by the largest gap between its cumulative distribution and N(0, 1)'s (Kolmogorov-Smirnov)."""
+    x, n = jnp.zeros(4096), 4
+    inputs = describe(key=key_text(5), x=x, n=n)
+    noise = np.asarray(attempt(noisy, jax.random.key(5), x, n, name="noisy_copies", inputs=inputs), np.float64).ravel()
+    if not (abs(noise.mean()) < 0.05 and 0.95 < noise.std() < 1.05):  # each known to +-0.01 for a normal
         raise CheckFailed("not_standard_normal", _(
             "noisy_copies({inputs}): the noise has mean {mean:.2f} and std {std:.2f}; jax.random.normal gives mean 0 "
-            "and std 1 (is x added to it?)").format(inputs=inputs, mean=noise.mean(), std=noise.std()))
+            "and std 1 (is x added to it, or a scale?)").format(inputs=inputs, mean=noise.mean(), std=noise.std()))
+    z, count = np.sort(noise), noise.size
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+    gap = max(float(np.max(np.arange(1, count + 1) / count - cdf)), float(np.max(cdf - np.arange(count) / count)))
+    if gap > 2.7 / math.sqrt(count):  # a normal's draws pass this with probability 1 - 1e-6
+        raise CheckFailed("not_normal", _(
+            "noisy_copies({inputs}): the noise has mean 0 and std 1 but not a normal's shape (its cumulative "
+            "distribution is {gap:.3f} away from N(0, 1)'s; a normal sample of this size stays within {bound:.3f}): "
+            "draw it with jax.random.normal, not a uniform or another distribution rescaled").format(
+            inputs=inputs, gap=gap, bound=2.7 / math.sqrt(count)))

@@ -22,11 +22,14 @@ from jaxintro.exercises.probe import Prober
 
 class LearnerRaised(Exception):
     """What the learner's code raised in its process: the type's name, the names of its classes (`kinds`), the
-    message, the last line of their file it passed (None: it never ran there), the functions of its traceback."""
+    message, the last line of their file it passed (None: it never ran there), the functions of its traceback, and
+    that line's text (`source`, "" where unknown)."""
 
-    def __init__(self, type_name: str, kinds: set[str], message: str, line: int | None, functions: list[str]) -> None:
+    def __init__(self, type_name: str, kinds: set[str], message: str, line: int | None, functions: list[str],
+                 source: str = "") -> None:
         super().__init__(message)
         self.type_name, self.kinds, self.message, self.line, self.functions = type_name, kinds, message, line, functions
+        self.source = source
 
     def first_line(self, limit: int = 200) -> str:
         """The message's first line, at most `limit` characters: what a verdict quotes of it."""
@@ -36,9 +39,11 @@ class LearnerRaised(Exception):
     def read(cls, raised: Any) -> "LearnerRaised":
         """From the child's description of it; ProberGone("garbled") if that is not one."""
         if not (type(raised) is dict and _strings(raised.get("kinds")) and _strings(raised.get("functions"))
-                and _strings([raised.get("type"), raised.get("message")]) and _line(raised.get("line"))):
+                and _strings([raised.get("type"), raised.get("message"), raised.get("source", "")])
+                and _line(raised.get("line"))):
             raise ProberGone("garbled")
-        return cls(raised["type"], set(raised["kinds"]), raised["message"], raised["line"], raised["functions"])
+        return cls(raised["type"], set(raised["kinds"]), raised["message"], raised["line"], raised["functions"],
+                   raised.get("source", ""))
 
 
 def _strings(value: Any) -> bool:
@@ -87,9 +92,21 @@ class Function:
         """As `jax.grad(fn, **options)`."""
         return self._then("grad", options)
 
+    def keys_unchecked(self) -> "Function":
+        """Without JAX's key-reuse checker, which is on for every other call: a check that reads what the keys drew
+        (masks, noise) reads it first, since it says more than the checker's "consumed key"."""
+        return self._then("keys_unchecked", {})
+
     def program_size(self, *args: Any) -> int:
         """How many operations it traces to on `args` (`len(jax.make_jaxpr(fn)(*args).eqns)`)."""
         return self._ask("size", args, {})
+
+    def primitives(self, *args: Any, **kwargs: Any) -> set[str]:
+        """The names of the primitives its traced program holds on `args`, its sub-programs' too (`scan`, `cond`...)."""
+        names = self._ask("primitives", args, kwargs)
+        if not _strings(names):
+            raise ProberGone("garbled")
+        return set(names)
 
     def call_returning_args(self, *args: Any) -> tuple[Any, tuple]:
         """Call it; what it returned, and its arguments as they are after the call (a pure function changes none)."""

@@ -118,12 +118,19 @@ class Prober:
                     import jax
 
                     value = len(jax.make_jaxpr(fn)(*args, **kwargs).eqns)
+                elif op == "primitives":
+                    import jax
+
+                    value = sorted(primitive_names(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr))
                 else:
                     value = fn(*args, **kwargs)
                     value = (value, args) if request["return_args"] else value
                 reply = {"value": value}
             except (Exception, SystemExit) as exc:  # the learner's code raised: described, for the checker to judge
                 reply = {"raised": self.describe_raised(exc)}
+                if reply["raised"]["line"] is None and type(exc).__name__ == "KeyReuseError":
+                    line = self._key_reuse_line(request, args, kwargs)
+                    reply["raised"].update(line=line, source=self.source_line(line))
         reply["observed"] = [p.observed() if isinstance(p, Stand) else {} for p in built]
         answer = wire.pack(reply, hold=self._hold)
         if not wire.fits(answer) and "value" in reply:  # a value too big to send stays here, as a Handle
@@ -135,10 +142,25 @@ class Prober:
         that a jitted function compiles once per shape, as one `jax.jit` object does."""
         key = hashlib.sha1(wire.pack({k: request[k] for k in ("name", "helper", "chain")})).digest()
         if key not in self.functions:
-            name = request["name"]
-            target = functools.partial(HELPERS[name], self.namespace) if request["helper"] else self.namespace[name]
-            self.functions[key] = transformed(target, request["chain"])
+            self.functions[key] = transformed(self._target(request), request["chain"])
         return self.functions[key]
+
+    def _key_reuse_line(self, request: dict, args: tuple, kwargs: dict) -> int | None:
+        """The learner's line that reused a key, found by running the call again without `jit`: under `jit` JAX finds
+        the reuse in the traced program, after the learner's Python has returned, so its traceback names no line."""
+        import jax
+
+        eager = [step for step in request["chain"] if step[0] != "jit"]
+        fresh = lambda leaf: jax.random.clone(leaf) if _is_key(leaf) else leaf  # noqa: E731 (the first run consumed them)
+        try:
+            transformed(self._target(request), eager)(*jax.tree.map(fresh, args), **jax.tree.map(fresh, kwargs))
+        except Exception as exc:  # noqa: BLE001 (whatever it raises, only its line is wanted)
+            return self.describe_raised(exc)["line"]
+        return None
+
+    def _target(self, request: dict) -> Callable:
+        name = request["name"]
+        return functools.partial(HELPERS[name], self.namespace) if request["helper"] else self.namespace[name]
 
     def load(self, path: Path) -> dict:
         """Run the learner's file as a module, as `import` would (`__name__` is not "__main__"); what came of it."""
@@ -178,22 +200,52 @@ class Prober:
             message = str(exc)[:MESSAGE_KEPT]
         except Exception:  # noqa: BLE001 (an exception whose __str__ raises)
             message = ""
+        line = lines[-1] if lines else None
         return {"type": type(exc).__name__, "kinds": [c.__name__ for c in type(exc).__mro__], "message": message,
-                "line": lines[-1] if lines else None, "functions": [f.name for f in frames]}
+                "line": line, "source": self.source_line(line), "functions": [f.name for f in frames]}
+
+    def source_line(self, line: int | None) -> str:
+        """The text of line `line` of the learner's file ("" for none): what a message may quote of their code."""
+        if line is None:
+            return ""
+        import linecache
+
+        return linecache.getline(self.path, line).strip()[:200]
 
     @contextlib.contextmanager
     def _learners_turn(self):
         """While the learner's code runs: its prints captured, full float32 matmuls on every backend (a GPU's default
-        TF32 would miss the checks' tolerances)."""
+        TF32 would miss the checks' tolerances), and JAX's own key-reuse checker on: a typed key (`jax.random.key`)
+        used twice raises `KeyReuseError`, eagerly and under `jit` (a legacy `PRNGKey`, a plain uint32 array, is
+        not checked)."""
         import jax
 
         with contextlib.redirect_stdout(self.captured), contextlib.redirect_stderr(self.captured), \
-                jax.default_matmul_precision("highest"):
+                jax.default_matmul_precision("highest"), jax.debug_key_reuse(True):
             yield
 
     def _hold(self, value: Any) -> int:
         self.held.append(value)
         return len(self.held) - 1
+
+
+def _is_key(leaf: Any) -> bool:
+    import jax
+
+    return isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def primitive_names(jaxpr: Any) -> set[str]:
+    """The primitives a traced program holds, those of its sub-programs too (a `jit`'s body, `cond`'s branches, `scan`'s
+    step): what says which transformation the learner's code used."""
+    from jax.extend.core import jaxprs_in_params
+
+    found = set()
+    for eqn in jaxpr.eqns:
+        found.add(eqn.primitive.name)
+        for inner in jaxprs_in_params(eqn.params):
+            found |= primitive_names(inner)
+    return found
 
 
 def transformed(fn: Callable, chain: list) -> Callable:
@@ -204,9 +256,23 @@ def transformed(fn: Callable, chain: list) -> Callable:
     for name, options in chain:
         if name == "partial":  # arguments fixed, as a closure over them would: constants under jit
             fn = functools.partial(fn, *options["args"], **options["kwargs"])
+        elif name == "keys_unchecked":
+            fn = _without_key_checks(fn)
         else:
             fn = {"jit": jax.jit, "vmap": jax.vmap, "grad": jax.grad}[name](fn, **options)
     return fn
+
+
+def _without_key_checks(fn: Callable) -> Callable:
+    """`fn`, run (and traced) with JAX's key-reuse checker off."""
+    import jax
+
+    @functools.wraps(fn)
+    def unchecked(*args, **kwargs):
+        with jax.debug_key_reuse(False):
+            return fn(*args, **kwargs)
+
+    return unchecked
 
 
 class Stand:
@@ -308,32 +374,7 @@ def build_optimizer(parts: list) -> Any:
     return built[0] if len(built) == 1 else optax.chain(*built)
 
 
-# The checks' calls of the file's given code and of the objects it returned, made where they live.
-def optimizer_states(ns: dict, params: dict, x, y) -> tuple:
-    """Exercise 4: the file's optimizer's fresh state for `params`, and its state after one reference step on (x, y)."""
-    fresh = ns["optimizer"].init(params)
-    return wire.Hold(fresh), wire.Hold(reference_step(ns, params, fresh, x, y)[1])
-
-
-def reference_step(ns: dict, params: dict, opt_state: Any, x, y) -> tuple:
-    """Exercise 4: the step the lesson writes, with the file's own loss_fn and optimizer: (params, state, loss, grads)."""
-    return _jitted_step(ns["loss_fn"], ns["optimizer"])(params, opt_state, x, y)
-
-
-@functools.lru_cache(maxsize=4)
-def _jitted_step(loss_fn: Callable, optimizer: Any) -> Callable:
-    """The lesson's step for one loss and optimizer, compiled once per file, not once per call."""
-    import jax
-    import optax
-
-    def step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, grads
-
-    return jax.jit(step)
-
-
+# The checks' calls of the objects the file's code returned, made where they live.
 def first_updates(ns: dict, tx: Any, grads: Any) -> Any:
     """Exercise 15: the updates an optimizer gives for `grads` from a fresh state (`ns` unused: every helper is
     given the file's namespace)."""
@@ -341,8 +382,7 @@ def first_updates(ns: dict, tx: Any, grads: Any) -> Any:
     return updates
 
 
-HELPERS: dict[str, Callable] = {"optimizer_states": optimizer_states, "reference_step": reference_step,
-                                "first_updates": first_updates}
+HELPERS: dict[str, Callable] = {"first_updates": first_updates}
 
 
 def main(argv: list[str] | None = None) -> int:

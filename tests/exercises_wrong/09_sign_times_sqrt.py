@@ -1,0 +1,3 @@
+# expect: cond_missing
+def signed_sqrt(x):
+    return jnp.sign(x) * jnp.sqrt(jnp.abs(x))
