@@ -240,7 +240,8 @@ def test_check_list_json_and_a_damaged_progress_file(tmp_path, capsys):
     assert main(["exercises", "list", "--dir", str(folder), "--json"]) == 0
     captured = capsys.readouterr()
     listed = json.loads(captured.out)
-    assert [e["state"] for e in listed["exercises"][:3]] == ["passed", "not_started", "not_started"]
+    # Exercise 1 passes, so 02 (which builds on it) is there; 03 waits for 2.
+    assert [e["state"] for e in listed["exercises"][:3]] == ["passed", "not_started", "locked"]
     assert listed["next"] == 2 and "unreadable" in captured.err and "Traceback" not in captured.err
     assert progress.load(folder)["init_params"].passed
     assert main(["exercises", "solution", "1", "--dir", str(folder)]) == 0  # it passed: no --force needed
@@ -361,10 +362,10 @@ def test_a_value_and_its_expected_value_are_printed_alike(number, wrong, lang, t
 def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
     folder = tmp_path / "ex"
     main(["exercises", "init", str(folder)])
-    exercise = by_number(2)
+    exercise = by_number(13)
     # -X faulthandler: should a step never come, SIGABRT makes the child print every thread's stack (below).
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "jaxintro.cli", "--lang", "en", "exercises",
-                             "check", "2", "--watch", "--dir", str(folder)], stdout=subprocess.PIPE,
+                             "check", "13", "--watch", "--dir", str(folder)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
@@ -383,12 +384,12 @@ def test_watch_checks_again_on_every_save_and_stops_on_sigint(tmp_path):
                              f"{proc.communicate(timeout=30)[1][-6000:]}")
 
     try:
-        assert "[not_implemented]" in wait_for("FAILED 2")
+        assert "[not_implemented]" in wait_for("FAILED 13")
         wait_for("Watching")
-        write(folder, exercise, exercise.reference() + "\n\n" + (WRONG / "02_relu_on_logits.py").read_text())
-        assert "[relu_on_logits]" in wait_for("FAILED 2")
+        write(folder, exercise, exercise.reference() + "\n\n" + (WRONG / "13_relu_on_logits.py").read_text())
+        assert "[relu_on_logits]" in wait_for("FAILED 13")
         write(folder, exercise, exercise.reference())
-        wait_for("PASSED 2")
+        wait_for("PASSED 13")
         proc.send_signal(signal.SIGINT)
         wait_for("Stopped watching")
         assert proc.wait(timeout=20) == 0

@@ -79,24 +79,56 @@ def enclosing_folder() -> Path | None:
 
 
 def init(folder: Path, lang: str) -> int:
-    """Write every starter file into `folder`; a file that exists is kept, never overwritten."""
+    """Write the starter files that can be written now into `folder`; a file that exists is kept, never overwritten.
+
+    A file whose given code holds the answer of an exercise not yet passed (`Exercise.builds_on`) appears later,
+    when that exercise passes (`write_open_starters`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    kept = []
-    for exercise in EXERCISES:
-        path = folder / exercise.filename
-        if path.exists():
-            kept.append(path)
-            continue
-        path.write_text(exercise.starter(lang), encoding="utf-8")
-    if progress.load(folder) == {}:  # the folder is known from inside it by this file (a damaged one is left)
-        progress.save(folder, {})
+    entries = progress.load(folder)
+    if entries is None:  # damaged: left for the next check to rebuild; until then no file appears by a pass
+        entries = {}
+    elif not (folder / progress.PROGRESS_FILE).exists():
+        progress.save(folder, {})  # the folder is known from inside it by this file
+    kept = [folder / e.filename for e in EXERCISES if (folder / e.filename).exists()]
+    new = write_open_starters(folder, lang, entries)
     print(_("{count} exercise files in {folder}/ (new: {new}).").format(
-        count=len(EXERCISES), folder=folder, new=len(EXERCISES) - len(kept)))
+        count=len(kept) + len(new), folder=folder, new=len(new)))
     if kept:
         print(_("Kept as they were: {files}. For a fresh copy of one: jaxintro exercises reset N (yours is kept "
                 "as a backup).").format(files=", ".join(p.name for p in kept)))
-    print(_("Start with {file}, then: jaxintro exercises check").format(file=folder / EXERCISES[0].filename))
+    locked = [e for e in EXERCISES if not (folder / e.filename).exists()]
+    if locked:
+        print(_("Still to come, each once the exercises it builds on pass (its given code holds their answers): "
+                "{files}.").format(files=", ".join(_("{file} (after {after})").format(
+                    file=e.filename, after=", ".join(map(str, e.builds_on))) for e in locked)))
+    upcoming = next_exercise(folder, entries)
+    if upcoming is None:
+        print(_("Every exercise passes. Well done!"))
+    else:
+        print(_("Next: {file}, then jaxintro exercises check {n}").format(file=folder / upcoming.filename,
+                                                                         n=upcoming.number))
     return 0
+
+
+def write_open_starters(folder: Path, lang: str, entries: dict[str, progress.Entry]) -> list[Path]:
+    """Write the starter of every exercise that has no file yet and whose given code may be shown (each exercise it
+    builds on has passed once); the files written."""
+    written = []
+    for exercise in EXERCISES:
+        path = folder / exercise.filename
+        if not path.exists() and progress.is_open(exercise, entries):
+            path.write_text(exercise.starter(lang), encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def refuse_locked(folder: Path, exercise: Exercise, entries: dict[str, progress.Entry]) -> None:
+    """A `ConfigError` when `exercise`'s file has not appeared yet: it holds answers not yet passed."""
+    if not (folder / exercise.filename).exists() and not progress.is_open(exercise, entries):
+        waiting = [k for k in exercise.builds_on if not entries.get(by_number(k).slug, progress.Entry()).passed_once]
+        raise ConfigError(_("{file} builds on exercise {after}, whose answer its given code holds: it appears once "
+                            "that passes (jaxintro exercises check {first})").format(
+            file=exercise.filename, after=", ".join(map(str, waiting)), first=waiting[0]))
 
 
 def load_progress(folder: Path, lang: str, *, timeout: float) -> dict[str, progress.Entry]:
@@ -164,6 +196,7 @@ def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, pr
               timeout: float) -> "Verdict":
     """Run the check of `exercise` and record it in the progress file."""
     path = folder / exercise.filename
+    refuse_locked(folder, exercise, entries)
     if not path.exists():
         raise ConfigError(_("{file} does not exist: `jaxintro exercises init {folder}` writes it").format(
             file=path, folder=folder))
@@ -174,6 +207,8 @@ def check_one(folder: Path, lang: str, exercise: Exercise, entries: dict[str, pr
         verdict = check_in_child([(exercise, path)], lang, timeout=timeout)[0]
     progress.record(entries, exercise, path, verdict.passed, verdict.key)
     progress.save(folder, entries)
+    if verdict.passed:
+        verdict.unlocked = [p.name for p in write_open_starters(folder, lang, entries)]
     return verdict
 
 
@@ -188,6 +223,8 @@ def print_verdict(folder: Path, exercise: Exercise, verdict: "Verdict", entries:
             count=verdict.printed, line=first), flush=True)
     if verdict.passed:
         print(_("PASSED {n} {file}: every check holds.").format(n=exercise.number, file=exercise.filename), flush=True)
+        for name in verdict.unlocked:
+            print("  " + _("New: {file}, which builds on this one").format(file=folder / name), flush=True)
         upcoming = next_exercise(folder, entries)
         if upcoming is not None:
             print("  " + _("Next: {file}, then jaxintro exercises check {n}").format(
@@ -236,6 +273,7 @@ def hint(folder: Path, lang: str, exercise: Exercise, *, timeout: float) -> int:
 def reset(folder: Path, lang: str, exercise: Exercise) -> int:
     """Write `exercise`'s starter again; the learner's file is kept beside it as a backup (never deleted)."""
     path = folder / exercise.filename
+    refuse_locked(folder, exercise, progress.load(folder) or {})
     if path.exists() and not progress.is_starter(exercise, path):
         backup = next(b for n in itertools.count(1) if not (b := path.with_name(f"{path.stem}.backup-{n}.py")).exists())
         path.rename(backup)  # not an exercise's name: list, check and --watch pass it over

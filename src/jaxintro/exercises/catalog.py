@@ -34,6 +34,9 @@ class Exercise:
     slug: str
     functions: tuple[str, ...]
     section: str  # marked with N_, translated where shown
+    # The exercises whose answers the given code of this one's file holds: the file appears once they pass (as
+    # rustlings unlocks), so that no file shows the answer of an exercise the learner has not solved yet.
+    builds_on: tuple[int, ...] = ()
 
     @property
     def filename(self) -> str:
@@ -83,9 +86,9 @@ def _catalog(lang: str) -> Callable[[str], str]:
 
 EXERCISES: tuple[Exercise, ...] = (
     Exercise(1, "init_params", ("init_params",), N_("Build it, step 1: init_params (tour: prng)")),
-    Exercise(2, "forward", ("forward",), N_("Build it, step 2: the forward pass")),
-    Exercise(3, "loss_fn", ("loss_fn",), N_("Build it, step 3: the loss (log-softmax cross-entropy)")),
-    Exercise(4, "train_step", ("train_step",), N_("Build it, step 4: train_step (tour: grad, jit)")),
+    Exercise(2, "forward", ("forward",), N_("Build it, step 2: the forward pass"), builds_on=(1,)),
+    Exercise(3, "loss_fn", ("loss_fn",), N_("Build it, step 3: the loss (log-softmax cross-entropy)"), builds_on=(2,)),
+    Exercise(4, "train_step", ("train_step",), N_("Build it, step 4: train_step (tour: grad, jit)"), builds_on=(2, 3)),
     Exercise(5, "immutable_update", ("set_row",), N_("Core ideas: immutable arrays (tour: immutability)")),
     Exercise(6, "tree_map", ("sgd_update",), N_("Core ideas: pytrees (tour: pytrees)")),
     Exercise(7, "vmap_in_axes", ("batched_predict",), N_("Core ideas: vmap and in_axes (tour: vmap)")),
@@ -94,7 +97,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(10, "split_keys", ("noisy_copies",), N_("Core ideas: PRNG keys (tour: prng)")),
     Exercise(11, "dropout", ("forward",), N_("Exercise 1: dropout with keys")),
     Exercise(12, "per_example_grads", ("per_example_grads", "grad_norms"),
-             N_("Exercise 2: per-example gradients (tour: per-example)")),
+             N_("Exercise 2: per-example gradients (tour: per-example)"), builds_on=(2, 3)),
     Exercise(13, "any_depth", ("mlp_forward",), N_("Exercise 3: any depth (tour: pytrees)")),
     Exercise(14, "jit_timing", ("time_call", "compare_jit"), N_("Exercise 4: jit vs no jit (tour: jit)")),
     Exercise(15, "clipping", ("global_norm", "clipped", "grad_norm_curve"), N_("Exercise 5: gradient clipping")),

@@ -339,8 +339,8 @@ def check_jit_timing(ns: Learner) -> None:
         raise CheckFailed(statistic, _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {times} s, {work_s} s "
             "on average: that is the {which}; return the mean time per call, the timed calls' total divided by the "
-            "repeats").format(seconds=seconds, times=", ".join(format_number(k * work_s, "g") for k in SPREAD),
-                             work_s=work_s, which={"min_not_mean": _("fastest call"), "median_not_mean": _("median"),
+            "repeats").format(seconds=seconds, times="; ".join(format_number(k * work_s, "g") for k in SPREAD),
+                             work_s=format_number(work_s, "g"), which={"min_not_mean": _("fastest call"), "median_not_mean": _("median"),
                                                   "max_not_mean": _("slowest call")}[statistic]))
     if not 0.85 * work_s <= seconds <= 1.3 * work_s:
         raise CheckFailed("not_per_call", _(

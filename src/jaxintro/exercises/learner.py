@@ -142,9 +142,11 @@ class Learner:
         """The answer to `request` (within the deadline of the file being checked)."""
         answer = self.transport.exchange(wire.pack(request), self.deadline)
         try:
-            return wire.unpack(answer)
+            return wire.unpack(answer, deadline=self.deadline)  # decoding counts against the file's time too
         except wire.Garbled as exc:
             raise ProberGone("garbled") from exc
+        except wire.OutOfTime as exc:
+            raise ProberGone("timeout") from exc
 
     def load(self, path: Path, timeout: float = float("inf")) -> dict:
         """Run the file at `path` there; {"callables": [...]}, {"syntax_error": ...} or {"raised": ...}. The file's

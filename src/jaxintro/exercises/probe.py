@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from jaxintro.exercises import wire
 from jaxintro.exercises.catalog import SOLUTIONS
-from jaxintro.exercises.sandbox import refuse_reading
+from jaxintro.exercises.sandbox import ALWAYS_WRITABLE
 
 OUTPUT_KEPT = 4000  # characters of the learner's own output kept for the verdict
 MESSAGE_KEPT = 2000  # characters of what the learner's code raised kept for the checker
@@ -64,14 +64,19 @@ class SolutionGuard:
     `cat` the file starts or libc through `ctypes`: those the kernel refuses where it has Landlock
     (`sandbox.refuse_reading`, docs/reliability.md)."""
 
-    def __init__(self, folder: Path = SOLUTIONS) -> None:
+    def __init__(self, folder: Path = SOLUTIONS, writable: tuple[Path, ...] | None = None) -> None:
         self.folder = os.path.realpath(folder)
         self.opened: list[str] = []
+        # Where an open may write (None: anywhere, as in the checker's own process).
+        self.writable = None if writable is None else [os.path.realpath(p) for p in (*writable, *ALWAYS_WRITABLE)]
 
     def __call__(self, event: str, args: tuple) -> None:
         if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):  # an int: an open descriptor
             return
         path = os.path.realpath(os.fsdecode(args[0]))
+        if self.writable is not None and _writes(args) and not any(
+                path == place or path.startswith(place + os.sep) for place in self.writable):
+            raise PermissionError(f"a checked file writes only in its folder and the check's temp folder: {path}")
         if path == self.folder or path.startswith(self.folder + os.sep):  # the folder too: `os.open(name, dir_fd=)`
             self.opened.append("solutions/" if path == self.folder else Path(path).name.split(".")[0] + ".py")
             raise PermissionError(f"the shipped solutions are not for the code being checked: {path}")
@@ -80,6 +85,13 @@ class SolutionGuard:
         """The solutions opened since the last call."""
         opened, self.opened = self.opened, []
         return opened
+
+
+def _writes(args: tuple) -> bool:
+    """Whether an audited `open` (path, mode, flags) asks to write, create, append or truncate."""
+    mode, flags = (args + (None, None))[1:3]
+    written = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    return bool(isinstance(mode, str) and set(mode) & set("wax+")) or bool(isinstance(flags, int) and flags & written)
 
 
 class Prober:
@@ -390,14 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.probe")
     parser.add_argument("--in-fd", type=int, required=True)
     parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--write", type=Path, action="append", default=[], help="a folder the file may write in")
     args = parser.parse_args(argv)
     for fd in (args.in_fd, args.out_fd):
         os.set_inheritable(fd, False)  # nothing the learner's code starts holds the checker's pipes
     import jax  # noqa: F401 (now, once: JAX's start-up counts against the first file's time limit only)
 
-    guard = SolutionGuard()
+    # The kernel's refusals were set before this interpreter started (`sandbox.main`, where it has Landlock); Python's
+    # own, for Python's own opens, hold everywhere.
+    guard = SolutionGuard(writable=tuple(args.write))
     sys.addaudithook(guard)
-    refuse_reading(SOLUTIONS)  # the kernel's refusal, for every process of the check, where it has Landlock
     prober = Prober(guard)
     with os.fdopen(args.in_fd, "rb") as requests, os.fdopen(args.out_fd, "wb") as answers:
         while (message := read_frame(requests)) is not None:

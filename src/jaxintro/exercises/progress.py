@@ -6,10 +6,12 @@ it and from the files themselves, so a lost or damaged file is rebuilt by checki
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from jaxintro.exercises.catalog import EXERCISES, Exercise
@@ -20,6 +22,7 @@ PROGRESS_FILE = ".progress.json"
 VERSION = 1
 # The states, in the words `list` shows (translated there).
 STATES = {
+    "locked": N_("opens once the ones it builds on pass"),
     "missing": N_("no file"),
     "not_started": N_("not started"),
     "failing": N_("failing"),
@@ -63,10 +66,17 @@ def load(folder: Path) -> dict[str, Entry] | None:
 def save(folder: Path, entries: dict[str, Entry]) -> None:
     """Write the progress atomically (a crash leaves the old file or the new one, never half of one)."""
     path = folder / PROGRESS_FILE
-    tmp = path.with_suffix(".tmp")
     data = {"version": VERSION, "exercises": {slug: dataclasses.asdict(e) for slug, e in sorted(entries.items())}}
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    # A temporary name of its own (whatever lies at `.progress.tmp`, a folder even, is not ours to write or remove).
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".progress-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def is_starter(exercise: Exercise, path: Path) -> bool:
@@ -75,11 +85,16 @@ def is_starter(exercise: Exercise, path: Path) -> bool:
     return any(text == exercise.starter(lang) for lang in TEXT_LANGUAGES)
 
 
+def is_open(exercise: Exercise, entries: dict[str, Entry]) -> bool:
+    """Whether every exercise `exercise` builds on (whose answers its file holds) has passed once."""
+    return all(entries.get(EXERCISES[k - 1].slug, Entry()).passed_once for k in exercise.builds_on)
+
+
 def state(exercise: Exercise, folder: Path, entries: dict[str, Entry]) -> str:
     """One of `STATES`: what the file and the last check say about `exercise`."""
     path = folder / exercise.filename
     if not path.exists():
-        return "missing"
+        return "missing" if is_open(exercise, entries) else "locked"
     if is_starter(exercise, path):
         return "not_started"
     entry = entries.get(exercise.slug)

@@ -51,6 +51,7 @@ class Verdict:
     printed: int = 0  # characters the learner's code printed while checked
     output: str = ""  # the first of them
     notes: list[str] = dataclasses.field(default_factory=list)  # what a check cannot fail but a learner should know
+    unlocked: list[str] = dataclasses.field(default_factory=list)  # the files this pass made appear
 
     @classmethod
     def failed(cls, exercise: Exercise, key: str, message: str) -> "Verdict":
@@ -166,16 +167,22 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     env["TMPDIR"] = temp = tempfile.mkdtemp(prefix="jaxintro-check-")
     to_child, requests = os.pipe()
     answers, from_child = os.pipe()
-    command = [sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
-               "--out-fd", str(from_child)]
+    # Confined before its interpreter starts (`sandbox.main`, then exec): it may write in the files' folders and the
+    # temp folder only, so nothing it leaves in the package or the venv runs at the next start, outside any check.
+    writable = [arg for place in sorted({str(path.parent.resolve()) for _e, path in items} | {temp})
+                for arg in ("--write", place)]
+    command = [sys.executable, "-I", "-m", "jaxintro.exercises.sandbox", *writable, "--",
+               sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
+               "--out-fd", str(from_child), *writable]
     try:
         with in_language(lang), adopting_orphans() as children_before:
             try:
                 # Its prints reach us through Python's own streams, captured there; what it writes to the
                 # descriptors goes nowhere, but its stderr, whose last line explains a crash.
+                # In the files' folder, where a relative path written by the file lands (and may be written).
                 proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, env=env, start_new_session=True,
-                                        pass_fds=(to_child, from_child))
+                                        pass_fds=(to_child, from_child), cwd=items[0][1].parent if items else None)
             finally:
                 os.close(to_child)  # the child holds them now: the pipes end when the child does
                 os.close(from_child)

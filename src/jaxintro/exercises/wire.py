@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import json
 import struct
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -106,10 +107,14 @@ def pack(values: dict[str, Any], *, hold: Callable[[Any], int] | None = None) ->
     return b"".join([_LENGTH.pack(len(text)), text, *arrays])
 
 
+class OutOfTime(Exception):
+    """Decoding a message ran past its deadline (a message of thousands of arrays takes long to rebuild)."""
+
+
 def unpack(message: bytes, *, handle: Callable[[dict], Any] = lambda h: Handle(h["h"], str(h["kind"])),
-           prop: Callable[[dict], Any] | None = None) -> dict:
+           prop: Callable[[dict], Any] | None = None, deadline: float = float("inf")) -> dict:
     """The values of `message`; `handle` and `prop` build what a handle or a prop stands for on this side (a prop from
-    the other side is garbage unless `prop` is given)."""
+    the other side is garbage unless `prop` is given); `OutOfTime` once `time.monotonic()` passes `deadline`."""
     try:
         (size,) = _LENGTH.unpack_from(message)
         if size > MAX_HEADER:
@@ -121,8 +126,9 @@ def unpack(message: bytes, *, handle: Callable[[dict], Any] = lambda h: Handle(h
             start += int(length)
         if start != len(message):
             raise Garbled("the arrays' sizes do not add up to the message")
-        return {str(name): _decode(value, arrays, handle, prop, 0) for name, value in meta["body"].items()}
-    except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        return {str(name): _decode(value, arrays, handle, prop, 0, deadline) for name, value in meta["body"].items()}
+    except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
+            OverflowError) as exc:  # OverflowError: a size of Infinity
         raise Garbled(f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -201,10 +207,13 @@ def _encode_key(value: Any, arrays: list[bytes]) -> dict:
     return {"key": str(jax.random.key_impl(value)), "data": _encode_array(data, data, arrays)}
 
 
-def _decode(value: Any, arrays: list[bytes], handle: Callable, prop: Callable | None, depth: int) -> Any:
+def _decode(value: Any, arrays: list[bytes], handle: Callable, prop: Callable | None, depth: int,
+            deadline: float) -> Any:
     if depth > MAX_DEPTH + 1:
         raise Garbled("nested deeper than a message is")
-    decode = functools.partial(_decode, arrays=arrays, handle=handle, prop=prop, depth=depth + 1)
+    if time.monotonic() > deadline:
+        raise OutOfTime("the message took longer to read than the check may take")
+    decode = functools.partial(_decode, arrays=arrays, handle=handle, prop=prop, depth=depth + 1, deadline=deadline)
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) is not dict or len(value) == 0:

@@ -1,0 +1,166 @@
+"""The exercises judged by the rule they teach, and the files that hold no answer: which file appears when, what a
+checked file may write, a message read within the time limit, and each rewritten message in both languages.
+
+The catalogue of wrong answers (`tests/exercises_wrong/`, run by `test_exercises.py`) holds the mistakes these rules
+catch by their key; here are the rules themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import site
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxintro import i18n
+from jaxintro.cli import main
+from jaxintro.exercises import progress, wire
+from jaxintro.exercises.catalog import _REGION, EXERCISES, SOLUTIONS, by_number
+from jaxintro.exercises.learner import Learner, ProberGone
+from jaxintro.exercises.runner import check_file, check_in_child
+from jaxintro.exercises.sandbox import landlock_abi
+from jaxintro.exercises.texts import TEXT_LANGUAGES
+
+WRONG = Path(__file__).parent / "exercises_wrong"
+
+
+def answer_lines(number: int) -> set[str]:
+    """The lines of exercise `number`'s answer (its solution's learner part) that say something: no blank line, no
+    comment, no bare `return`."""
+    source = (SOLUTIONS / by_number(number).filename).read_text(encoding="utf-8")
+    region = "".join(m[0] for m in _REGION.finditer(source))
+    return {line.split("#")[0].strip() for line in region.splitlines()
+            if line.split("#")[0].strip() not in {"", "return", "# >>> solution", "# <<<"}}
+
+
+@pytest.mark.parametrize("lang", TEXT_LANGUAGES)
+def test_a_starter_holds_another_exercises_answer_only_if_it_appears_after_that_one_passes(lang):
+    """No file shows the answer of an exercise the learner has not passed: one whose given code holds two lines of
+    another's answer names that one in `builds_on`, and names no exercise whose answer it does not hold."""
+    for exercise in EXERCISES:
+        starter = {line.split("#")[0].strip() for line in exercise.starter(lang).splitlines()}
+        held = {other.number for other in EXERCISES
+                if other is not exercise and len(answer_lines(other.number) & starter) >= 2}
+        assert held == set(exercise.builds_on), exercise.filename
+
+
+def test_init_writes_the_open_files_and_a_pass_opens_the_ones_that_build_on_it(tmp_path, capsys):
+    folder = tmp_path / "ex"
+    assert main(["--lang", "en", "exercises", "init", str(folder)]) == 0
+    said = capsys.readouterr().out
+    locked = {e.filename for e in EXERCISES if e.builds_on}
+    assert {p.name for p in folder.glob("*.py")} == {e.filename for e in EXERCISES} - locked
+    assert all(name in said for name in locked)
+    # A file not there yet is explained, not created, by `check` and `reset`.
+    assert main(["--lang", "en", "exercises", "check", "2", "--dir", str(folder)]) != 0
+    assert "appears once that passes (jaxintro exercises check 1)" in capsys.readouterr().err
+    assert main(["--lang", "en", "exercises", "reset", "2", "--dir", str(folder)]) != 0
+    assert not (folder / "02_forward.py").exists()
+    capsys.readouterr()
+    assert main(["exercises", "list", "--dir", str(folder), "--json"]) == 0
+    states = {e["number"]: e["state"] for e in json.loads(capsys.readouterr().out)["exercises"]}
+    assert {n for n, s in states.items() if s == "locked"} == {e.number for e in EXERCISES if e.builds_on}
+    # Exercise 1 passes: 02 appears (it builds on 1 alone), 03 waits for 2.
+    (folder / "01_init_params.py").write_text(by_number(1).reference(), encoding="utf-8")
+    assert main(["--lang", "en", "exercises", "check", "1", "--dir", str(folder)]) == 0
+    assert "New: " in capsys.readouterr().out
+    assert (folder / "02_forward.py").read_text(encoding="utf-8") == by_number(2).starter("en")
+    assert not (folder / "03_loss_fn.py").exists()
+    # A second init keeps what is there and names the next exercise, not 01, which passes.
+    assert main(["--lang", "en", "exercises", "init", str(folder)]) == 0
+    assert "Next: " in (out := capsys.readouterr().out) and "02_forward.py" in out.split("Next: ")[1]
+
+
+def test_a_progress_tmp_folder_left_in_the_way_changes_nothing(tmp_path):
+    (tmp_path / ".progress.tmp").mkdir()
+    progress.save(tmp_path, {"init_params": progress.Entry(passed=True, passed_once=True)})
+    assert progress.load(tmp_path)["init_params"].passed
+    assert (tmp_path / ".progress.tmp").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".progress.json", ".progress.tmp"]
+
+
+def test_a_checked_file_writes_in_its_folder_only(tmp_path):
+    """Nothing into the installed package, the virtual environment (a `.pth` there runs at every start) or any other
+    folder: Python's opens are refused by the audit hook everywhere, and where the kernel has Landlock a program the
+    file starts is refused too."""
+    exercise = by_number(5)
+    folder = tmp_path / "ex"
+    folder.mkdir()
+    tag = f"jaxintro-test-{time.time_ns()}"
+    targets = [Path(site.getsitepackages()[0]) / f"{tag}.pth", SOLUTIONS.parent / f"{tag}.py", tmp_path / f"{tag}.txt"]
+    text = exercise.reference() + "\n".join([
+        "", "import subprocess", "refused = []",
+        f"for target in {[str(t) for t in targets]!r}:",
+        "    try:", "        open(target, 'w').write('import os\\n')", "    except OSError:", "        refused.append(target)",
+        f"subprocess.run(['sh', '-c', 'echo x > {targets[2]}.sh'])",
+        "open('mine.txt', 'w').write('in its own folder: fine')", ""])
+    (folder / exercise.filename).write_text(text, encoding="utf-8")
+    try:
+        verdict, = check_in_child([(exercise, folder / exercise.filename)], "en", timeout=60)
+        assert verdict.passed, verdict
+        assert [t.exists() for t in targets] == [False, False, False]
+        if landlock_abi() >= 1:  # the kernel refuses a program the file starts too
+            assert not Path(f"{targets[2]}.sh").exists()
+        assert (folder / "mine.txt").exists()
+    finally:
+        for target in (*targets, Path(f"{targets[2]}.sh")):
+            target.unlink(missing_ok=True)
+
+
+def test_an_answer_of_many_arrays_is_read_within_the_time_limit_and_a_garbled_size_is_garbage():
+    arrays = {f"a{i}": np.zeros((1, i + 1), np.float32) for i in range(3000)}  # as many shapes as arrays
+    message = wire.pack({"value": arrays, "observed": []})
+    with pytest.raises(wire.OutOfTime):
+        wire.unpack(message, deadline=time.monotonic() + 0.01)
+
+    class Answers:  # a transport whose answer is that message, at once
+        def exchange(self, _message: bytes, _deadline: float) -> bytes:
+            return message
+
+    learner = Learner(Answers())
+    learner.deadline = time.monotonic() + 0.01
+    with pytest.raises(ProberGone) as gone:
+        learner.ask({"op": "report"})
+    assert gone.value.why == "timeout"
+    text = json.dumps({"body": {}, "sizes": [math.inf]}).encode()  # "sizes": [Infinity]
+    with pytest.raises(wire.Garbled):
+        wire.unpack(len(text).to_bytes(4, "big") + text)
+
+
+# Each message the trial found telling a learner what their mistake was not, rewritten: its key, and a phrase of it in
+# English and in Spanish (the test holds both languages to the same file).
+REWRITTEN = [
+    ("01_split_then_draw_from_key.py", "key_reused", "key-reuse checker", "reutilización de claves"),
+    ("01_floor_division.py", "zero_weights", "2 // fan_in is a floor division", "división entera"),
+    ("03_logsumexp_by_hand.py", "unstable_log_softmax", "overflows to inf", "desborda a inf"),
+    ("03_one_hot_labels.py", "one_hot_labels", "instead of multiplying by a one-hot", "en lugar de multiplicar"),
+    ("07_vmap_keywords.py", "vmap_keyword_arguments", "positional arguments only", "argumentos posicionales"),
+    ("09_float_of_traced.py", "number_from_traced", "into a Python number", "en un número de Python"),
+    ("09_divides_by_its_root.py", "zero_over_zero", "0 / 0 is NaN", "0 / 0 es NaN"),
+    ("11_if_key.py", "truth_of_a_key", "compare it with None", "compárala con None"),
+    ("13_sorted_by_last_character.py", "layers_out_of_order", "ran out of order", "desordenadas"),
+    ("14_milliseconds.py", "milliseconds", "that is milliseconds", "eso son milisegundos"),
+    ("14_max_not_mean.py", "max_not_mean", "the slowest call", "la llamada más lenta"),
+    ("14_median_not_mean.py", "median_not_mean", "the median", "la mediana"),
+    ("15_own_optimizer.py", "optimizer_ignored", "not one built inside", "no uno creado dentro"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "en", "es"), REWRITTEN, ids=[row[0] for row in REWRITTEN])
+def test_a_rewritten_message_names_the_real_mistake_in_both_languages(name, key, en, es, tmp_path):
+    exercise = by_number(int(name[:2]))
+    path = tmp_path / exercise.filename
+    path.write_text(exercise.reference() + "\n\n" + (WRONG / name).read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        for lang, phrase in (("en", en), ("es", es)):
+            i18n.set_language(lang)
+            verdict = check_file(exercise, path)
+            assert (verdict.passed, verdict.key) == (False, key), verdict.message
+            assert phrase in verdict.message, verdict.message
+            assert "take_along_axis" not in verdict.message  # a hint may point, never give the answer's line
+    finally:
+        i18n.set_language("en")
