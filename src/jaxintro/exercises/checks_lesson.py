@@ -347,6 +347,11 @@ def check_jit_timing(ns: Learner) -> None:
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
             "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
             seconds=seconds, work_s=work_s))
+    _check_compare_jit(compare_jit)
+
+
+def _check_compare_jit(compare_jit: Function) -> None:
+    """Both times taken, each of its own function, with the repeats passed on."""
     # f(x) = tanh(x) @ tanh(x).T, which sleeps EAGER_S whenever it runs without jit and records each run: traced
     # (inside jax.jit) or not (probe.SlowWithoutJit).
     f = Prop("slow_without_jit", {"eager_s": EAGER_S})

@@ -17,6 +17,7 @@ Python's opens of the solutions and Python's opens for writing outside the folde
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import ctypes
 import os
@@ -24,6 +25,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from jaxintro.exercises.catalog import SOLUTIONS
 
 # landlock(7): the system calls (one number on x86_64 and arm64, both on the generic table) and the rights used.
 CREATE_RULESET, ADD_RULE, RESTRICT_SELF = 444, 445, 446
@@ -129,10 +132,6 @@ def _private_temp_folder(chain: tuple[Path, ...]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Confine this process (`--write` folders, the solutions refused), then become the command after `--`."""
-    import argparse
-
-    from jaxintro.exercises.catalog import SOLUTIONS
-
     parser = argparse.ArgumentParser(prog="python -m jaxintro.exercises.sandbox")
     parser.add_argument("--write", type=Path, action="append", default=[], help="a folder the command may write in")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- and the command to run confined")
