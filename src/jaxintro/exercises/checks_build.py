@@ -180,6 +180,12 @@ def check_forward(ns: Learner) -> None:
         want = _reference_forward(params, x)
         if not close(got, want):
             key = diagnose_forward(got, params, x)
+            # Named on a case where no two mistakes give the same numbers (a small one can: all its hidden units
+            # dead, the logits are 0 without biases and 0 after a last ReLU alike).
+            wide, (wide_x, _y) = make_params(99, (3, 8, 8, 4)), make_batch(99, 4, 3, 4)
+            wide_got = attempt(forward.jit(), wide, wide_x, name="forward", inputs=describe(params=wide, x=wide_x))
+            if not close(wide_got, _reference_forward(wide, wide_x)):
+                key = diagnose_forward(wide_got, wide, wide_x)
             raise CheckFailed(key, _("forward({inputs}): {what} (first row: yours {got}, expected {want})").format(
                 inputs=inputs, what=_(FORWARD_MISTAKES[key]), got=_row(got), want=_row(want)))
 
@@ -231,7 +237,14 @@ def check_loss_fn(ns: Learner) -> None:
     params, (x, y) = make_params(7, (4, 8, 8, 3)), make_batch(7, 4, 4, 3)
     params["layer3"]["w"] = params["layer3"]["w"] * 1e4  # logits in the tens of thousands
     got = attempt(loss_fn.jit(), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
-    if not np.isfinite(float(got)):
+    finite = np.isfinite(float(got))
+    if finite and not close(got, want := _reference_loss(params, x, y)):
+        raise CheckFailed("large_logits_wrong", _(
+            "loss_fn gives {got:.1f} when the logits are large (last layer's weights x 10000); the mean cross-entropy "
+            "is {want:.1f}: a log-probability clipped, or a probability floored, to keep it finite changes the loss "
+            "of exactly the examples the model gets most wrong; jax.nn.log_softmax is finite without it").format(
+            got=float(got), want=want))
+    if not finite:
         raise CheckFailed("unstable_log_softmax", _(
             "loss_fn gives {got} when the logits are large (last layer's weights x 10000): in float32, exp of a "
             "logit above about 88 overflows to inf, and a probability far below the largest rounds to 0, whose log is "

@@ -310,6 +310,10 @@ def check_jit_timing(ns: Learner) -> None:
                                                      "time.perf_counter() counts them"))
     if 0.85 * repeats * work_s <= seconds <= 1.15 * repeats * work_s:
         raise CheckFailed("total_not_mean", report + _(": that is the total; divide by the number of calls"))
+    if observed["calls"] > repeats + 1:
+        raise CheckFailed("repeats_ignored", report + _(
+            ": once to warm up, then the repeats it is given, here {repeats}, are {calls} calls; use the argument, "
+            "not a count in the code").format(repeats=repeats, calls=repeats + 1))
     if observed["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
         raise CheckFailed("no_warmup", report + _(
             "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "

@@ -54,6 +54,29 @@ def check_immutable_update(ns: Learner) -> None:
                 inputs=inputs, got=numbers(got), want=numbers(want), why=why))
 
     agrees()
+    # Python's own rules too: a negative index counts from the end, and the array keeps its dtype (integers here).
+    a = jnp.arange(8, dtype=jnp.int32).reshape(4, 2)
+    for i in (-1, 2):
+        inputs = describe(a=_("an int32 array of shape (4, 2)"), i=i, value=7)
+        got = attempt(set_row, a, i, 7, name="set_row", inputs=inputs)
+        want = np.arange(8, dtype=np.int32).reshape(4, 2)
+        want[i] = 7
+        if not close(got, want):
+            raise CheckFailed("negative_index" if i < 0 else "mismatch", _(
+                "set_row({inputs}) gave {got}, expected {want} (a[i] with i = -1 is the last row, as in NumPy: "
+                "a.at[i].set keeps that meaning; clipping i into [0, n - 1] does not)").format(
+                inputs=inputs, got=numbers(got), want=numbers(want)))
+        require_dtype_kept(got, want, "set_row", inputs)
+
+
+def require_dtype_kept(got, want, name: str, inputs: str) -> None:
+    """A `CheckFailed("dtype_changed")` where a leaf of `got` has another dtype than `want`'s."""
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        if np.dtype(getattr(g, "dtype", np.float64)) != np.dtype(w.dtype):
+            raise CheckFailed("dtype_changed", _(
+                "{name}({inputs}) turned an array of {want} into {got}: an update keeps each array's dtype "
+                "(.at[].set and p - lr * g both do); a cast (astype, a float32 written into the code) changes it").format(
+                name=name, inputs=inputs, want=np.dtype(w.dtype).name, got=np.dtype(g.dtype).name))
 
 
 def _tree_case(seed: int, kind: str) -> tuple:
@@ -117,6 +140,10 @@ def check_tree_map(ns: Learner) -> None:
                 inputs=inputs, why=why))
 
     agrees()
+    params = {"w": jnp.ones((2, 3), jnp.bfloat16), "b": jnp.ones(3, jnp.float16), "scale": jnp.ones((), jnp.float32)}
+    inputs = describe(params=_("leaves of bfloat16, float16 and float32"), lr=0.5)
+    got = attempt(update, params, params, 0.5, name="sgd_update", inputs=inputs)
+    require_dtype_kept(got, params, "sgd_update", inputs)
 
 
 def _predict(w, b, x):
