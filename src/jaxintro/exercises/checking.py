@@ -137,10 +137,10 @@ def close(a: Any, b: Any, *, tol: float = 1e-4) -> bool:
 
 def keys_used_once(fn: Function, *args: Any, static_argnums: int | tuple = (), name: str, inputs: str,
                    **kwargs: Any) -> None:
-    """Call the learner's `fn` eagerly, then under `jit`, with JAX's key-reuse checker on (as every call is unless
-    `keys_unchecked`): a key used twice is a `CheckFailed("key_reused")` that names the line. Eagerly the learner's
-    Python runs line by line; under `jit` the checker reads the traced program."""
-    attempt(fn, *args, name=name, inputs=inputs, **kwargs)
+    """Call the learner's `fn` under `jit` with JAX's key-reuse checker on (as every call is unless `keys_unchecked`):
+    a key used twice is a `CheckFailed("key_reused")` that names the line. Under `jit` the checker reads the whole
+    traced program, every branch the Python took; the line is found by running the call again eagerly
+    (`probe.Prober._key_reuse_line`), which only a failing call pays for."""
     attempt(fn.jit(static_argnums=static_argnums), *args, name=name, inputs=inputs, **kwargs)
 
 

@@ -42,6 +42,7 @@ def check_dropout(ns: Learner) -> None:
     inputs = describe(x=ones, rate=RATE)
     a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
                                           inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
+    finite_where(a, "forward", inputs + ", key=" + key_text(0))
     if not np.array_equal(a, again):
         raise CheckFailed("not_deterministic", _("forward({inputs}) twice with {key} gave other masks: draw them "
                                                  "from the key only").format(inputs=inputs, key=key_text(0)))
@@ -485,9 +486,12 @@ def _check_curve(curve: Function) -> None:
     batches = [(jnp.asarray(rng.normal(size=(8, 4)) * 3, jnp.float32), jnp.asarray(rng.normal(size=(8, 1)) * 5,
                                                                                       jnp.float32))
                for _ in range(4)]
-    # Two optimizers: the curve follows the one it is given, and Adam's state, unlike SGD's, must be carried along.
-    for tx, label in ((_optimizer_prop(("clip_by_global_norm", 1.0), ("sgd", 0.05)), "clip_by_global_norm(1.0) + sgd(0.05)"),
-                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)")):
+    # Three optimizers: the curve follows the one it is given (a clip at 5.0 is not the default 1.0), Adam's state,
+    # unlike SGD's, must be carried along, and AdamW's update needs the params.
+    for tx, label in ((_optimizer_prop(("clip_by_global_norm", 5.0), ("sgd", 0.05)), "clip_by_global_norm(5.0) + sgd(0.05)"),
+                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)"),
+                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adamw", 0.1)),
+                       "clip_by_global_norm(0.5) + adamw(0.1)")):
         _check_curve_with(curve, params, batches, tx, describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
                                                                optimizer=label))
 

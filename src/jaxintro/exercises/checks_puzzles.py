@@ -157,6 +157,7 @@ def check_vmap_in_axes(ns: Learner) -> None:
 
     # Other class counts too: an answer that assumes the 2 outputs of the first case is told so.
     @example((0, 3, 3))
+    @example((1, 1, 2))  # a batch of one: an answer that squeezes the batch axis away shows there
     @examples(st.tuples(st.integers(0, 2**16), st.sampled_from([3, 4]), st.sampled_from([2, 4])), n=3)
     def agrees(case):
         seed, batch, classes = case
@@ -292,7 +293,8 @@ def check_cond(ns: Learner) -> None:
     def agrees(x):
         got = at(x)
         want = np.sign(x) * np.sqrt(abs(x))
-        if not close(got, want):
+        # To float32's precision, tiny values too: sqrt(1e-30) is 1e-15, and an epsilon added "against NaN" is not.
+        if not close(got, want, tol=1e-6):
             raise CheckFailed(*sqrt_mistake(x, got, want, at))
 
     agrees()
@@ -326,11 +328,15 @@ def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]
         return "zero_over_zero", _("signed_sqrt(0) = {got}, expected 0 (at 0 your formula divides 0 by 0, or takes "
                                    "a root's gradient where it is infinite: 0 / 0 is NaN; give 0 its own value)").format(
             got=got)
-    if close(got, np.sqrt(abs(x))):
+    if close(got, np.sqrt(abs(x)), tol=1e-6):
         key, why = "lost_sign", _(" (the sign is lost)")
     elif x != 0 and abs(x) < 1 and (not np.isfinite(got) or close(got, -want)) and close(at(far), np.sign(far) * 2.0):
         key, why = "condition_not_at_zero", _(" (signed_sqrt({far:g}) is right: {x:g} went to the other branch, so "
                                               "the condition must compare x with 0)").format(far=Code(far), x=Code(x))
+    elif np.isfinite(got) and close(got, want):  # right to 1e-4, not to float32's precision: tiny values moved
+        key, why = "tiny_values_off", _(" (right for large x, off for tiny ones: an epsilon added inside the root, "
+                                        "\"against NaN\", moves them; jax.lax.cond takes no root of a negative number, "
+                                        "so it needs none)")
     elif np.isfinite(got):
         key, why = "mismatch", ""
     elif not (np.isfinite(at(4.0)) or np.isfinite(at(-4.0))):
@@ -340,7 +346,7 @@ def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]
         key, why = "branch_sqrt_of_negative", _(" (the branch for x < 0 takes the square root of a negative number, "
                                                 "which is NaN: take it of -x there)") if x < 0 else _(
             " (the branch for x >= 0 takes the square root of a negative number, which is NaN: take it of x there)")
-    return key, _("signed_sqrt({x}) = {got:.4f}, expected {want:.4f}{why}").format(x=x, got=got, want=want, why=why)
+    return key, _("signed_sqrt({x}) = {got:.4g}, expected {want:.4g}{why}").format(x=x, got=got, want=want, why=why)
 
 
 def check_split_keys(ns: Learner) -> None:

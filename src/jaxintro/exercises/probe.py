@@ -360,7 +360,7 @@ class SlowWithoutJit(Stand):
         return {"runs": self.runs}
 
 
-OPTAX_PARTS = ("sgd", "adam", "clip_by_global_norm")  # what an optimizer prop may be built of
+OPTAX_PARTS = ("sgd", "adam", "adamw", "clip_by_global_norm")  # what an optimizer prop may be built of
 
 
 def build_prop(request: dict) -> Any:
