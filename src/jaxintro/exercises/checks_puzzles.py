@@ -346,7 +346,7 @@ def sqrt_mistake(x: float, got: float, want: float, at: Callable[[float], float]
         key, why = "branch_sqrt_of_negative", _(" (the branch for x < 0 takes the square root of a negative number, "
                                                 "which is NaN: take it of -x there)") if x < 0 else _(
             " (the branch for x >= 0 takes the square root of a negative number, which is NaN: take it of x there)")
-    return key, _("signed_sqrt({x}) = {got:.4g}, expected {want:.4g}{why}").format(x=x, got=got, want=want, why=why)
+    return key, _("signed_sqrt({x}) = {got:.3g}, expected {want:.3g}{why}").format(x=x, got=got, want=want, why=why)
 
 
 def check_split_keys(ns: Learner) -> None:
