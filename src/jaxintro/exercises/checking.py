@@ -135,13 +135,29 @@ def close(a: Any, b: Any, *, tol: float = 1e-4) -> bool:
         return False
 
 
-def keys_used_once(fn: Function, *args: Any, static_argnums: int | tuple = (), name: str, inputs: str,
-                   **kwargs: Any) -> None:
-    """Call the learner's `fn` under `jit` with JAX's key-reuse checker on (as every call is unless `keys_unchecked`):
-    a key used twice is a `CheckFailed("key_reused")` that names the line. Under `jit` the checker reads the whole
-    traced program, every branch the Python took; the line is found by running the call again eagerly
-    (`probe.Prober._key_reuse_line`), which only a failing call pays for."""
-    attempt(fn.jit(static_argnums=static_argnums), *args, name=name, inputs=inputs, **kwargs)
+class KeysLast:
+    """The learner's function called with JAX's key-reuse checker on (as every call is unless `keys_unchecked`); a
+    `KeyReuseError` is kept, and that call made again with the checker off, so that a check reads the values first
+    (what they show says more than the checker's "consumed key") and `raise_reuse` fails last. No second compile for
+    an answer that uses each key once: its checked calls are its calls."""
+
+    def __init__(self, fn: Function) -> None:
+        self.checked, self.unchecked, self.reused = fn, fn.keys_unchecked(), None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.reused is None:
+            try:
+                return self.checked(*args, **kwargs)
+            except LearnerRaised as exc:
+                if "KeyReuseError" not in exc.kinds:
+                    raise
+                self.reused = exc
+        return self.unchecked(*args, **kwargs)
+
+    def raise_reuse(self, *, name: str, inputs: str) -> None:
+        """The `CheckFailed("key_reused")` of the first key used twice, naming the line; nothing if none was."""
+        if self.reused is not None:
+            raise _classified(self.reused, name, inputs, None)
 
 
 def finite_where(got: Any, name: str, inputs: str) -> None:

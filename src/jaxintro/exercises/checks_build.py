@@ -9,7 +9,7 @@ import optax
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         keys_used_once, make_batch, make_params, numpy_tree, unchanged)
+                                         KeysLast, make_batch, make_params, numpy_tree, unchanged)
 from jaxintro.exercises.learner import Learner, LearnerRaised
 from jaxintro.exercises.wire import type_name
 from jaxintro.i18n import N_, _
@@ -22,9 +22,7 @@ mlp_st = st.tuples(st.integers(0, 2**16), st.sampled_from([1, 4]), st.lists(st.s
 
 def check_init_params(ns: Learner) -> None:
     """Shapes for any sizes; the key decides everything; one key per layer; He scale; zero biases; jittable."""
-    # The sizes fix the shapes: static. The weights are read first with JAX's key-reuse checker off (what they show
-    # says more than the checker's "consumed key"); the checker has the last word.
-    init_params = ns["init_params"].jit(static_argnums=1).keys_unchecked()
+    init_params = KeysLast(ns["init_params"].jit(static_argnums=1))  # the sizes fix the shapes: static
 
     @examples(st.tuples(st.integers(0, 2**16), sizes_st), n=3)
     def shapes(case):
@@ -67,7 +65,7 @@ def check_init_params(ns: Learner) -> None:
             raise CheckFailed("bias_not_zero", _("init_params({inputs}): {layer}['b'] is not all zeros; the lesson "
                                                  "starts biases at 0").format(inputs=inputs, layer=name))
     _check_he_scale(init_params)
-    keys_used_once(ns["init_params"], jax.random.key(0), sizes, static_argnums=1, name="init_params", inputs=inputs)
+    init_params.raise_reuse(name="init_params", inputs=inputs)
 
 
 def _check_init_shapes(init_params, seed: int, sizes: tuple[int, ...]) -> None:

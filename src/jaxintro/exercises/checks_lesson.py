@@ -10,7 +10,7 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         keys_used_once, make_batch, make_params, numbers, numpy_tree)
+                                         KeysLast, make_batch, make_params, numbers, numpy_tree)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
 from jaxintro.exercises.checks_puzzles import require_no_loop
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
@@ -36,9 +36,8 @@ def check_dropout(ns: Learner) -> None:
     eye = jnp.eye(WIDTH)
     probe = {name: {"w": eye, "b": jnp.zeros(WIDTH)} for name in ("layer1", "layer2", "layer3")}
     ones = jnp.ones((2, WIDTH))
-    # Fixed as a closure fixes them: constants under jit. The masks are read with JAX's key-reuse checker off (what
-    # they show says more than the checker's "consumed key"); the checker has the last word.
-    run = forward.partial(probe, ones, rate=RATE).jit().keys_unchecked()
+    # Fixed as a closure fixes them: constants under jit. A key used twice is told last, after what the masks show.
+    run = KeysLast(forward.partial(probe, ones, rate=RATE).jit())
     inputs = describe(x=ones, rate=RATE)
     a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
                                           inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
@@ -67,8 +66,7 @@ def check_dropout(ns: Learner) -> None:
     _check_masks(np.asarray(attempt(forward.partial(probe, ones, rate=0.5).jit().keys_unchecked(),
                                     key=jax.random.key(0), name="forward", inputs=half)), half, 0.5)
     _check_placement(forward)
-    keys_used_once(forward.partial(probe, ones, rate=RATE), key=jax.random.key(0), name="forward",
-                   inputs=inputs + ", key=" + key_text(0))
+    run.raise_reuse(name="forward", inputs=inputs + ", key=" + key_text(0))
 
 
 def _check_placement(forward: Function) -> None:
