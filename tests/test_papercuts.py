@@ -19,6 +19,8 @@ from jaxintro.errors import DataError
 from jaxintro.images import load_image
 from jaxintro.train import Trainer
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def error_of(capsys, argv: list[str]) -> tuple[int, str]:
     """The exit code and stderr of `jaxintro ARGV` run in this process (argparse's refusals exit)."""
@@ -202,3 +204,24 @@ def test_freed_heap_pages_are_returned_only_where_the_model_lives_in_host_memory
     monkeypatch.setattr(runtime.jax, "default_backend", lambda: backend)
     runtime.release_free_memory()
     assert len(calls) == trims
+
+
+@pytest.mark.parametrize(("lang", "said", "see"), [("en", "did you mean --data-dir", "(see jaxintro train --help)"),
+                                                 ("es", "¿quisiste decir --data-dir", "(consulta jaxintro train --help)")])
+def test_a_mistyped_flag_is_answered_with_the_commands_closest_flags_and_its_own_help(lang, said, see, capsys):
+    code, err = error_of(capsys, ["--lang", lang, "train", "--data_dir", "x"])
+    assert code == 2 and err.startswith("jaxintro train: error: ") and said in err and see in err
+    # A subcommand's subcommand answers for its own flags; a flag like none has no suggestion.
+    code, err = error_of(capsys, ["--lang", lang, "exercises", "check", "--timout", "3"])
+    assert code == 2 and "--timeout?" in err and "jaxintro exercises check --help" in err
+    code, err = error_of(capsys, ["--lang", lang, "train", "--zzz"])
+    assert code == 2 and "--zzz" in err and "--data-dir" not in err
+
+
+@pytest.mark.parametrize("page", ["docs/serve.md", "docs/serve.es.md"])
+def test_every_documented_post_to_the_api_sends_json(page):
+    """`curl -d` alone sends a form, which the API refuses (415): every example that posts names the JSON type."""
+    posts = [line for line in (ROOT / page).read_text(encoding="utf-8").splitlines()
+             if line.startswith("curl") and " -d " in line]
+    assert posts, page
+    assert all('-H "Content-Type: application/json"' in line for line in posts), posts

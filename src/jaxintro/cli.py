@@ -9,6 +9,7 @@ caught here. The language is chosen before the parser is built, so `--help` read
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import re
@@ -474,6 +475,25 @@ def language_flag(argv: Sequence[str] | None) -> str | None:
     return known.lang if known.lang in LANGUAGES else None
 
 
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but a flag no command knows is refused by the command's own parser, which names
+    its closest flags (`--data_dir`: did you mean --data-dir?) and its own --help (Python 3.11's argparse does not)."""
+    args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    command = parser
+    while (choices := next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None)) \
+            and getattr(args, choices.dest, None) in choices.choices:
+        command = choices.choices[getattr(args, choices.dest)]
+    flags = [flag for action in command._actions for flag in action.option_strings if flag.startswith("--")]
+    typed = next((word.split("=")[0] for word in unknown if word.startswith("-")), "")
+    close = difflib.get_close_matches(typed.replace("_", "-").lower(), flags, n=2, cutoff=0.6) if typed else []
+    message = _("unrecognized arguments: %s") % " ".join(unknown)
+    if close:
+        message += _("; did you mean {flags}?").format(flags=_(" or ").join(close))
+    command.error(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `jaxintro` console script."""
     started = time.perf_counter()
@@ -481,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_language(language_flag(argv))  # first: the parser's help and errors are in this language
     argparse._, argparse.ngettext = _, ngettext  # argparse's own words too (ARGPARSE_MESSAGES)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     if args.command is None:  # bare `jaxintro`: the commands, rather than "a command is required"
         parser.print_help(sys.stderr)
         return EXIT_ERROR
