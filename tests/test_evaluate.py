@@ -134,3 +134,18 @@ def test_predict_shows_file_names_escaped(digits_run, tmp_path, capsys):
     assert main(["predict", str(digits_run), str(bad)]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "blank\\x1b[2J.png: no ink found" in err
+
+
+def test_predict_classifies_every_readable_image_and_names_each_other_one(digits_run, tmp_path, capsys):
+    good, blank, other = tmp_path / "a.png", tmp_path / "blank.png", tmp_path / "b.png"
+    drawing(strokes=SEVEN).save(good, format="PNG")
+    drawing(strokes=SEVEN).save(other, format="PNG")
+    drawing(background=(0, 0, 0, 0), ink=(0, 0, 0, 0)).save(blank, format="PNG")
+    capsys.readouterr()
+    assert main(["predict", str(digits_run), str(good), str(blank), str(other), "--json"]) == 2  # one was not
+    out, err = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.splitlines()[:2]] == [str(good), str(other)]
+    assert "blank.png: no ink found" in err and len(err.strip().splitlines()) == 1
+    rows = [json.loads(line) for line in out.splitlines()[2:]]
+    assert [r["file"] for r in rows] == [str(good), str(blank), str(other)]
+    assert "error" in rows[1] and "top3" in rows[0] and "top3" in rows[2]
