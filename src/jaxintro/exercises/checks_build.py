@@ -188,6 +188,16 @@ def check_forward(ns: Learner) -> None:
                 inputs=inputs, what=_(FORWARD_MISTAKES[key]), got=_row(got), want=_row(want)))
 
     agrees()
+    # Logits in the hundreds, as a trained model's can be: a forward that clips or squashes them shows there.
+    params, (x, _y) = make_params(5, (3, 4, 4, 2)), make_batch(5, 3, 3, 2)
+    params["layer3"]["w"] = params["layer3"]["w"] * 300
+    inputs = describe(params=params, x=x) + _(" (last layer's weights x 300)")
+    got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
+    if not close(got, want := _reference_forward(params, x)):
+        raise CheckFailed("large_logits", _(
+            "forward({inputs}): yours {got}, expected {want}: the logits must stay what the last layer computes, however "
+            "large (the loss's log_softmax handles them; clipping or squashing them changes the model)").format(
+            inputs=inputs, got=_row(got), want=_row(want)))
 
 
 def _row(value) -> str:
@@ -233,6 +243,16 @@ def check_loss_fn(ns: Learner) -> None:
 
     agrees()
     params, (x, y) = make_params(7, (4, 8, 8, 3)), make_batch(7, 4, 4, 3)
+    # The gradient too: the training step follows it, and a value computed right can hide part of the loss from it.
+    grads, want = attempt(loss_fn.grad().jit(), params, x, y, name="jax.grad(loss_fn)",
+                          inputs=describe(params=params, x=x, y=y)), batch_grads(params, x, y)
+    if not close(grads, want):
+        where = next((jax.tree_util.keystr(path) for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(grads),
+                                                                         jax.tree.leaves(want)) if not close(g, w)), "")
+        raise CheckFailed("wrong_gradient", _(
+            "loss_fn's values are right, but jax.grad(loss_fn) is not the cross-entropy's gradient (first at "
+            "{where}): a stop_gradient, or a value computed outside JAX, hides part of the loss from the gradient; "
+            "training follows the gradient, not the value").format(where=where))
     params["layer3"]["w"] = params["layer3"]["w"] * 1e4  # logits in the tens of thousands
     got = attempt(loss_fn.jit(), params, x, y, name="loss_fn", inputs=describe(params=params, x=x, y=y))
     finite = np.isfinite(float(got))

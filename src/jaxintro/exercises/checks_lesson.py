@@ -10,7 +10,7 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         KeysLast, make_batch, make_params, numbers, numpy_tree)
+                                         KeysLast, make_batch, make_params, numbers, numpy_tree, unchanged)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
 from jaxintro.exercises.checks_puzzles import require_no_loop
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
@@ -496,7 +496,13 @@ def _check_curve(curve: Function) -> None:
 
 def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, inputs: str) -> None:
     """One curve: the raw gradient norms of the steps the optimizer `prop` takes from `params` over `batches`."""
-    returned = attempt(curve, params, batches, prop, name="grad_norm_curve", inputs=inputs)
+    # Without jit, which hides a mutation; the params come back as the call left them there, ours stay as they were.
+    returned, (after, *_rest) = attempt(curve.call_returning_args, params, batches, prop, name="grad_norm_curve",
+                                        inputs=inputs)
+    if not unchanged(params, after):
+        raise CheckFailed("mutated_input", _(
+            "grad_norm_curve({inputs}) changed the params it was given: optax.apply_updates returns new params; "
+            "rebind the name (params = ...), never write into the dict you were given").format(inputs=inputs))
     if not hasattr(returned, "shape"):
         raise CheckFailed("curve_not_array", _(
             "grad_norm_curve({inputs}) returned a {kind}, not an array: jnp.stack the norms into one array of "
