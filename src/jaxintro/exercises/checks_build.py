@@ -164,10 +164,20 @@ def check_forward(ns: Learner) -> None:
     inputs = describe(params=params, x=x)
     # Once without jit (under jit an input cannot be changed in place, so a mutation would not show); the params
     # come back as the call left them in the learner's process, ours stay as they were:
-    _out, (after, _x) = attempt(forward.call_returning_args, params, x, name="forward", inputs=inputs)
+    first, (after, _x) = attempt(forward.call_returning_args, params, x, name="forward", inputs=inputs)
     if not unchanged(params, after):
         raise CheckFailed("mutated_input", _("forward({inputs}) changed the params it was given; a pure "
                                              "function only reads its inputs").format(inputs=inputs))
+    # Eagerly again, the same shapes with other values: a pure function's output follows its inputs (a result kept
+    # from an earlier call, in a global or a cache, does not; under jit the Python runs once per shape and hides it).
+    params, (x, _y) = make_params(1, (3, 4, 4, 2)), make_batch(1, 2, 3, 2)
+    inputs = describe(params=params, x=x)
+    got = attempt(forward, params, x, name="forward", inputs=inputs)
+    if close(got, first) and not close(got, _reference_forward(params, x)):  # the first call's answer, again
+        raise CheckFailed("not_pure", _(
+            "forward({inputs}), called a second time with inputs of the same shapes, gave {got}, expected {want}: its "
+            "output must follow its inputs, not a value kept from an earlier call (a global, a cache)").format(
+            inputs=inputs, got=_row(got), want=_row(_reference_forward(params, x))))
 
     @examples(mlp_st, n=4)
     def agrees(case):

@@ -42,7 +42,12 @@ def check_dropout(ns: Learner) -> None:
     a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
                                           inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
     finite_where(a, "forward", inputs + ", key=" + key_text(0))
-    if not np.array_equal(a, again):
+    # And eagerly, where the Python runs at every call (under jit it runs once, so a global read there is a constant).
+    eager = forward.partial(probe, ones, rate=RATE).keys_unchecked()
+    if not np.array_equal(*(np.asarray(attempt(eager, key=jax.random.key(0), name="forward",
+                                               inputs=inputs + ", key=" + key_text(0))) for _ in range(2))):
+        again = None
+    if again is None or not np.array_equal(a, again):
         raise CheckFailed("not_deterministic", _("forward({inputs}) twice with {key} gave other masks: draw them "
                                                  "from the key only").format(inputs=inputs, key=key_text(0)))
     if np.array_equal(a, other):
@@ -200,6 +205,15 @@ def check_per_example_grads(ns: Learner) -> None:
             for i, (a, b) in enumerate(((3, 2), (2, 1)))}
     inputs = _("the per-example gradients of a {sizes} MLP for {n} examples").format(sizes="3-2-1", n=4)
     _check_norms(attempt(norms.jit(), tree, name="grad_norms", inputs=inputs), tree, inputs)
+    tiny = jax.tree.map(lambda g: g * 1e-4, tree)  # norms near 1e-4: an epsilon added "against NaN" shows there
+    got = attempt(norms.jit(), tiny, name="grad_norms", inputs=inputs + " x 1e-4")
+    if np.shape(got) == (4,) and not close(got, want := _reference_norms(tiny), tol=1e-7):
+        raise CheckFailed("tiny_norms_off", _(
+            "grad_norms is right for gradients of norm near 1 and wrong for tiny ones ({got} where the norm is "
+            "{want}): an epsilon added inside the square root, \"against NaN\", outweighs a small norm; the square "
+            "root of a sum of squares needs no guard here").format(
+            got=np.format_float_scientific(float(np.ravel(got)[0]), precision=2),
+            want=np.format_float_scientific(float(want[0]), precision=2)))
     params = make_params(0, (5, 4, 6, 3))
     sizes = [per_example.program_size(params, *make_batch(0, b, 5, 3)) for b in (2, 6)]
     if sizes[0] != sizes[1]:

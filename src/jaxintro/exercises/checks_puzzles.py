@@ -74,8 +74,9 @@ def require_dtype_kept(got, want, name: str, inputs: str) -> None:
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         if np.dtype(getattr(g, "dtype", np.float64)) != np.dtype(w.dtype):
             raise CheckFailed("dtype_changed", _(
-                "{name}({inputs}) turned an array of {want} into {got}: an update keeps each array's dtype "
-                "(.at[].set and p - lr * g both do); a cast (astype, a float32 written into the code) changes it").format(
+                "{name}({inputs}) turned an array of {want} into {got}: jnp's operations keep an array's dtype "
+                "(.at[].set, p - lr * g and jnp.sqrt all do); a cast (astype, a float32 written into the code) changes "
+                "it").format(
                 name=name, inputs=inputs, want=np.dtype(w.dtype).name, got=np.dtype(g.dtype).name))
 
 
@@ -299,6 +300,9 @@ def check_cond(ns: Learner) -> None:
 
     agrees()
     # 0.25: between 0 and 1, where a condition on x >= 1 (not x >= 0) would take the wrong branch.
+    half = jnp.asarray(4.0, jnp.bfloat16)
+    require_dtype_kept(attempt(jitted, half, name="signed_sqrt", inputs="x=bfloat16(4.0)", branch_fix=only_cond), half,
+                       "signed_sqrt", "x=bfloat16(4.0)")
     xs = jnp.asarray([4.0, -4.0, 0.25])
     got = attempt(signed_sqrt.vmap(), xs, name="jax.vmap(signed_sqrt)", inputs=describe(xs=xs), branch_fix=only_cond)
     if not close(got, np.asarray([2.0, -2.0, 0.5])):
