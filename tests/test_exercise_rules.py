@@ -164,3 +164,13 @@ def test_a_rewritten_message_names_the_real_mistake_in_both_languages(name, key,
             assert "take_along_axis" not in verdict.message  # a hint may point, never give the answer's line
     finally:
         i18n.set_language("en")
+
+
+def test_a_folder_named_relative_to_where_the_command_runs_is_checked(tmp_path, monkeypatch, capsys):
+    """The child runs in the files' folder: the path it is sent must not be relative to the command's folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--lang", "en", "exercises", "init", "my exercises"]) == 0
+    Path("my exercises/05_immutable_update.py").write_text(by_number(5).reference(), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--lang", "en", "exercises", "check", "5", "--dir", "my exercises"]) == 0, capsys.readouterr()
+    assert "PASSED 5" in capsys.readouterr().out

@@ -329,8 +329,9 @@ def watch(folder: Path, lang: str, number: int | None, *, timeout: float) -> int
                 announced = True
             saved = sorted({names[Path(p).name] for _change, p in changes if Path(p).name in names},
                            key=lambda e: e.number)
-            for exercise in saved:
-                if (folder / exercise.filename).exists():
+            for exercise in saved:  # a starter a pass just wrote (or saved unchanged) has nothing to check yet
+                path = folder / exercise.filename
+                if path.exists() and not progress.is_starter(exercise, path):
                     print_verdict(folder, exercise, check_one(folder, lang, exercise, entries, timeout=timeout),
                                   entries)
     except KeyboardInterrupt:

@@ -161,6 +161,8 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     The child and everything the learner's code starts are killed when the checks end, and no wait is
     unbounded: a process that outlives its group (a learner's `Popen` holding our pipes) delays nothing.
     """
+    # Absolute: the child runs in the files' folder, where a path relative to ours would name nothing.
+    items = [(exercise, path.resolve()) for exercise, path in items]
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
     # The child's temp files in a folder of the check's, removed here: the child is killed, so it removes nothing.

@@ -79,7 +79,8 @@ as one array of shape (steps,) (the curve to plot: how often would the clip act?
 A JAX array never changes: a[i] = v raises a TypeError. a.at[i].set(v) returns a NEW array with
 row (or element) i replaced, and leaves a as it was; under jit XLA often does it in place anyway,
 when it can prove nobody needs the old array. .at[i].add(v), .mul(v), .min(v) work the same way.
-Write set_row(a, i, value); it must work under jax.jit, with i and value traced.""",
+Write set_row(a, i, value); it must work under jax.jit, with i and value traced, and keep NumPy's
+meaning of a negative i (a[-1] is the last row) and a's dtype.""",
     "tree_map": """Core ideas: pytrees and jax.tree.map
 
 Parameters are a pytree: nested dicts, lists and tuples with arrays at the leaves. jax.tree.map(f,

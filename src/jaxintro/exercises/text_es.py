@@ -83,7 +83,8 @@ Un array de JAX nunca cambia: a[i] = v lanza un TypeError. a.at[i].set(v) devuel
 con la fila (o el elemento) i sustituida, y deja a como estaba; bajo jit XLA a menudo lo hace en el
 sitio de todos modos, cuando puede probar que nadie necesita el array viejo. .at[i].add(v),
 .mul(v), .min(v) funcionan igual.
-Escribe set_row(a, i, value); debe funcionar bajo jax.jit, con i y value trazados.""",
+Escribe set_row(a, i, value); debe funcionar bajo jax.jit, con i y value trazados, y conservar el
+significado de NumPy de una i negativa (a[-1] es la última fila) y el dtype de a.""",
     "tree_map": """Ideas clave: pytrees y jax.tree.map
 
 Los parámetros son un pytree: dicts, listas y tuplas anidados con arrays en las hojas.
