@@ -246,6 +246,9 @@ def _end_the_check(proc: subprocess.Popen, children_before: set[int], stderr: "_
     end_descendants(proc, children_before)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=REAP_SECONDS)
+    # Once more, the child gone: a descendant killed while the child was still exiting was handed to this process as
+    # it exited, after the look above, and is reaped here (on a loaded machine it outlived the check as a zombie).
+    end_descendants(proc, children_before)
     stderr.join(timeout=REAP_SECONDS)
 
 
