@@ -57,7 +57,7 @@ def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | No
             "{name}({inputs}) under jax.jit: line {line} asks a key for True or False (`{code}`); to know whether a "
             "key was given, compare it with None: `if key is not None:` is a Python test of a Python value, fine "
             "under jit").format(name=name, inputs=inputs, line=line, code=exc.source))
-    if exc.kinds & {"ConcretizationTypeError"} and _TO_A_NUMBER.search(exc.source):
+    if "ConcretizationTypeError" in exc.kinds and _TO_A_NUMBER.search(exc.source):
         return CheckFailed("number_from_traced", _(
             "{name}({inputs}) under jax.jit: line {line} turns a traced array into a Python number (`{code}`); under "
             "jit there is no number yet, only its shape: keep it an array (jnp's functions take arrays) and convert "
@@ -160,7 +160,7 @@ class KeysLast:
             raise _classified(self.reused, name, inputs, None)
 
 
-def finite_where(got: Any, name: str, inputs: str) -> None:
+def require_finite(got: Any, name: str, inputs: str) -> None:
     """A `CheckFailed("not_finite")` where the learner's value holds a NaN or an infinity that the reference, finite,
     does not: a comparison with NaN is False either way, so no check may let one decide (or pass) by a `<` or `>`."""
     leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(got)
@@ -171,6 +171,28 @@ def finite_where(got: Any, name: str, inputs: str) -> None:
             "{name}({inputs}) gave {values}, where the lesson's answer is finite: a NaN comes from 0/0, the log or "
             "the square root of a negative number, inf - inf; an infinity from an overflow or a division by 0"
         ).format(name=name, inputs=inputs, values=numbers(bad.ravel()[:6])))
+
+
+def require_no_loop(fn: Function, name: str, *args) -> None:
+    """A `CheckFailed` where `fn`'s program walks the batch in a loop (`lax.map`, `fori_loop`, `scan`, `while_loop`):
+    one example at a time, in order, where `vmap` computes the whole batch as one batched operation."""
+    loops = fn.primitives(*args) & {"scan", "while"}
+    if loops:
+        raise CheckFailed("loop_not_vmap", _(
+            "{name}'s program holds a loop ({loops}: jax.lax.map, fori_loop or scan), which handles one example after "
+            "the other; the exercise is jax.vmap, which turns the function of one example into one of a batch, run "
+            "as batched operations all at once").format(name=name, loops=", ".join(sorted(loops))))
+
+
+def require_dtype_kept(got, want, name: str, inputs: str) -> None:
+    """A `CheckFailed("dtype_changed")` where a leaf of `got` has another dtype than `want`'s."""
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        if np.dtype(getattr(g, "dtype", np.float64)) != np.dtype(w.dtype):
+            raise CheckFailed("dtype_changed", _(
+                "{name}({inputs}) turned an array of {want} into {got}: jnp's operations keep an array's dtype "
+                "(.at[].set, p - lr * g and jnp.sqrt all do); a cast (astype, a float32 written into the code) changes "
+                "it").format(
+                name=name, inputs=inputs, want=np.dtype(w.dtype).name, got=np.dtype(g.dtype).name))
 
 
 def shape_of(tree: Any) -> str:

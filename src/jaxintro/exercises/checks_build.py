@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         KeysLast, make_batch, make_params, numpy_tree, unchanged)
+from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
+                                         make_batch, make_params, numpy_tree, require_finite, unchanged)
 from jaxintro.exercises.learner import Learner, LearnerRaised
 from jaxintro.exercises.wire import type_name
 from jaxintro.i18n import N_, _
@@ -33,7 +32,7 @@ def check_init_params(ns: Learner) -> None:
     sizes = (16,) * 6  # five layers: an answer that assumes the lesson's three splits too few keys
     inputs = describe(key=key_text(0), sizes=sizes)
     a = attempt(init_params, jax.random.key(0), sizes, name="init_params", inputs=inputs)
-    finite_where(a, "init_params", inputs)
+    require_finite(a, "init_params", inputs)
     zero = next((name for name, layer in a.items() if not np.any(np.asarray(layer["w"]))), None)
     if zero:
         raise CheckFailed("zero_weights", _(
@@ -383,7 +382,7 @@ def check_train_step(ns: Learner) -> None:
                                            "{what}").format(what=type_name(out)))
         grads = batch_grads(params, x, y)
         (want_params, want_state), want_loss = adam_step(params, state, grads), _reference_loss(params, x, y)
-        finite_where(out[2], "train_step", inputs)
+        require_finite(out[2], "train_step", inputs)
         if not close(out[2], want_loss):
             raise CheckFailed("loss_after_step", _("train_step({inputs}) returned loss {got:.5f}; the loss at the "
                                                    "params it was given is {want:.5f}").format(

@@ -9,10 +9,10 @@ import optax
 from hypothesis import example
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         KeysLast, make_batch, make_params, numbers, numpy_tree, unchanged)
+from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
+                                         make_batch, make_params, numbers, require_finite,
+                                         require_no_loop, unchanged)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
-from jaxintro.exercises.checks_puzzles import require_no_loop
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.probe import build_optimizer
 from jaxintro.exercises.wire import Prop, type_name
@@ -41,13 +41,12 @@ def check_dropout(ns: Learner) -> None:
     inputs = describe(x=ones, rate=RATE)
     a, again, other = (np.asarray(attempt(run, key=jax.random.key(s), name="forward",
                                           inputs=inputs + ", key=" + key_text(s))) for s in (0, 0, 1))
-    finite_where(a, "forward", inputs + ", key=" + key_text(0))
+    require_finite(a, "forward", inputs + ", key=" + key_text(0))
     # And eagerly, where the Python runs at every call (under jit it runs once, so a global read there is a constant).
     eager = forward.partial(probe, ones, rate=RATE).keys_unchecked()
-    if not np.array_equal(*(np.asarray(attempt(eager, key=jax.random.key(0), name="forward",
-                                               inputs=inputs + ", key=" + key_text(0))) for _ in range(2))):
-        again = None
-    if again is None or not np.array_equal(a, again):
+    first, second = (np.asarray(attempt(eager, key=jax.random.key(0), name="forward",
+                                        inputs=inputs + ", key=" + key_text(0))) for _ in range(2))
+    if not (np.array_equal(a, again) and np.array_equal(first, second)):
         raise CheckFailed("not_deterministic", _("forward({inputs}) twice with {key} gave other masks: draw them "
                                                  "from the key only").format(inputs=inputs, key=key_text(0)))
     if np.array_equal(a, other):
@@ -317,7 +316,7 @@ def check_jit_timing(ns: Learner) -> None:
             ": it waits for each result, but its clock did not count the wait: time.process_time and "
             "time.thread_time count this process's CPU time, and waiting for a device is not; use "
             "time.perf_counter()"))
-    finite_where(seconds, "time_call", inputs)
+    require_finite(seconds, "time_call", inputs)
     if 0.85 * 1000 * work_s <= seconds <= 1.5 * 1000 * work_s:
         raise CheckFailed("milliseconds", report + _(": that is milliseconds; time_call returns seconds, as "
                                                      "time.perf_counter() counts them"))
@@ -346,7 +345,7 @@ def check_jit_timing(ns: Learner) -> None:
         raise CheckFailed("repeats_ignored", _(
             "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
             "here 3").format(calls=other.observed["calls"]))
-    finite_where(seconds, "time_call", inputs)
+    require_finite(seconds, "time_call", inputs)
     # Each call's time is known; a statistic other than the mean lands near the one it is (the timed calls take
     # 0.3, 0.1 and 2.6 times work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75 too, told as the median).
     statistic = next((name for name, value in (("min_not_mean", min(SPREAD)), ("median_not_mean", sorted(SPREAD)[1]),
@@ -443,7 +442,7 @@ def _check_clipped(clipped: Function, first_updates: Function) -> None:
         inputs = describe(optimizer=f"optax.sgd({lr})", max_norm=max_norm)
         tx = attempt(clipped, _optimizer_prop(("sgd", lr)), max_norm, name="clipped", inputs=inputs)
         got_small = attempt(first_updates, tx, small, name="clipped", inputs=inputs)
-        finite_where(got_small, "clipped", inputs)
+        require_finite(got_small, "clipped", inputs)
         if not close(got_small, jax.tree.map(lambda g: -lr * np.asarray(g, np.float64), small)):
             key = "clipped_small_grads" if close(got_small, jax.tree.map(lambda g: -np.asarray(g), small)) and lr == 1 \
                 else "optimizer_ignored"
@@ -454,7 +453,7 @@ def _check_clipped(clipped: Function, first_updates: Function) -> None:
                     "(-{lr} x the gradient): use the optimizer clipped() is given, chained after the clip, not one "
                     "built inside").format(lr=Code(lr))))
         updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
-        finite_where(updates, "clipped", inputs)
+        require_finite(updates, "clipped", inputs)
         want = jax.tree.map(lambda g: -lr * np.asarray(g, np.float64) * min(1.0, max_norm / norm), grads)
         if not close(updates, want):
             raise CheckFailed(*_clip_mistake(updates, grads, lr, max_norm, inputs))

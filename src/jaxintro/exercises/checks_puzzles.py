@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import example
 from hypothesis import strategies as st
 
-from jaxintro.exercises.checking import (CheckFailed, attempt, close, describe, examples, finite_where, key_text,
-                                         KeysLast, numbers, unchanged)
-from jaxintro.exercises.learner import Function, Learner
+from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
+                                         numbers, require_dtype_kept, require_finite, require_no_loop, unchanged)
+from jaxintro.exercises.learner import Learner
 from jaxintro.i18n import Code, _
 
 
@@ -67,17 +67,6 @@ def check_immutable_update(ns: Learner) -> None:
                 "a.at[i].set keeps that meaning; clipping i into [0, n - 1] does not)").format(
                 inputs=inputs, got=numbers(got), want=numbers(want)))
         require_dtype_kept(got, want, "set_row", inputs)
-
-
-def require_dtype_kept(got, want, name: str, inputs: str) -> None:
-    """A `CheckFailed("dtype_changed")` where a leaf of `got` has another dtype than `want`'s."""
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        if np.dtype(getattr(g, "dtype", np.float64)) != np.dtype(w.dtype):
-            raise CheckFailed("dtype_changed", _(
-                "{name}({inputs}) turned an array of {want} into {got}: jnp's operations keep an array's dtype "
-                "(.at[].set, p - lr * g and jnp.sqrt all do); a cast (astype, a float32 written into the code) changes "
-                "it").format(
-                name=name, inputs=inputs, want=np.dtype(w.dtype).name, got=np.dtype(g.dtype).name))
 
 
 def _tree_case(seed: int, kind: str) -> tuple:
@@ -196,17 +185,6 @@ def check_vmap_in_axes(ns: Learner) -> None:
             "batched_predict builds a bigger program for a bigger batch ({small} operations for 2 rows, {big} for "
             "6): a Python loop; jax.vmap gives one program for any batch").format(small=small, big=big))
     require_no_loop(batched, "batched_predict", w, b, _array(2, (6, 5)))
-
-
-def require_no_loop(fn: Function, name: str, *args) -> None:
-    """A `CheckFailed` where `fn`'s program walks the batch in a loop (`lax.map`, `fori_loop`, `scan`, `while_loop`):
-    one example at a time, in order, where `vmap` computes the whole batch as one batched operation."""
-    loops = fn.primitives(*args) & {"scan", "while"}
-    if loops:
-        raise CheckFailed("loop_not_vmap", _(
-            "{name}'s program holds a loop ({loops}: jax.lax.map, fori_loop or scan), which handles one example after "
-            "the other; the exercise is jax.vmap, which turns the function of one example into one of a batch, run "
-            "as batched operations all at once").format(name=name, loops=", ".join(sorted(loops))))
 
 
 def _moving_average(xs: np.ndarray, decay: float) -> np.ndarray:
@@ -365,8 +343,10 @@ def check_split_keys(ns: Learner) -> None:
         if np.shape(out) != (n, *x.shape):
             raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected {wanted}: n copies of "
                                          "x's shape").format(inputs=inputs, got=np.shape(out), wanted=(n, *x.shape)))
-        finite_where(out, "noisy_copies", inputs)
-        _check_every_draw_its_own(np.asarray(out, np.float64) - np.asarray(x, np.float64), x, inputs)
+        require_finite(out, "noisy_copies", inputs)
+        # The parent key's own draw is made here once, for the first case (a reference compiles a program per shape).
+        parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape)) if x is cases[0][0] else None
+        _check_every_draw_its_own(np.asarray(out, np.float64) - np.asarray(x, np.float64), parent, inputs)
     if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)),
                           np.asarray(out)):
         raise CheckFailed("not_deterministic", _("noisy_copies({inputs}) twice gave other noise: draw it from the "
@@ -379,16 +359,15 @@ def check_split_keys(ns: Learner) -> None:
     noisy.raise_reuse(name="noisy_copies", inputs=inputs)
 
 
-def _check_every_draw_its_own(noise: np.ndarray, x: jax.Array, inputs: str) -> None:
-    """No two copies alike, no copy drawn with the key given, no number drawn twice inside a copy."""
+def _check_every_draw_its_own(noise: np.ndarray, parent: np.ndarray | None, inputs: str) -> None:
+    """No two copies alike, no copy drawn with the key given (`parent`, that key's own draw, where given), no number
+    drawn twice inside a copy."""
     for i in range(len(noise)):
         for j in range(i + 1, len(noise)):
             if np.allclose(noise[i], noise[j]):
                 raise CheckFailed("key_reused", _(
                     "noisy_copies({inputs}): copies {i} and {j} have the same noise: one key was used for several "
                     "copies; split it, one key per copy").format(inputs=inputs, i=i, j=j))
-    # A reference drawn here compiles a program per shape: the first, small case alone is enough to show it.
-    parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape)) if x.ndim == 2 else None
     if parent is not None and any(np.allclose(row, parent, atol=1e-5) for row in noise):
         raise CheckFailed("parent_key_used", _(
             "noisy_copies({inputs}): a copy's noise is what the key you were given draws by itself: split that key "
