@@ -124,8 +124,7 @@ def write_open_starters(folder: Path, lang: str, entries: dict[str, progress.Ent
 
 def refuse_locked(folder: Path, exercise: Exercise, entries: dict[str, progress.Entry]) -> None:
     """A `ConfigError` when `exercise`'s file has not appeared yet: it holds answers not yet passed."""
-    if not (folder / exercise.filename).exists() and not progress.is_open(exercise, entries):
-        waiting = [k for k in exercise.builds_on if not entries.get(by_number(k).slug, progress.Entry()).passed_once]
+    if not (folder / exercise.filename).exists() and (waiting := progress.waiting_for(exercise, entries)):
         raise ConfigError(_("{file} builds on exercise {after}, whose answer its given code holds: it appears once "
                             "that passes (jaxintro exercises check {first})").format(
             file=exercise.filename, after=", ".join(map(str, waiting)), first=waiting[0]))

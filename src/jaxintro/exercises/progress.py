@@ -85,9 +85,14 @@ def is_starter(exercise: Exercise, path: Path) -> bool:
     return any(text == exercise.starter(lang) for lang in TEXT_LANGUAGES)
 
 
+def waiting_for(exercise: Exercise, entries: dict[str, Entry]) -> list[int]:
+    """The exercises `exercise` builds on (its file holds their answers) that have not passed yet."""
+    return [k for k in exercise.builds_on if not entries.get(EXERCISES[k - 1].slug, Entry()).passed_once]
+
+
 def is_open(exercise: Exercise, entries: dict[str, Entry]) -> bool:
-    """Whether every exercise `exercise` builds on (whose answers its file holds) has passed once."""
-    return all(entries.get(EXERCISES[k - 1].slug, Entry()).passed_once for k in exercise.builds_on)
+    """Whether `exercise`'s file may be written: every exercise it builds on has passed once."""
+    return not waiting_for(exercise, entries)
 
 
 def state(exercise: Exercise, folder: Path, entries: dict[str, Entry]) -> str:

@@ -145,7 +145,7 @@ def silent_mistakes(report: dict, before: set[Path] | None, folder: Path) -> lis
 
 
 def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[str]) -> Verdict:
-    """`verdict`, unless the learner's code tried to open a shipped solution (`probe.SolutionGuard`): no pass by
+    """`verdict`, unless the learner's code tried to open a shipped solution (`probe.FileGuard`): no pass by
     their text."""
     if not opened:
         return verdict
@@ -171,7 +171,7 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     answers, from_child = os.pipe()
     # Confined before its interpreter starts (`sandbox.main`, then exec): it may write in the files' folders and the
     # temp folder only, so nothing it leaves in the package or the venv runs at the next start, outside any check.
-    writable = [arg for place in sorted({str(path.parent.resolve()) for _e, path in items} | {temp})
+    writable = [arg for place in sorted({str(path.parent) for _e, path in items} | {temp})
                 for arg in ("--write", place)]
     command = [sys.executable, "-I", "-m", "jaxintro.exercises.sandbox", *writable, "--",
                sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
