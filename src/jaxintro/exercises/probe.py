@@ -58,11 +58,11 @@ class BoundedText(io.TextIOBase):
         return "".join(self.kept)
 
 
-class SolutionGuard:
-    """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it, and
-    remembers the attempt, which the checker fails. It sees Python's own opens (`open`, `importlib`, `os.open`), not a
-    `cat` the file starts or libc through `ctypes`: those the kernel refuses where it has Landlock
-    (`sandbox.refuse_reading`, docs/reliability.md)."""
+class FileGuard:
+    """An audit hook that refuses the learner's code the shipped solutions' folder and every file in it (and remembers
+    the attempt, which the checker fails), and any open for writing outside the folders it may write in. It sees
+    Python's own opens (`open`, `importlib`, `os.open`), not a `cat` the file starts or libc through `ctypes`: those
+    the kernel refuses where it has Landlock (`sandbox.confine`, docs/reliability.md)."""
 
     def __init__(self, folder: Path = SOLUTIONS, writable: tuple[Path, ...] | None = None) -> None:
         self.folder = os.path.realpath(folder)
@@ -97,7 +97,7 @@ def _writes(args: tuple) -> bool:
 class Prober:
     """Runs one learner's file at a time and answers the checker's requests about it (`answer`)."""
 
-    def __init__(self, guard: SolutionGuard | None = None) -> None:
+    def __init__(self, guard: FileGuard | None = None) -> None:
         self.guard = guard
         self.namespace: dict = {}
         self.path = ""
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The kernel's refusals were set before this interpreter started (`sandbox.main`, where it has Landlock); Python's
     # own, for Python's own opens, hold everywhere.
-    guard = SolutionGuard(writable=tuple(args.write))
+    guard = FileGuard(writable=tuple(args.write))
     sys.addaudithook(guard)
     prober = Prober(guard)
     with os.fdopen(args.in_fd, "rb") as requests, os.fdopen(args.out_fd, "wb") as answers:

@@ -6,7 +6,7 @@ behind runs before the restriction: from then on the shipped solutions cannot be
 it starts, libc through `ctypes`), and nothing can be written, made, renamed or removed outside the folders named with
 `--write` (the exercises folder and the check's temp folder) and /dev (its null device): not the installed package,
 not the virtual environment (a `.pth` planted there would run at the next start), not a file elsewhere. The audit
-hook of `probe.SolutionGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow reading
+hook of `probe.FileGuard` sees only Python's own opens. Landlock grants, it does not deny: the rules allow reading
 beneath every sibling of each folder on the path down to the solutions, never the path itself, nor a sibling that is a
 link or a mount of a folder on it (a mount of one elsewhere, deeper down, still reads: a user's own doing). What
 exists then stays readable; a file created later directly in one of those folders does not (the caller creates what
