@@ -22,7 +22,7 @@ from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, DECAYING_OPTIMIZERS, LOOPS, MATMUL_PRECISIONS,
                              MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, VALIDATION_SHARE,
                              TrainConfig)
-from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable
+from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable, error_line
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
 from jaxintro.runs import stopped_line
@@ -523,12 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_WRITE_FAULT
     except JaxintroError as exc:
-        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=exc), file=sys.stderr)
+        print(error_line(args.command, exc), file=sys.stderr)
         return EXIT_ERROR
     except RuntimeError as exc:
         if (line := device_unavailable(exc)) is None:
             raise
-        print(_("jaxintro {command}: error: {error}").format(command=args.command, error=line), file=sys.stderr)
+        print(error_line(args.command, line), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(_("jaxintro {command}: interrupted").format(command=args.command), file=sys.stderr)

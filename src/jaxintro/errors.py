@@ -7,6 +7,11 @@ import re
 from jaxintro.i18n import _
 
 
+def error_line(command: str, error: object) -> str:
+    """How a command's error reads on stderr: `jaxintro COMMAND: error: ...`."""
+    return _("jaxintro {command}: error: {error}").format(command=command, error=error)
+
+
 class JaxintroError(Exception):
     """Base class: a user-facing error that the CLI prints as one line (exit code 2)."""
 

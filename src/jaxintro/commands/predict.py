@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from jaxintro.errors import DataError
+from jaxintro.errors import DataError, error_line
 from jaxintro.i18n import _, format_number, printable
 
 
@@ -38,8 +38,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for path in args.images:
         if path in refused:
-            print(_("jaxintro {command}: error: {error}").format(command="predict", error=refused[path]),
-                  file=sys.stderr)
+            print(error_line("predict", refused[path]), file=sys.stderr)
             results.append({"file": path, "error": str(refused[path])})
             continue
         p = probs[path]
