@@ -127,8 +127,8 @@ def test_an_answer_of_many_arrays_is_read_within_the_time_limit_and_a_garbled_si
         learner.ask({"op": "report"})
     assert gone.value.why == "timeout"
     text = json.dumps({"body": {}, "sizes": [math.inf]}).encode()  # "sizes": [Infinity]
-    with pytest.raises(wire.Garbled):
-        wire.unpack(len(text).to_bytes(4, "big") + text)
+    with pytest.raises(wire.Garbled, match="OverflowError"):
+        wire.unpack(len(text).to_bytes(8, "big") + text)  # a message's header: its length, then its JSON
 
 
 # Each message the trial found telling a learner what their mistake was not, rewritten: its key, and a phrase of it in
