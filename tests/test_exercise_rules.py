@@ -147,6 +147,11 @@ REWRITTEN = [
     ("14_max_not_mean.py", "max_not_mean", "the slowest call", "la llamada más lenta"),
     ("14_median_not_mean.py", "median_not_mean", "the median", "la mediana"),
     ("15_own_optimizer.py", "optimizer_ignored", "not one built inside", "no uno creado dentro"),
+    # The right numbers by another method than the statement's: each named by what the program shows.
+    ("04_forward_twice.py", "forward_twice", "the forward pass runs twice", "dos veces"),
+    ("04_losses_appended.py", "tracer_in_global", "global losses holds a traced value", "global losses"),
+    ("07_hand_vectorised.py", "predict_not_mapped", "never calls predict", "nunca llama a predict"),
+    ("07_predict_rewritten_for_batches.py", "predict_not_mapped", "x of shape (6, 5)", "x de forma (6, 5)"),
 ]
 
 

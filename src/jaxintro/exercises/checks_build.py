@@ -417,3 +417,19 @@ def check_train_step(ns: Learner) -> None:
                 "the new opt_state (Adam's moments and step count live there)").format(inputs=inputs))
 
     agrees()
+    _require_one_pass(ns)
+
+
+def _require_one_pass(ns: Learner) -> None:
+    """A `CheckFailed("forward_twice")` where the step's program holds more matrix products than `value_and_grad` of
+    loss_fn: the forward pass computed again for the loss (`jax.grad`, then `loss_fn`), which the statement's one
+    pass gives with the gradient."""
+    params, (x, y) = make_params(0, (5, 4, 4, 3)), make_batch(0, 4, 5, 3)  # the given loss_fn's three layers
+    zeros = jax.tree.map(np.zeros_like, numpy_tree(params))
+    step = ns["train_step"].primitive_counts(params, adam_state(0, zeros, zeros), x, y).get("dot_general", 0)
+    one_pass = ns.helper("loss_and_grad").primitive_counts(params, x, y).get("dot_general", 0)
+    if step > one_pass:
+        raise CheckFailed("forward_twice", _(
+            "train_step's program holds {step} matrix products where jax.value_and_grad(loss_fn) needs {one_pass}: "
+            "the forward pass runs twice (jax.grad, then loss_fn again for the loss); jax.value_and_grad(loss_fn) "
+            "gives the loss and the gradient from one pass").format(step=step, one_pass=one_pass))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
                                          numbers, require_dtype_kept, require_finite, require_no_loop, unchanged)
-from jaxintro.exercises.learner import Learner
+from jaxintro.exercises.learner import Function, Learner
 from jaxintro.i18n import Code, _
 
 
@@ -185,6 +185,22 @@ def check_vmap_in_axes(ns: Learner) -> None:
             "batched_predict builds a bigger program for a bigger batch ({small} operations for 2 rows, {big} for "
             "6): a Python loop; jax.vmap gives one program for any batch").format(small=small, big=big))
     require_no_loop(batched, "batched_predict", w, b, _array(2, (6, 5)))
+    _require_predict_mapped(batched, w, b, _array(2, (6, 5)))
+
+
+def _require_predict_mapped(batched: Function, w: jax.Array, b: jax.Array, xs: jax.Array) -> None:
+    """A `CheckFailed("predict_not_mapped")` unless `batched` calls the file's `predict` on one example at a time (under
+    vmap its x is one row's shape): the same numbers from predict's math written again for a batch are not the
+    exercise."""
+    calls = batched.shapes_seen_by("predict", w, b, xs)
+    if any(len(shapes) == 3 and shapes[2] == tuple(xs.shape[1:]) for shapes in calls):
+        return
+    how = (_("it calls predict with x of shape {shape}").format(shape=calls[0][-1]) if calls
+           else _("it never calls predict, and computes the batch with predict's math written again"))
+    raise CheckFailed("predict_not_mapped", _(
+        "batched_predict gives the right numbers, but {how}: the exercise is jax.vmap(predict, in_axes=...), which "
+        "keeps predict a function of one example of shape {one} and maps it over the rows, with no change to "
+        "predict").format(how=how, one=tuple(xs.shape[1:])))
 
 
 def _moving_average(xs: np.ndarray, decay: float) -> np.ndarray:

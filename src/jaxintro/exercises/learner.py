@@ -103,10 +103,23 @@ class Function:
 
     def primitives(self, *args: Any, **kwargs: Any) -> set[str]:
         """The names of the primitives its traced program holds on `args`, its sub-programs' too (`scan`, `cond`...)."""
-        names = self._ask("primitives", args, kwargs)
-        if not _strings(names):
+        return set(self.primitive_counts(*args, **kwargs))
+
+    def primitive_counts(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """How many times each primitive appears in its traced program on `args`, sub-programs included."""
+        counts = self._ask("primitives", args, kwargs)
+        if not (type(counts) is dict and all(type(k) is str and type(v) is int for k, v in counts.items())):
             raise ProberGone("garbled")
-        return set(names)
+        return counts
+
+    def shapes_seen_by(self, inner: str, *args: Any) -> list[list[tuple[int, ...]]]:
+        """Called on `args`: for each call of the file's function `inner` meanwhile (traced calls too), the shapes of
+        its positional arguments (under `vmap`, one example's)."""
+        calls = self._ask("calls", args, {}, inner=inner)
+        if not (type(calls) is list and all(type(call) is list and all(
+                type(shape) is list and all(type(n) is int for n in shape) for shape in call) for call in calls)):
+            raise ProberGone("garbled")
+        return [[tuple(shape) for shape in call] for call in calls]
 
     def call_returning_args(self, *args: Any) -> tuple[Any, tuple]:
         """Call it; what it returned, and its arguments as they are after the call (a pure function changes none)."""
@@ -116,11 +129,11 @@ class Function:
         """Whether it is a jitted function (has `.lower`, as `@jax.jit` gives)."""
         return self._ask("jitted", (), {}) is True
 
-    def _ask(self, op: str, args: tuple, kwargs: dict, *, return_args: bool = False) -> Any:
+    def _ask(self, op: str, args: tuple, kwargs: dict, *, return_args: bool = False, inner: str = "") -> Any:
         # In the order the child builds them: the chain's (a `partial`'s arguments), then the call's.
         props = [leaf for leaf in wire.walk((list(self.chain), args, kwargs)) if isinstance(leaf, wire.Prop)]
         reply = self.learner.ask({"op": op, "name": self.name, "helper": self.helper, "chain": list(self.chain),
-                                  "args": args, "kwargs": kwargs, "return_args": return_args})
+                                  "args": args, "kwargs": kwargs, "return_args": return_args, "inner": inner})
         observed = reply.get("observed")
         if not ("value" in reply or "raised" in reply) or type(observed) is not list or len(observed) != len(props):
             raise ProberGone("garbled")
@@ -160,11 +173,12 @@ class Learner:
         return loaded
 
     def report(self) -> dict:
-        """What the file printed, whether it turned on float64, the solutions it tried to open."""
+        """What the file printed, whether it turned on float64, the solutions it tried to open, its globals that
+        hold a tracer."""
         report = self.ask({"op": "report"})
         if not (type(report.get("printed")) is int and type(report.get("output")) is str
                 and type(report.get("tracer")) is str and type(report.get("x64")) is bool
-                and _strings(report.get("opened"))):
+                and _strings(report.get("opened")) and _strings(report.get("traced_globals"))):
             raise ProberGone("garbled")
         return report
 

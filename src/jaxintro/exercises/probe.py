@@ -14,6 +14,7 @@ process, for tests.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import functools
 import hashlib
@@ -133,7 +134,9 @@ class Prober:
                 elif op == "primitives":
                     import jax
 
-                    value = sorted(primitive_names(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr))
+                    value = dict(primitive_counts(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr))
+                elif op == "calls":
+                    value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
                     value = fn(*args, **kwargs)
                     value = (value, args) if request["return_args"] else value
@@ -194,7 +197,8 @@ class Prober:
         return {"callables": sorted(name for name, value in self.namespace.items() if callable(value))}
 
     def report(self) -> dict:
-        """What the file printed, whether it turned on float64 (turned off again here), which solutions it opened."""
+        """What the file printed, whether it turned on float64 (turned off again here), which solutions it opened, which
+        of its globals hold a tracer."""
         import jax
 
         x64 = jax.config.jax_enable_x64
@@ -202,7 +206,7 @@ class Prober:
             jax.config.update("jax_enable_x64", self.x64)  # the next file is checked as the lesson computes
         opened = self.guard.take() if self.guard else []
         return {"printed": self.captured.count, "output": self.captured.text(), "tracer": self.captured.tracer,
-                "x64": x64 != self.x64, "opened": opened}
+                "x64": x64 != self.x64, "opened": opened, "traced_globals": traced_globals(self.namespace)}
 
     def describe_raised(self, exc: BaseException) -> dict:
         """What the learner's code raised: its type and bases' names, message, last line in the file, functions."""
@@ -247,17 +251,52 @@ def _is_key(leaf: Any) -> bool:
     return isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
-def primitive_names(jaxpr: Any) -> set[str]:
-    """The primitives a traced program holds, those of its sub-programs too (a `jit`'s body, `cond`'s branches, `scan`'s
-    step): what says which transformation the learner's code used."""
+def primitive_counts(jaxpr: Any) -> collections.Counter:
+    """How many times each primitive appears in a traced program, its sub-programs included (a `jit`'s body, `cond`'s
+    branches, `scan`'s step): what says which transformation the learner's code used, and how often it multiplies."""
     from jax.extend.core import jaxprs_in_params
 
-    found = set()
+    found = collections.Counter()
     for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
+        found[eqn.primitive.name] += 1
         for inner in jaxprs_in_params(eqn.params):
-            found |= primitive_names(inner)
+            found += primitive_counts(inner)
     return found
+
+
+def traced_globals(namespace: dict) -> list[str]:
+    """The names of the file's globals that hold a tracer, alone or in a list, tuple or dict: what a jitted function
+    stored there while it was traced (`global last_loss`, `history.append(loss)`), a placeholder and no number."""
+    import jax
+
+    def holds_tracer(value: Any) -> bool:
+        try:
+            return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))
+        except Exception:  # noqa: BLE001 (a container jax.tree cannot walk holds nothing it traced)
+            return False
+
+    return sorted(name for name, value in namespace.items() if not name.startswith("__")
+                  and isinstance(value, (jax.core.Tracer, list, tuple, dict)) and holds_tracer(value))
+
+
+def shapes_seen(inner: Any, run: Callable[[], Any]) -> list[list[list[int]]]:
+    """The shapes of `inner`'s positional arguments at each call made while `run()` runs, traced calls included (under
+    `vmap` a tracer has one example's shape): how a check sees whether a function was mapped or called on the batch."""
+    code = getattr(inner, "__code__", None)
+    seen: list[list[list[int]]] = []
+
+    def profile(frame: types.FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code is code:
+            names = code.co_varnames[:code.co_argcount]
+            seen.append([list(getattr(frame.f_locals[name], "shape", ())) for name in names])
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(previous)
+    return seen
 
 
 def transformed(fn: Callable, chain: list) -> Callable:
@@ -394,7 +433,14 @@ def first_updates(ns: dict, tx: Any, grads: Any) -> Any:
     return updates
 
 
-HELPERS: dict[str, Callable] = {"first_updates": first_updates}
+def loss_and_grad(ns: dict, params: Any, x: Any, y: Any) -> Any:
+    """Exercise 4: one pass of `jax.value_and_grad` over the file's `loss_fn`, the measure of a step's products."""
+    import jax
+
+    return jax.value_and_grad(ns["loss_fn"])(params, x, y)
+
+
+HELPERS: dict[str, Callable] = {"first_updates": first_updates, "loss_and_grad": loss_and_grad}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,7 +94,8 @@ def check(learner: Learner, exercise: Exercise, path: Path, timeout: float = flo
     report = learner.report()
     verdict.printed, verdict.output = report["printed"], report["output"]
     verdict.notes = silent_mistakes(report, before, folder)
-    return _refuse_a_read_solution(exercise, verdict, report["opened"])
+    return _refuse_a_read_solution(exercise, _refuse_a_traced_global(exercise, verdict, report["traced_globals"]),
+                                   report["opened"])
 
 
 def _run_check(learner: Learner, exercise: Exercise, check_fn: Callable[[Learner], None]) -> Verdict:
@@ -142,6 +143,18 @@ def silent_mistakes(report: dict, before: set[Path] | None, folder: Path) -> lis
                        "files under `if __name__ == \"__main__\":`, which a check does not run").format(
                        files=", ".join(written[:5])))
     return notes
+
+
+def _refuse_a_traced_global(exercise: Exercise, verdict: Verdict, names: list[str]) -> Verdict:
+    """`verdict`, unless it passed while a global of the file holds a tracer: a jitted function wrote it (a side
+    effect, which runs once, at trace time), whatever its return values say."""
+    if not (verdict.passed and names):
+        return verdict
+    return dataclasses.replace(Verdict.failed(exercise, "tracer_in_global", _(
+        "your file's global {name} holds a traced value: a function under jax.jit stored it there while it was traced "
+        "(`global`, or .append to a list); that line runs once, at the first call, and keeps a placeholder with no "
+        "number, not each call's value. A jitted function is pure: return what the caller needs").format(
+        name=names[0])), printed=verdict.printed, output=verdict.output, notes=verdict.notes)
 
 
 def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[str]) -> Verdict:
