@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -465,6 +467,67 @@ def test_a_crafted_meta_is_one_line_not_a_traceback(change, message, digits_run,
     set_meta(run, change)
     assert main(["evaluate", str(run)]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 10. a number no run holds
+
+
+def edit_json(name: str, change):
+    """A change to the run file `name`, made on its text: `change(text) -> text`."""
+    def edit(run: Path) -> None:
+        (run / name).write_text(change((run / name).read_text()))
+    return edit
+
+
+def a_number(field: str, value: str):
+    """`"field": <its value>` replaced by `"field": value`, on the JSON text itself (json.dumps writes no such value)."""
+    return lambda text: re.sub(rf'"{field}": [^,}}]+', f'"{field}": {value}', text, count=1)
+
+
+HOSTILE_NUMBERS = {
+    "a 400-digit loss": (edit_json(runs.METRICS_FILE, a_number("loss", "9" * 400)), "unreadable"),
+    "a 400-digit seed count": (edit_json(runs.CONFIG_FILE, a_number("seeds", "9" * 400)), "unreadable"),
+    "members null": (edit_json(runs.METRICS_FILE, lambda text: text.rstrip()[:-1] + ', "members": null}\n'), "unreadable"),
+    "NaN accuracy": (edit_json(runs.METRICS_FILE, a_number("test_accuracy", "NaN")), "finished"),
+    "Infinity in the result": (edit_json(runs.RESULT_FILE, a_number("final_loss", "-Infinity")), "finished"),
+    "1e999 in the result": (edit_json(runs.RESULT_FILE, a_number("test_accuracy", "1e999")), "finished"),
+}
+
+
+@pytest.mark.parametrize("trick", HOSTILE_NUMBERS, ids=list(HOSTILE_NUMBERS))
+def test_one_folder_with_a_number_no_run_holds_breaks_no_listing(trick, digits_run, tmp_path, capsys):
+    change, status = HOSTILE_NUMBERS[trick]
+    root = tmp_path / "runs"
+    copy_run(digits_run, root / "mine")
+    change(copy_run(digits_run, root / "classmate"))
+    assert main(["runs", "--root", str(root)]) == 0
+    assert main(["runs", "--root", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.splitlines()[-1], parse_constant=lambda name: pytest.fail(name))
+    assert {row["run_dir"]: row["status"] for row in listed} == {str(root / "mine"): "finished",
+                                                                  str(root / "classmate"): status}
+    assert main(["runs", "--root", str(root), "--remove-unfinished", "--yes"]) == 0
+    finished = [root / "mine"] + ([root / "classmate"] if status == "finished" else [])
+    assert listing.newest_finished_run(root) in finished  # serve's choice, with no RUN_DIR: no traceback either
+
+
+def test_a_result_dated_past_the_year_9999_breaks_no_listing(digits_run, tmp_path, capsys):
+    # ext4 keeps no time past 2446; tmpfs (and btrfs, XFS with bigtime) keep the year 33658 a zip can carry.
+    where = Path(tempfile.mkdtemp(dir="/dev/shm")) if os.path.isdir("/dev/shm") else tmp_path
+    try:
+        root = where / "runs"
+        copy_run(digits_run, root / "mine")
+        run = copy_run(digits_run, root / "classmate")
+        result = json.loads((run / runs.RESULT_FILE).read_text())
+        result.pop("written_at")  # an older version's result: its file's time is read instead
+        (run / runs.RESULT_FILE).write_text(json.dumps(result))
+        os.utime(run / runs.RESULT_FILE, (10**12, 10**12))  # the year 33658, past what a datetime holds
+        if (run / runs.RESULT_FILE).stat().st_mtime != 10**12:
+            pytest.skip("no filesystem here keeps a time past the year 2446")
+        assert listing.newest_finished_run(root) == root / "mine"  # a time still to come never makes the newest
+        assert main(["runs", "--root", str(root)]) == 0 and "classmate" in capsys.readouterr().out
+    finally:
+        if where != tmp_path:
+            shutil.rmtree(where)
 
 
 # ---------------------------------------------------------------- every trick at once

@@ -577,7 +577,7 @@ def test_a_row_jaxintro_never_writes_is_refused_naming_its_line(tmp_path, line, 
 def test_every_row_jaxintro_writes_is_read_even_from_a_long_file(tmp_path):
     """Epoch 0 (before training), missing and null values, members with diverged (null) values; past 1 MiB."""
     rows = [{"epoch": 0}, {"epoch": 1, "loss": None, "test_accuracy": 0.5},
-            {"epoch": 2, "loss": 1, "members": {"test_accuracy": [0.9, None], "loss": []}}]
+            {"epoch": 2, "loss": 1, "members": {"test_accuracy": [0.9, None], "loss": [0.3, None]}}]
     rows += [{"epoch": epoch, "loss": 0.25, "note": "x" * 100} for epoch in range(3, 10_003)]
     (tmp_path / runs.METRICS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert (tmp_path / runs.METRICS_FILE).stat().st_size > runs.MAX_RUN_FILE_BYTES

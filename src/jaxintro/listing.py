@@ -174,16 +174,26 @@ def newest_finished_run(root: Path = Path("runs"), now: dt.datetime | None = Non
 
     def recency(info: dict[str, Any]) -> tuple[bool, float]:
         run_dir = Path(info["run_dir"])
-        try:
-            written = dt.datetime.fromisoformat((info["result"] or {})["written_at"])
-        except (KeyError, TypeError, ValueError):  # an older version's result: its file's time
-            written = dt.datetime.fromtimestamp((run_dir / RESULT_FILE).lstat().st_mtime, dt.timezone.utc)
-        if written.tzinfo is None:
-            written = written.replace(tzinfo=dt.timezone.utc)
-        return claimed_here(run_dir), written.timestamp() if written <= now else -math.inf
+        return claimed_here(run_dir), finished_at(info, now)
 
     finished = [info for info in list_runs(root) if info["status"] == "finished"]
     return Path(max(finished, key=recency)["run_dir"]) if finished else None
+
+
+def finished_at(info: dict[str, Any], now: dt.datetime) -> float:
+    """When a listed run finished, as a timestamp: the time its result records, else its file's; -inf for a time
+    still to come or none that can be read (a year past 9999, a time a clock cannot hold)."""
+    run_dir = Path(info["run_dir"])
+    try:
+        written = dt.datetime.fromisoformat((info["result"] or {})["written_at"])
+    except (KeyError, TypeError, ValueError):  # an older version's result: its file's time
+        try:
+            written = dt.datetime.fromtimestamp((run_dir / RESULT_FILE).lstat().st_mtime, dt.timezone.utc)
+        except (OSError, OverflowError, ValueError):
+            return -math.inf
+    if written.tzinfo is None:
+        written = written.replace(tzinfo=dt.timezone.utc)
+    return written.timestamp() if written <= now else -math.inf
 
 
 def claimed_here(run_dir: Path) -> bool:

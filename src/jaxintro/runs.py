@@ -160,12 +160,36 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     return data
 
 
+def json_text(value: Any) -> str:
+    """`value` as one line of strict JSON (NaN and infinities as null): what every `--json` prints."""
+    return json.dumps(json_safe(value), allow_nan=False)
+
+
 def parse_json(text: str, name: str) -> Any:
-    """`text` as JSON, or a ValueError naming the file (deep nesting included)."""
+    """`text` as JSON, with every number as untrusted as the rest: NaN, infinities and floats that overflow read as
+    null, as jaxintro writes them; an integer beyond float64's exact range (a 400-digit epoch) is a ValueError naming
+    the file, as is deep nesting."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_exact_int, parse_float=_finite_float, parse_constant=lambda _name: None)
+    except OutOfRange as exc:
+        raise ValueError(_("{name}: {error}").format(name=name, error=exc)) from None
     except (ValueError, RecursionError) as exc:
         raise ValueError(_("{name}: not JSON ({error})").format(name=name, error=str(exc)[:100])) from None
+
+
+class OutOfRange(ValueError):
+    """A number in a run folder's JSON that no value jaxintro writes could be."""
+
+
+def _exact_int(text: str) -> int:
+    if len(text.lstrip("-")) > 16 or abs(int(text)) > 2**53:  # past it, a float is no longer exact, and may overflow
+        raise OutOfRange(_("an integer out of range ({digits} digits)").format(digits=len(text.lstrip("-"))))
+    return int(text)
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def read_json(path: Path) -> Any:
@@ -410,9 +434,10 @@ def row_problem(row: Any) -> str | None:
         return _("no epoch number")
     if not all(row.get(name) is None or _is_number(row[name]) for name in ("test_accuracy", "loss", "train_accuracy")):
         return _("a value that is not a number")
-    members = row.get("members")
-    if members is not None and not (isinstance(members, dict) and all(
-            isinstance(values, list) and all(v is None or _is_number(v) for v in values) for values in members.values())):
+    members = row.get("members", {"loss": []})  # absent: one model; present: every member's loss at least
+    if not (isinstance(members, dict) and isinstance(members.get("loss"), list) and all(
+            isinstance(values, list) and len(values) == len(members["loss"])
+            and all(v is None or _is_number(v) for v in values) for values in members.values())):
         return _("members that are not lists of numbers")
     return None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from jaxintro.config import BENCH_ROWS
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.i18n import _, ngettext
-from jaxintro.runs import json_safe, writable_dir, write_json
+from jaxintro.runs import json_safe, json_text, writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(out_dir / "bench.json", report)
     print(_("Chart: {png}; numbers: {json}").format(png=out_dir / "bench.png", json=out_dir / "bench.json"))
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
     failed = [r for r in results if r.error]
     if failed:
         raise JaxintroError(ngettext(

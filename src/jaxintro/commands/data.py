@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from jaxintro.data import describe_sources
+from jaxintro.runs import json_text
 
 
 def run(args: argparse.Namespace) -> int:
     """Print (or `--json`) one row per dataset."""
     rows = describe_sources(args.data_dir)
     if args.json:
-        print(json.dumps(rows))
+        print(json_text(rows))
         return 0
     width = max(len(r["dataset"]) for r in rows)
     for r in rows:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from jaxintro.data import load_dataset
 from jaxintro.i18n import _
-from jaxintro.runs import json_safe
+from jaxintro.runs import json_text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
         print(_("  class {name:<12} {accuracy:6.2f}%").format(name=name, accuracy=100 * acc))
     print(_("Confusion matrix: {path}").format(path=png))
     if args.json:
-        print(json.dumps(json_safe({**report, "confusion": report["confusion"].tolist(), "confusion_png": str(png)})))
+        print(json_text({**report, "confusion": report["confusion"].tolist(), "confusion_png": str(png)}))
     return 0

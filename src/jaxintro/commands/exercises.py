@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import os
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from jaxintro.exercises.catalog import EXERCISES, Exercise, by_number
 from jaxintro.exercises.runner import Verdict, check_in_child
 from jaxintro.exercises.texts import hints, key_hint
 from jaxintro.i18n import _, resolve_language
+from jaxintro.runs import json_text
 
 DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine
@@ -159,7 +159,7 @@ def show_list(folder: Path, lang: str, *, as_json: bool, timeout: float) -> int:
     states = [(e, progress.state(e, folder, entries)) for e in EXERCISES]
     upcoming = next_exercise(folder, entries)
     if as_json:
-        print(json.dumps({"folder": str(folder), "next": upcoming.number if upcoming else None, "exercises": [
+        print(json_text({"folder": str(folder), "next": upcoming.number if upcoming else None, "exercises": [
             {"number": e.number, "file": e.filename, "state": s, "section": _(e.section)} for e, s in states]}))
         return 0
     passed = sum(s == "passed" for _e, s in states)
@@ -184,7 +184,7 @@ def check(folder: Path, lang: str, number: int | None, *, as_json: bool, timeout
         return 0
     verdict = check_one(folder, lang, exercise, entries, timeout=timeout)
     if as_json:
-        print(json.dumps({**dataclasses.asdict(verdict), "file": str(folder / exercise.filename),
+        print(json_text({**dataclasses.asdict(verdict), "file": str(folder / exercise.filename),
                           "section": _(exercise.section)}))
     else:
         print_verdict(folder, exercise, verdict, entries)

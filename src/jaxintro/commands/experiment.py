@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from jaxintro.config import config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import Code, _, format_number
-from jaxintro.runs import writable_dir, write_json
+from jaxintro.runs import json_text, writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
     report["dataset"] = dataset.name
     write_json(out_dir / f"{args.name}.json", report)
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
     return 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from jaxintro.errors import DataError, error_line
 from jaxintro.i18n import _, format_number, printable
+from jaxintro.runs import json_text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
             f"{shown[int(i)]}: {format_number(float(p[i]), '.3f')}" for i in top) + ")")
     if args.json:
         for r in results:
-            print(json.dumps(r))
+            print(json_text(r))
     return 2 if refused else 0  # 2, as a command's error: an image was not classified

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,7 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, ngettext
 from jaxintro.profile import profile_training
-from jaxintro.runs import writable_dir, write_json
+from jaxintro.runs import json_text, writable_dir, write_json
 
 if TYPE_CHECKING:
     from jaxintro.profile import ProfileReport
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     for line in report_lines(report):
         print(line)
     if args.json:
-        print(json.dumps(summary))
+        print(json_text(summary))
     return 0
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, format_number, ngettext, printable
 from jaxintro.listing import keep_reason, kind_text, list_runs, remove_run_dir, status_text
+from jaxintro.runs import json_text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.root)
     runs = list_runs(root)
     if args.json and not args.remove_unfinished:
-        print(json.dumps(runs))
+        print(json_text(runs))
         return 0
     if not runs:
         print(_("No runs under {root}/ (train one with: make train)").format(root=root))
