@@ -7,6 +7,7 @@ read rule (regular files only, bounded before reading), each seen from the comma
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -528,6 +529,32 @@ def test_a_result_dated_past_the_year_9999_breaks_no_listing(digits_run, tmp_pat
     finally:
         if where != tmp_path:
             shutil.rmtree(where)
+
+
+# ---------------------------------------------------------------- 11. evaluate, where its plot cannot be written
+
+
+def no_space_left(monkeypatch) -> None:
+    def full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    monkeypatch.setattr("jaxintro.plots.write_atomic", full)
+
+
+@pytest.mark.parametrize("block", ["a folder named confusion.png", "a full disk"])
+def test_evaluate_prints_its_numbers_where_its_plot_cannot_be_written(block, digits_run, tmp_path, monkeypatch,
+                                                                       capsys):
+    run = copy_run(digits_run, tmp_path / "classmate")
+    (run / "confusion.png").unlink(missing_ok=True)
+    if block == "a full disk":
+        no_space_left(monkeypatch)
+    else:
+        (run / "confusion.png").mkdir()
+    assert main(["evaluate", str(run), "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out.splitlines()[-1])
+    assert report["confusion_png"] is None and 0.5 < report["test_accuracy"] <= 1
+    assert "Test accuracy:" in out and "Traceback" not in err
+    assert err.strip().startswith("Confusion matrix not written to") and len(err.strip().splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------- every trick at once
