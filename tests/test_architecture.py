@@ -52,7 +52,8 @@ def test_the_command_line_imports_only_what_help_needs():
 
 
 def test_foundations_import_no_layer_above_them():
-    foundations = {"config", "errors", "i18n", "data", "runs", "listing", "faults", "images", "grid", "record"}
+    foundations = {"config", "errors", "i18n", "jsonio", "data", "runs", "listing", "faults", "images", "grid",
+                   "record"}
     for name in foundations:
         above = {m for m in top_level_imports(PACKAGE / f"{name}.py")
                  if m.removeprefix("jaxintro.").split(".")[0] not in foundations | {"jaxintro"}}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxintro import listing, runs
+from jaxintro import jsonio, listing, runs
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
@@ -353,7 +353,7 @@ def test_a_claim_is_live_while_its_process_runs_or_when_another_host_made_it(tmp
 
 def test_json_safe_turns_every_nan_and_infinity_into_null_at_any_depth():
     value = {"a": [1.0, float("nan"), (2, float("inf"))], "b": {"c": -float("inf"), "d": "x"}}
-    assert runs.json_safe(value) == {"a": [1.0, None, [2, None]], "b": {"c": None, "d": "x"}}
+    assert jsonio.json_safe(value) == {"a": [1.0, None, [2, None]], "b": {"c": None, "d": "x"}}
 
 
 def test_json_files_are_indented_with_sorted_keys_and_end_with_a_newline(tmp_path):
@@ -590,7 +590,7 @@ def test_a_line_that_is_not_json_is_named_with_the_reason(tmp_path):
         runs.read_metrics(tmp_path)
     assert str(error.value) == "metrics.jsonl line 2: not JSON (Expecting ',' delimiter: line 1 column 12 (char 11))"
     with pytest.raises(ValueError) as error:  # too deep for Python's parser: the same one line
-        runs.parse_json("[" * 100_000 + "]" * 100_000, "a.json")
+        jsonio.parse_json("[" * 100_000 + "]" * 100_000, "a.json")
     assert str(error.value) == ("a.json: not JSON (maximum recursion depth exceeded while decoding a JSON array "
                                 "from a unicode string)")
 

@@ -37,7 +37,7 @@ from jaxintro.data import Dataset
 from jaxintro.errors import JaxintroError
 from jaxintro.hlo import HloModule, op_flops, op_kind, op_source, parse_hlo
 from jaxintro.i18n import _
-from jaxintro.runs import json_safe
+from jaxintro.jsonio import json_safe
 
 # Ops that run other ops: their events enclose their children's, so they own only the time when
 # none of those runs (a loop's own bookkeeping).

@@ -16,7 +16,7 @@ import numpy as np
 from jaxintro.errors import TrainingDivergedError
 from jaxintro.grid import mean_std
 from jaxintro.i18n import _, format_number
-from jaxintro.runs import json_safe
+from jaxintro.jsonio import json_safe
 
 EXPLODED_LOSS = 1e6  # a finite loss above this means training has blown up
 

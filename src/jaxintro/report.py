@@ -19,7 +19,7 @@ from jaxintro.faults import run_write
 from jaxintro.grid import (Setting, best_setting, choose_members, chosen_setting, describe_members, diverged_in,
                            judged_by, kind_of, mean_std, member_grid, member_values, setting_name, settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
-from jaxintro.runs import json_safe
+from jaxintro.jsonio import json_safe
 
 # What `fit`'s `compile_cache` says about the training program (the per-epoch or per-step one); translated when printed.
 CACHE_WORDS = {"hit": N_("training program loaded from the persistent cache"),

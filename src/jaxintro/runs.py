@@ -18,7 +18,6 @@ import datetime as dt
 import errno
 import fcntl
 import json
-import math
 import os
 import re
 import shutil
@@ -26,11 +25,12 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from jaxintro.errors import CheckpointError, ConfigError
 from jaxintro.faults import WriteFault, forget_records, kept_records, run_write, watch
 from jaxintro.i18n import _, ngettext, printable
+from jaxintro.jsonio import json_safe, parse_json
 
 CONFIG_FILE = "config.json"
 RESOLVED_DATASET = "resolved_dataset"  # written into config.json beside the config: the dataset `auto` became
@@ -110,20 +110,6 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def json_safe(value: Any) -> Any:
-    """`value` as JSON can hold it: NaN and infinities (a row that did not run, a member that diverged) become null.
-
-    `json.dumps` would write a bare `NaN`, which is not JSON.
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    return value
-
-
 def read_run_file(path: Path, limit: int = MAX_RUN_FILE_BYTES) -> str | None:
     """A text file of a run folder (None: absent), or a ValueError that says why not; never a hang.
 
@@ -158,38 +144,6 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     if len(data) > limit:
         raise OSError(errno.EFBIG, _("larger than {limit:,} bytes").format(limit=limit), str(path))
     return data
-
-
-def json_text(value: Any) -> str:
-    """`value` as one line of strict JSON (NaN and infinities as null): what every `--json` prints."""
-    return json.dumps(json_safe(value), allow_nan=False)
-
-
-def parse_json(text: str, name: str) -> Any:
-    """`text` as JSON, with every number as untrusted as the rest: NaN, infinities and floats that overflow read as
-    null, as jaxintro writes them; an integer beyond float64's exact range (a 400-digit epoch) is a ValueError naming
-    the file, as is deep nesting."""
-    try:
-        return json.loads(text, parse_int=_exact_int, parse_float=_finite_float, parse_constant=lambda _name: None)
-    except OutOfRange as exc:
-        raise ValueError(_("{name}: {error}").format(name=name, error=exc)) from None
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(_("{name}: not JSON ({error})").format(name=name, error=str(exc)[:100])) from None
-
-
-class OutOfRange(ValueError):
-    """A number in a run folder's JSON that no value jaxintro writes could be."""
-
-
-def _exact_int(text: str) -> int:
-    if len(text.lstrip("-")) > 16 or abs(int(text)) > 2**53:  # past it, a float is no longer exact, and may overflow
-        raise OutOfRange(_("an integer out of range ({digits} digits)").format(digits=len(text.lstrip("-"))))
-    return int(text)
-
-
-def _finite_float(text: str) -> float | None:
-    value = float(text)
-    return value if math.isfinite(value) else None
 
 
 def read_json(path: Path) -> Any:
@@ -365,7 +319,8 @@ def not_ours_text(flag: str, folder: Path, foreign: Sequence[str]) -> str:
 def remove_own_files(run_dir: Path) -> None:
     """Remove what jaxintro wrote in `run_dir`: its own file names and its step folders; nothing else is touched.
 
-    A link in their place is removed as a link, never followed; a step folder's tree is removed without
+    A link in their place is removed as a link, never followed; the step folders are removed through a descriptor
+    of `checkpoints/` opened without following a link (a link put there afterwards leads nowhere), each tree without
     following any link inside it (`shutil.rmtree`).
     """
     for entry in _scan(run_dir):
@@ -373,13 +328,53 @@ def remove_own_files(run_dir: Path) -> None:
                 follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
-    checkpoints = run_dir / CHECKPOINT_DIR
-    if checkpoints.is_dir() and not checkpoints.is_symlink():
-        for step in _scan(checkpoints):
-            if STEP_NAME.fullmatch(step.name) and step.is_dir(follow_symlinks=False):
-                shutil.rmtree(step.path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            checkpoints.rmdir()  # only once empty
+    try:
+        checkpoints = PinnedFolder(run_dir / CHECKPOINT_DIR)
+    except OSError:  # none, or a link: nothing of ours
+        return
+    with contextlib.closing(checkpoints):
+        checkpoints.remove_steps(lambda name: STEP_NAME.fullmatch(name) is not None)
+    with contextlib.suppress(OSError):
+        (run_dir / CHECKPOINT_DIR).rmdir()  # only once empty, and never a link's target
+
+
+class PinnedFolder:
+    """A folder held by a descriptor, opened without following a link: what is read, written or deleted through
+    `path` (or `remove_steps`) is in this folder, whatever is put at its name afterwards, and `replaced` says whether
+    its name still leads to it. How Orbax is handed a run's `checkpoints/` (Linux's /proc/self/fd; elsewhere its name)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.name = folder
+        self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        info = os.fstat(self.fd)
+        self.identity = (info.st_dev, info.st_ino)
+
+    @property
+    def path(self) -> Path:
+        """A path that leads to this folder for as long as it is held."""
+        held = Path(f"/proc/self/fd/{self.fd}")
+        return held if held.is_dir() else self.name
+
+    def replaced(self) -> str | None:
+        """None while its name still leads to this folder; else what happened to it, in words."""
+        try:
+            info = os.lstat(self.name)
+        except FileNotFoundError:
+            return _("it was removed")
+        if stat.S_ISLNK(info.st_mode):
+            return _("it was replaced by a symbolic link")
+        return None if (info.st_dev, info.st_ino) == self.identity else _("it was replaced by another folder")
+
+    def remove_steps(self, chosen: Callable[[str], bool]) -> None:
+        """Delete the sub-folders whose names are `chosen`, without following a link, here and inside them."""
+        with os.scandir(self.fd) as entries:
+            names = [entry.name for _number, entry in zip(range(MAX_CHECKPOINT_ENTRIES), entries)
+                     if chosen(entry.name) and entry.is_dir(follow_symlinks=False)]
+        for name in names:
+            shutil.rmtree(name, dir_fd=self.fd, ignore_errors=True)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def discard_run_dir(run_dir: Path, *, created: bool) -> None:
@@ -434,10 +429,11 @@ def row_problem(row: Any) -> str | None:
         return _("no epoch number")
     if not all(row.get(name) is None or _is_number(row[name]) for name in ("test_accuracy", "loss", "train_accuracy")):
         return _("a value that is not a number")
-    members = row.get("members", {"loss": []})  # absent: one model; present: every member's loss at least
-    if not (isinstance(members, dict) and isinstance(members.get("loss"), list) and all(
-            isinstance(values, list) and len(values) == len(members["loss"])
-            and all(v is None or _is_number(v) for v in values) for values in members.values())):
+    members = row.get("members", {})  # absent: one model; present: one list a field, one number a member
+    lengths = {len(values) if isinstance(values, list) else -1 for values in members.values()} \
+        if isinstance(members, dict) else {-1}
+    if len(lengths) > 1 or -1 in lengths or not all(
+            v is None or _is_number(v) for values in members.values() for v in values):
         return _("members that are not lists of numbers")
     return None
 
@@ -559,9 +555,12 @@ def stopped_line(fault: WriteFault) -> str:
     run_dir = fault.run_dir
     failed = _("could not write {what} in {run_dir}: {reason}").format(what=fault.what, run_dir=run_dir,
                                                                         reason=fault.reason)
-    epochs = committed_epochs(run_dir) if run_dir.is_dir() and not fault.vanished else []
+    epochs = committed_epochs(run_dir) if run_dir.is_dir() and not (fault.vanished or fault.swapped) else []
     if fault.vanished:
         line = _("{failed}; its checkpoints went with it, so the run stopped: start it again").format(failed=failed)
+    elif fault.swapped:  # what is at checkpoints/ now is someone else's: its steps are not this run's to name
+        line = _("{failed}; the run stopped: its checkpoints stay in the folder that was there, wherever it is now; "
+                 "look at who changed {run_dir} before training in it again").format(failed=failed, run_dir=run_dir)
     elif epochs:
         line = _("{failed}; epoch {epoch} is safely on disk (its checkpoint); once the cause is fixed (free space, "
                  "a writable folder), continue with: jaxintro train --resume {run_dir}").format(

@@ -43,8 +43,9 @@ from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
 from jaxintro.i18n import N_, _
 from jaxintro.images import load_image, warm_up
+from jaxintro.jsonio import json_text
 from jaxintro.listing import describe_run, newest_finished_run, run_kind
-from jaxintro.runs import files_signature, is_finished, json_safe, read_metrics, read_result
+from jaxintro.runs import files_signature, is_finished, read_metrics, read_result
 from jaxintro.signals import GracefulStop
 from jaxintro.lesson import scale_images
 
@@ -440,7 +441,7 @@ class Handler(http.server.BaseHTTPRequestHandler):  # pragma: no mutate block
 
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         # A run that exploded has infinite gradient norms or losses: null in JSON, which has no Infinity.
-        self._send(status, json.dumps(json_safe(obj), allow_nan=False).encode(), "application/json", headers)
+        self._send(status, json_text(obj).encode(), "application/json", headers)
 
     def _send(self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)

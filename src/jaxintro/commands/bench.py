@@ -12,7 +12,8 @@ from jaxintro.config import BENCH_ROWS
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.i18n import _, ngettext
-from jaxintro.runs import json_safe, json_text, writable_dir, write_json
+from jaxintro.jsonio import json_safe, json_text
+from jaxintro.runs import writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jaxintro.data import describe_sources
-from jaxintro.runs import json_text
+from jaxintro.jsonio import json_text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jaxintro.data import load_dataset
 from jaxintro.i18n import _, printable
-from jaxintro.runs import json_text
+from jaxintro.jsonio import json_text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from jaxintro.exercises.catalog import EXERCISES, Exercise, by_number
 from jaxintro.exercises.runner import Verdict, check_in_child
 from jaxintro.exercises.texts import hints, key_hint
 from jaxintro.i18n import _, resolve_language
-from jaxintro.runs import json_text
+from jaxintro.jsonio import json_text
 
 DEFAULT_DIRS = {"es": "ejercicios", "en": "exercises"}
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise: JAX's start-up and a few compiles, with room on a slow machine

@@ -8,7 +8,8 @@ from jaxintro.config import config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import Code, _, format_number
-from jaxintro.runs import json_text, writable_dir, write_json
+from jaxintro.jsonio import json_text
+from jaxintro.runs import writable_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:

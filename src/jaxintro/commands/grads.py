@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from jaxintro.i18n import _
-from jaxintro.runs import json_safe, writable_dir
+from jaxintro.jsonio import json_text
+from jaxintro.runs import writable_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
         if "torch_skipped" in timing:
             print("  " + _("torch-func-vmap skipped: {why}").format(why=timing["torch_skipped"]))
     if args.json:
-        print(json.dumps(json_safe(report), allow_nan=False))  # an exploded run's infinite norms as null
+        print(json_text(report))  # an exploded run's infinite norms as null
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jaxintro.errors import DataError, error_line
 from jaxintro.i18n import _, format_number, printable
-from jaxintro.runs import json_text
+from jaxintro.jsonio import json_text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,8 +14,9 @@ from jaxintro.config import PROFILE_MAX_STEPS, config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, ngettext
+from jaxintro.jsonio import json_text
 from jaxintro.profile import profile_training
-from jaxintro.runs import json_text, writable_dir, write_json
+from jaxintro.runs import writable_dir, write_json
 
 if TYPE_CHECKING:
     from jaxintro.profile import ProfileReport

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _, format_number, ngettext, printable
+from jaxintro.jsonio import json_text
 from jaxintro.listing import keep_reason, kind_text, list_runs, remove_run_dir, status_text
-from jaxintro.runs import json_text
 
 
 def run(args: argparse.Namespace) -> int:

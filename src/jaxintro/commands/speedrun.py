@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import importlib.util
 import itertools
-import json
 import statistics
 import time
 from typing import Any
@@ -27,7 +26,8 @@ from jaxintro.config import held_out_count
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
-from jaxintro.runs import json_safe, writable_dir, write_json
+from jaxintro.jsonio import json_text
+from jaxintro.runs import writable_dir, write_json
 from jaxintro.runtime import configure_jax
 from jaxintro.speedrun import LESSON, Recipe
 from jaxintro.train import hold_out
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(out_dir / "speedrun.json", report)
     print(_("Numbers: {json}").format(json=out_dir / "speedrun.json"))
     if args.json:
-        print(json.dumps(json_safe(report), allow_nan=False))  # an infinite t is null, as in speedrun.json
+        print(json_text(report))  # an infinite t is null, as in speedrun.json
     return 0
 
 
@@ -345,7 +345,7 @@ def tune(args: argparse.Namespace) -> int:
     write_json(out_dir / "tuning.json", report)
     print(_("Numbers: {json}").format(json=out_dir / "tuning.json"))
     if args.json:
-        print(json.dumps(json_safe(report), allow_nan=False))
+        print(json_text(report))
     return 0
 
 
