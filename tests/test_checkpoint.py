@@ -175,7 +175,7 @@ def test_truncated_checkpoint_files_are_a_clear_error(capsys, tmp_path):
 def test_resume_of_a_missing_run_is_a_one_line_error(capsys, tmp_path):
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "no checkpoints/ folder" in err
+    assert len(err.strip().splitlines()) == 1 and "nothing does not exist" in err
 
 
 def test_resume_refuses_the_flags_it_cannot_honour(capsys, tmp_path):

@@ -155,6 +155,23 @@ def test_matmul_precision_is_a_runs_own_and_reaches_its_compiled_dots(tmp_path, 
         assert (dots in text) if dots else ("HIGHEST" not in text), precision
 
 
+def test_a_resume_whose_config_json_is_unreadable_keeps_the_runs_precision(tmp_path):
+    import jax
+
+    from jaxintro.runtime import set_matmul_precision
+
+    run = tmp_path / "r"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--matmul-precision", "highest",
+                 "--run-dir", str(run)]) == 0
+    (run / "config.json").write_text("{ damaged")  # the checkpoint's own config still says "highest"
+    set_matmul_precision("default")  # as a fresh process starts
+    try:
+        assert main(["train", "--resume", str(run), "--epochs", "2"]) == 0
+        assert jax.config.jax_default_matmul_precision == "highest"
+    finally:
+        set_matmul_precision("default")
+
+
 # What JAX raised on a TPU machine while another process held the chip (jaxintro train, 6 December 2026).
 CHIP_HELD = ("Unable to initialize backend 'tpu': ABORTED: Internal error when accessing libtpu multi-process lockfile. "
              "Run \"$ sudo rm /tmp/libtpu_lockfile\". (set JAX_PLATFORMS='' to automatically choose an available backend)")

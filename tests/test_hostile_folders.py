@@ -470,6 +470,153 @@ def test_a_crafted_meta_is_one_line_not_a_traceback(change, message, digits_run,
     assert message in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------- 12. a checkpoint that declares more than the machine has
+
+CHUNK = 2048  # a crafted array's chunk edge: 16 MiB of zeros that zstd keeps in a few hundred bytes
+
+
+def state_store(step: Path):
+    """A step's state as TensorStore's key-value store (Orbax's OCDBT database: one key per array file)."""
+    import tensorstore as ts
+
+    return {"driver": "ocdbt", "base": f"file://{step / 'state'}/"}, ts.KvStore.open(
+        {"driver": "ocdbt", "base": f"file://{step / 'state'}/"}).result()
+
+
+def declare_widths(run: Path, hidden: list[int]) -> None:
+    """Every step of `run` made to hold an MLP of widths `hidden`, all zeros, as a crafted folder would: its config
+    says so, and each array is one compressed chunk of zeros written once and stored again at every place of the
+    chunk grid, so that a checkpoint of a few MB declares gigabytes."""
+    import numpy as np
+    import tensorstore as ts
+
+    config = json.loads((run / runs.CONFIG_FILE).read_text())
+    (run / runs.CONFIG_FILE).write_text(json.dumps({**config, "hidden": hidden}))
+    set_meta(run, lambda meta: meta["config"].update(hidden=hidden))
+    for step in runs.committed_epochs(run):
+        spec, kv = state_store(run / runs.CHECKPOINT_DIR / str(step))
+        for key in [k.decode() for k in kv.list().result() if k.endswith(b"/.zarray") and b".layer" in k]:
+            name = key.removesuffix("/.zarray")
+            layer, old = int(name.split(".layer")[1].split(".")[0]), json.loads(kv.read(key).result().value)["shape"]
+            fan_out = hidden[layer - 1] if layer <= len(hidden) else old[-1]
+            shape = [old[0] if layer == 1 else hidden[layer - 2], fan_out] if name.endswith(".w") else [fan_out]
+            kv.delete_range(ts.KvStore.KeyRange(name + "/", name + "0")).result()
+            chunk = [min(CHUNK, n) for n in shape]
+            array = ts.open({"driver": "zarr", "kvstore": {**spec, "path": name + "/"}, "create": True, "metadata": {
+                "shape": shape, "chunks": chunk, "dtype": "<f4", "compressor": {"id": "zstd", "level": 1},
+                "fill_value": None}}).result()
+            array[tuple(slice(0, n) for n in chunk)].write(np.zeros(chunk, np.float32)).result()
+            zero = kv.read(name + "/" + ".".join("0" for _ in shape)).result().value
+            for index in np.ndindex(*[-(-n // CHUNK) for n in shape]):
+                kv.write(name + "/" + ".".join(map(str, index)), zero).result()
+
+
+def digit_image(where: Path) -> Path:
+    from PIL import Image
+
+    pixels = Image.new("L", (8, 8), 255)
+    pixels.paste(0, (3, 1, 5, 7))
+    pixels.save(where)
+    return where
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict", "serve"])
+def test_a_checkpoint_that_declares_more_than_the_machine_has_is_refused_before_a_read(command, digits_run, tmp_path,
+                                                                                        monkeypatch, capsys):
+    from jaxintro import evaluate
+
+    run = copy_run(digits_run, tmp_path / "classmate")
+    declare_widths(run, [16384, 16384])  # 270 M parameters a copy, in 1.5 MB of files a step
+    assert sum(f.stat().st_size for f in run.rglob("*") if f.is_file()) < 8 << 20
+    monkeypatch.setattr("jaxintro.memory.available_memory_bytes", lambda: 2 << 30)  # a machine of 2 GiB free
+    monkeypatch.setattr(evaluate, "restore", lambda *a, **k: pytest.fail("an array was about to be read"))
+    extra = {"evaluate": [], "predict": [str(digit_image(tmp_path / "d.png"))], "serve": ["--port", "0"]}[command]
+    assert main([command, str(run), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "sizes 64,16384,16384,10" in err and "needs about 2.3 GiB to use" in err and "nothing of it was read" in err
+
+
+def test_a_data_limit_is_memory_a_command_cannot_take():
+    child = ("import resource; resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30)); "
+             "from jaxintro.memory import host_memory_bytes; print(host_memory_bytes())")
+    free = int(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
+    assert 0 < free < 2 << 30  # `ulimit -d`, as the archive test's commands run, less what the interpreter holds
+
+
+def test_a_chunk_declared_larger_than_its_array_is_refused_before_a_read(digits_run, tmp_path, capsys):
+    run = copy_run(digits_run, tmp_path / "classmate")
+    for step in runs.committed_epochs(run):
+        _spec, kv = state_store(run / runs.CHECKPOINT_DIR / str(step))
+        zarray = json.loads(kv.read("params.layer1.w/.zarray").result().value)
+        kv.write("params.layer1.w/.zarray", json.dumps({**zarray, "chunks": [1 << 20, 1 << 20]}).encode()).result()
+    assert main(["evaluate", str(run)]) == 2  # reading it would allocate a chunk of 4 TiB
+    assert "params.layer1.w is stored as [64, 256] in chunks of [1048576, 1048576]" in capsys.readouterr().err
+
+
+def test_a_command_that_only_predicts_never_reads_the_optimizer_state(digits_run, tmp_path, capsys):
+    import tensorstore as ts
+
+    run = copy_run(digits_run, tmp_path / "r")
+    for step in runs.committed_epochs(run):  # Adam's moments' data gone: only a resume needs them
+        _spec, kv = state_store(run / runs.CHECKPOINT_DIR / str(step))
+        for key in [k.decode() for k in kv.list().result() if k.startswith(b"opt_state.0.mu.") and b"/.z" not in k]:
+            kv.delete_range(ts.KvStore.KeyRange(key, key + "\x00")).result()
+    assert main(["evaluate", str(run)]) == 0
+    assert main(["predict", str(run), str(digit_image(tmp_path / "d.png"))]) == 0
+    assert main(["train", "--resume", str(run), "--epochs", "4"]) == 2
+    assert "no checkpoint could be restored" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 13. checkpoints/ swapped for a link while a run trains
+
+
+def victims_steps(tmp_path: Path) -> Path:
+    """Another folder of steps (a classmate's checkpoints), which Orbax's pruning would delete if it were followed."""
+    victim = tmp_path / "victim"
+    for step in ("1", "2"):
+        (victim / step).mkdir(parents=True)
+        (victim / step / "weights.bin").write_bytes(b"not yours to delete")
+    return victim
+
+
+def test_a_checkpoints_folder_swapped_for_a_link_while_training_is_never_written_through(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from jaxintro import checkpoint
+
+    run, victim, moved = tmp_path / "shared-run", victims_steps(tmp_path), tmp_path / "moved-away"
+    before, save = digest(victim), checkpoint.Checkpointer.save
+
+    def swapping_save(self, state, *args, **kwargs):
+        if state.epoch == 3:  # two steps on disk, the second perhaps still being written: the swap
+            os.rename(run / runs.CHECKPOINT_DIR, moved)
+            (run / runs.CHECKPOINT_DIR).symlink_to(victim)
+        return save(self, state, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", swapping_save)
+    code = main(["train", *DIGITS, "--epochs", "8", "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 74 and "checkpoints/ changed while the run trained (it was replaced by a symbolic link)" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert digest(victim) == before  # nothing written there, nothing of it pruned
+    assert sorted(os.listdir(moved)) == ["1", "2"]  # the run's last good steps, kept where they were moved
+
+
+def test_a_removal_deletes_through_the_folder_it_opened_never_through_a_link_put_there_after(tmp_path, monkeypatch):
+    run, victim, moved = tmp_path / "run", victims_steps(tmp_path), tmp_path / "moved-away"
+    for step in ("1", "2"):
+        (run / runs.CHECKPOINT_DIR / step).mkdir(parents=True)
+    before, remove_steps = digest(victim), runs.PinnedFolder.remove_steps
+
+    def swapped_then_removed(self, chosen):
+        os.rename(run / runs.CHECKPOINT_DIR, moved)  # between the check and the deletion
+        (run / runs.CHECKPOINT_DIR).symlink_to(victim)
+        return remove_steps(self, chosen)
+
+    monkeypatch.setattr(runs.PinnedFolder, "remove_steps", swapped_then_removed)
+    runs.remove_own_files(run)
+    assert digest(victim) == before and os.listdir(moved) == []  # the folder it opened emptied, the other kept
+
+
 # ---------------------------------------------------------------- 10. a number no run holds
 
 
@@ -561,22 +708,26 @@ def test_evaluate_prints_its_numbers_where_its_plot_cannot_be_written(block, dig
 
 
 def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
-    """A classmate's two runs, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links).
+    """A classmate's three runs, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links).
 
     `NAME-reads` holds what must never be read (a link to /dev/zero, a FIFO, a step named `²`, a crafted version,
     a result dated 2099); `NAME-writes` is a sound run whose plots and log are links to the learner's files and
-    which holds a file jaxintro never writes, so the commands that read it go on to write.
+    which holds a file jaxintro never writes, so the commands that read it go on to write; `NAME-huge` declares
+    a model no machine of ours holds, in a few MB.
     """
     import datetime as dt
     import tarfile
 
-    reads, writes = (copy_run(digits_run, where / "build" / f"{name}-{kind}") for kind in ("reads", "writes"))
+    reads, writes, huge = (copy_run(digits_run, where / "build" / f"{name}-{kind}") for kind in ("reads", "writes",
+                                                                                                  "huge"))
+    declare_widths(huge, [16384, 16384])  # 270 M parameters in 4 MB: more than a command's 3 GiB may take below
     for run in (reads, writes):
         for plot in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png", "curves.png"):
             (run / plot).unlink(missing_ok=True)
             (run / plot).symlink_to("../../sibling/thesis.tex")
         (run / runs.ERRORS_LOG).symlink_to("../../sibling/.bashrc")
         (run / "model_best.pt").write_bytes(b"not ours")
+    for run in (reads, writes, huge):
         (run / runs.CLAIM_FILE).write_text("4242 a-classmates-laptop\n")  # claimed on the machine it was trained on
     steps = runs.committed_epochs(reads)
     (reads / runs.CHECKPOINT_DIR / "²").mkdir()
@@ -590,7 +741,7 @@ def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
     os.utime(reads / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))
     archive = where / "classmate.tar"
     with tarfile.open(archive, "w") as tar:
-        for run in (reads, writes):
+        for run in (reads, writes, huge):
             tar.add(run, arcname=run.name)
     return archive
 
@@ -610,18 +761,18 @@ def test_a_hostile_archive_meets_every_command_and_changes_nothing_outside_itsel
     copy_run(digits_run, home / "runs" / "mine")  # the learner's own run, claimed here
     with tarfile.open(archive) as tar:
         tar.extractall(home / "runs", filter="fully_trusted")  # links and FIFOs as unzip would make them
-    reads, writes = home / "runs" / f"{name}-reads", home / "runs" / f"{name}-writes"
+    reads, writes, huge = (home / "runs" / f"{name}-{kind}" for kind in ("reads", "writes", "huge"))
     sibling, before, reads_before = home / "sibling", digest(home / "sibling"), digest(reads)
     image = tmp_path / "digit.png"
     pixels = Image.new("L", (8, 8), 255)
     pixels.paste(0, (3, 1, 5, 7))
     pixels.save(image)
     commands = [(["runs"], 0), (["runs", "--remove-unfinished", "--yes"], 0)]
-    for run, code in ((reads, 2), (writes, 0)):  # the sound run is evaluated, used and resumed: its plots written
+    for run, code in ((reads, 2), (writes, 0), (huge, 2)):  # the sound run is used and resumed: its plots written
         commands += [(["evaluate", str(run)], code), (["predict", str(run), str(image)], code),
                      (["train", "--resume", str(run), "--epochs", "4"], code),
                      (["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)], 2)]
-    commands.append((["serve", str(reads), "--port", "0"], 2))
+    commands += [(["serve", str(reads), "--port", "0"], 2), (["serve", str(huge), "--port", "0"], 2)]
     for argv, code in commands:
         returned, printed, peak_mib = run_measured(argv, home)
         assert returned == code, (argv, printed[-2000:])

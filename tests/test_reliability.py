@@ -71,7 +71,7 @@ def test_fuzz_headers_never_allocate_beyond_the_file(type_code, dims, payload):
     (["experiment", "clipping", "--clip", "nan"], "--clip"),
     (["grads", "--dataset", "digits", "--n", "100000", "--out", "{tmp}/g"], "more than the 360 test images"),
     (["train", "--dataset", "digits", "--hidden", "100000"], "--hidden"),
-    (["evaluate", "{tmp}/none"], "no checkpoints/ folder"),
+    (["evaluate", "{tmp}/none"], "none does not exist"),
 ])
 def test_unusable_paths_and_values_are_refused(argv, message, tmp_path, capsys):
     blocker = tmp_path / "file"

@@ -17,7 +17,8 @@ sequence of complete steps, as with a blocking save.
 from __future__ import annotations
 
 import contextlib
-import shutil
+import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,11 +31,12 @@ from jaxintro import __version__
 from jaxintro.config import TrainConfig
 from jaxintro.data import DatasetInfo
 from jaxintro.errors import CheckpointError, ConfigError
-from jaxintro.faults import capture_library_logs, collect_abandoned, fault_from, run_write
+from jaxintro.faults import (WriteFault, capture_library_logs, check_folder, collect_abandoned, fault_from,
+                             run_write)
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
 from jaxintro.parallel import make_mesh, replicated_sharding
-from jaxintro.runs import CHECKPOINT_DIR, check_checkpoint_tree, row_problem
+from jaxintro.runs import CHECKPOINT_DIR, PinnedFolder, check_checkpoint_tree, row_problem
 from jaxintro.runtime import release_free_memory
 from jaxintro.train import TrainState
 
@@ -46,10 +48,10 @@ capture_library_logs()
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # a step Orbax has not finished writing (renamed once complete)
 
 
-def _manager(run_dir: Path, *, create: bool, background: bool = False) -> ocp.CheckpointManager:
-    """A manager for `run_dir`'s checkpoints; `background`: saves are written by Orbax's thread."""
+def _manager(folder: Path, *, create: bool, background: bool = False) -> ocp.CheckpointManager:
+    """A manager for the checkpoints in `folder`; `background`: saves are written by Orbax's thread."""
     options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, create=create, enable_async_checkpointing=background)
-    return ocp.CheckpointManager((run_dir / CHECKPOINT_DIR).absolute(), options=options)
+    return ocp.CheckpointManager(folder.absolute(), options=options)
 
 
 def _as_tree(state: TrainState) -> dict[str, Any]:
@@ -64,6 +66,10 @@ class Checkpointer:
     ahead of its state. Orbax's own post-finalization callback runs before the step's folder is
     renamed to its final name, too early for that. A save that fails, in the foreground or in
     Orbax's thread, raises a `WriteFault` and its metrics are never reported.
+
+    Orbax is handed `checkpoints/` by a descriptor (`PinnedFolder`): whoever can write the run folder may put a link
+    to another folder in its place while the run trains, and Orbax's writes and pruning never follow it; at each
+    save the name is looked at again, and a folder replaced ends the run (`WriteFault(swapped=True)`).
     """
 
     def __init__(self, run_dir: Path, on_saved: Callable[[Sequence[dict[str, Any]]], None] | None = None) -> None:
@@ -71,15 +77,28 @@ class Checkpointer:
         self.on_saved = on_saved
         self._in_flight: Sequence[dict[str, Any]] | None = None  # the metrics of the step being written
         check_checkpoint_tree(run_dir)  # Orbax writes and deletes through what it finds: no link, ever
-        self.manager = _manager(run_dir, create=True, background=True)
+        (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+        self.folder = PinnedFolder(run_dir / CHECKPOINT_DIR)
+        self.manager = _manager(self.folder.path, create=False, background=True)
+
+    def _check_in_place(self, what: str) -> None:
+        """A `WriteFault` if `checkpoints/` is no longer the folder this run holds (a link or another folder there)."""
+        check_folder(what, self.run_dir)  # the run folder itself gone: that is the fault to name
+        replaced = self.folder.replaced()
+        if replaced is not None:
+            self._in_flight = None  # the step being written is no longer in the run's folder: never reported saved
+            raise WriteFault(what, self.run_dir, _(
+                "{folder}/ changed while the run trained ({how}); nothing was written through it").format(
+                folder=CHECKPOINT_DIR, how=replaced), swapped=True)
 
     def save(self, state: TrainState, config: TrainConfig, metrics: list[dict[str, Any]],
              dataset: dict[str, Any] | None = None) -> None:
         """Start saving `state` as the checkpoint of `state.epoch`, with config, metrics and the dataset's description."""
+        what = _("checkpoint {epoch}").format(epoch=state.epoch)
+        self._check_in_place(what)  # before Orbax writes this step and prunes the oldest
         self._finish()
         meta = {"epoch": state.epoch, "config": config.to_json(), "metrics": list(metrics), "dataset": dataset or {},
                 "jaxintro_version": __version__, PRNG_IMPL: str(jax.random.key_impl(state.key))}
-        what = _("checkpoint {epoch}").format(epoch=state.epoch)
         with run_write(what, self.run_dir):
             try:
                 self.manager.save(state.epoch, args=ocp.args.Composite(
@@ -101,17 +120,18 @@ class Checkpointer:
         release_free_memory()
         if in_flight is None:
             return
+        self._check_in_place(_("checkpoint {epoch}").format(epoch=in_flight[0]))  # its metrics follow only if kept
         self._remove_unfinished()
         if self.on_saved is not None:
             self.on_saved(in_flight[1])
 
     def _remove_unfinished(self) -> None:
         """Delete the half-written steps of an earlier failed save (a restore passes over them; a save succeeded)."""
-        for partial in (self.run_dir / CHECKPOINT_DIR).glob(f"*{TMP_SUFFIX}*"):
-            shutil.rmtree(partial, ignore_errors=True)
+        self.folder.remove_steps(lambda name: TMP_SUFFIX in name)
 
     def discard_after(self, epoch: int) -> list[int]:
         """Delete checkpoints newer than `epoch` (damaged ones a resume passed over), so the run can save them anew."""
+        self._check_in_place(_("the checkpoints"))
         newer = [step for step in self.manager.all_steps() if step > epoch]
         for step in newer:
             self.manager.delete(step)
@@ -124,11 +144,14 @@ class Checkpointer:
         except BaseException:
             with contextlib.suppress(Exception):  # the first failure is the one to report
                 self.manager.close()
+            self.folder.close()
             raise
         try:
             self.manager.close()
         except Exception as exc:  # it waits for Orbax's threads, which may hold a failure of their own
             raise fault_from(exc, _("the checkpoints"), self.run_dir) from None
+        finally:
+            self.folder.close()
 
 
 def abstract_state(model, tx, count: int = 1) -> TrainState:
@@ -147,13 +170,14 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     return _newest_intact(run_dir, steps, lambda step: _restore_meta(manager, run_dir, step))[1]
 
 
-def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, Any]]:
+def restore(run_dir: Path, template: TrainState, *, params_only: bool = False) -> tuple[TrainState, dict[str, Any]]:
     """Restore the newest intact checkpoint into `template`'s structure; return it and its meta.
 
-    Each step's meta is read first: its version, its key's PRNG implementation, and the shapes Orbax
-    recorded are checked before any array is read. A damaged newest step (a crash of the disk, not of
-    jaxintro: Orbax writes steps atomically) is passed over with a warning naming it, and the run goes
-    on from the newest step that restores.
+    Each step's meta is read first: its version, its key's PRNG implementation, the shapes Orbax
+    recorded and the chunks each array is stored in are checked before any array is read. A damaged
+    newest step (a crash of the disk, not of jaxintro: Orbax writes steps atomically) is passed over with a
+    warning naming it, and the run goes on from the newest step that restores. `params_only`: the optimizer's
+    state is not read (None in the state returned), for a command that only uses the model.
     """
     manager = _open(run_dir)
     steps = _steps_newest_first(manager, run_dir)
@@ -170,12 +194,17 @@ def restore(run_dir: Path, template: TrainState) -> tuple[TrainState, dict[str, 
         tree = {**_as_tree(template), "key": _abstract_key_data(template.key.shape, impl)}
         abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
         _check_shapes(run_dir, abstract, saved)
+        if params_only:  # Adam's two moments are never read
+            del abstract["opt_state"]
+        _check_chunks(manager.directory / str(step) / "state", abstract)
+        if params_only:
+            return _restore_part(manager.directory / str(step) / "state", abstract), meta, impl
         restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
         return restored.state, meta, impl
 
     step, (tree, meta, impl) = _newest_intact(run_dir, steps, restore_step)
     key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=impl)
-    return TrainState(tree["params"], tree["opt_state"], key, step), meta
+    return TrainState(tree["params"], None if params_only else tree["opt_state"], key, step), meta
 
 
 def _key_impl(meta: dict[str, Any], run_dir: Path, step: int, saved_key: tuple[int, ...], current: str) -> str:
@@ -237,6 +266,32 @@ def _saved_shapes(manager: ocp.CheckpointManager, step: int) -> dict[tuple[str, 
     return {_path_names(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)}
 
 
+def _restore_part(state_dir: Path, abstract: dict[str, Any]) -> dict[str, Any]:
+    """The arrays of a step's state that `abstract` names, and no other (Orbax's partial restore)."""
+    with contextlib.closing(ocp.PyTreeCheckpointHandler()) as handler:
+        return handler.restore(state_dir, args=ocp.args.PyTreeRestore(
+            item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract), partial_restore=True))
+
+
+def _check_chunks(state_dir: Path, abstract: Any) -> None:
+    """Each array to be read is stored as this model's shape in chunks no larger than the array (its zarr metadata,
+    read alone): a crafted chunk grid would have TensorStore allocate a chunk's size, whatever the array's."""
+    import tensorstore as ts
+
+    ocdbt = (state_dir / "manifest.ocdbt").is_file()  # Orbax's default; older steps hold one folder per array
+    store = ts.KvStore.open({"driver": "ocdbt" if ocdbt else "file", **(
+        {"base": f"file://{state_dir.absolute()}/"} if ocdbt else {"path": f"{state_dir.absolute()}/"})}).result()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(abstract):
+        name = ".".join(_path_names(path))
+        found = store.read(f"{name}/.zarray").result()
+        zarray = json.loads(found.value) if found.state == "value" else None
+        shape, chunks = (zarray.get("shape"), zarray.get("chunks")) if isinstance(zarray, dict) else (None, None)
+        if not (shape == list(leaf.shape) and isinstance(chunks, list) and len(chunks) == len(shape)
+                and all(type(c) is int and 1 <= c <= max(n, 1) for c, n in zip(chunks, shape))):
+            raise ValueError(f"{name} is stored as {shape} in chunks of {chunks}, not as this model's "
+                             f"{list(leaf.shape)} in chunks no larger than it")
+
+
 def _path_names(path: tuple) -> tuple[str, ...]:
     """A leaf's path as names: Orbax records a named tuple's fields as a dict's keys, a list's items as `0`, `1`."""
     return tuple(str(getattr(part, "key", getattr(part, "name", getattr(part, "idx", part)))) for part in path)
@@ -286,11 +341,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _open(run_dir: Path) -> ocp.CheckpointManager:
+    if not os.path.lexists(run_dir):
+        raise CheckpointError(_("{run_dir} does not exist; pass the folder of a `jaxintro train` run (`jaxintro runs` "
+                                "lists them)").format(run_dir=run_dir))
     check_checkpoint_tree(run_dir)  # before Orbax reads a byte: no link, no special file, nothing oversized
     if not (run_dir / CHECKPOINT_DIR).is_dir():
         raise CheckpointError(_("{run_dir}: no {folder}/ folder; pass the folder of a `jaxintro train` run").format(
             run_dir=run_dir, folder=CHECKPOINT_DIR))
-    return _manager(run_dir, create=False)
+    return _manager(run_dir / CHECKPOINT_DIR, create=False)
 
 
 def _steps_newest_first(manager: ocp.CheckpointManager, run_dir: Path) -> list[int]:

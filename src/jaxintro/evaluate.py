@@ -19,6 +19,7 @@ from jaxintro.grid import mean_std, member_grid, refuse_setting_of_no_sweep, set
 from jaxintro.i18n import _, format_number, ngettext
 from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
+from jaxintro.memory import check_use_memory
 from jaxintro.models import Model, model_for
 from jaxintro.optim import build_optimizer
 from jaxintro.runtime import set_matmul_precision
@@ -75,7 +76,8 @@ def load_run(run_dir: Path, setting: str | None = None) -> LoadedRun:
         raise CheckpointError(_("{run_dir}: its checkpoint does not say which data it was trained on; retrain it")
                               .format(run_dir=run_dir))
     model = model_for(config, info.features, len(info.classes))
-    state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members))
+    check_use_memory(run_dir, config, model.sizes)  # from the shapes it declares, before any array is read
+    state, meta = restore(run_dir, abstract_state(model, build_optimizer(config, 1), config.members), params_only=True)
     if config.members == 1:
         refuse_setting_of_no_sweep(config, setting)
         return LoadedRun(config, model, state.params, epoch=state.epoch, dataset=info)

@@ -53,12 +53,13 @@ BETWEEN_PROCESSES = re.compile(r"gloo|barrier|coordination service|all-?gather",
 class WriteFault(JaxintroError):
     """The machine refused a write of a run: `what` could not be written in `run_dir`, for `reason`."""
 
-    def __init__(self, what: str, run_dir: Path, reason: str, *, vanished: bool = False) -> None:
+    def __init__(self, what: str, run_dir: Path, reason: str, *, vanished: bool = False, swapped: bool = False) -> None:
         super().__init__(f"{what}: {reason}")
         self.what = what
         self.run_dir = run_dir
         self.reason = reason
         self.vanished = vanished  # the run folder itself is gone: nothing of it is left to continue from
+        self.swapped = swapped  # its checkpoints/ was replaced: what is there now is not the run's
 
     def between_processes(self) -> bool:
         """Whether a save failed in the exchange between processes (Orbax's barrier), not on the disk.

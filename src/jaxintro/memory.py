@@ -3,6 +3,8 @@
 Any run needs it, one model or many: `Trainer.create` asks `check_memory` with what its layout holds
 (how many models, on how many devices, and how many copies of each share one memory: a model
 replicated over N CPU devices is N copies in the host's memory; on accelerators each device has its own).
+Using a trained run (`evaluate`, `predict`, `serve`, `experiment`) asks `check_use_memory` with the config its
+checkpoint declares, before a single array of it is read: a run folder may come from someone else.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 from typing import Sequence
 
 from jaxintro.config import EVAL_CHUNK, TrainConfig
-from jaxintro.errors import ConfigError
-from jaxintro.i18n import _
+from jaxintro.errors import CheckpointError, ConfigError
+from jaxintro.i18n import _, ngettext
 
 # Of the memory JAX can use, how much a run may plan to fill: the rest is the interpreter, the
 # libraries, the data and XLA's own buffers.
@@ -60,9 +62,9 @@ def available_memory_bytes() -> int:
 def host_memory_bytes() -> int:
     """The host memory this process could still take: MemAvailable, less where a limit says so.
 
-    A container's cgroup limit (`memory.max`) and the process's address-space limit (`ulimit -v`,
-    RLIMIT_AS) end a run as surely as the machine's size does: past them comes the kernel's OOM
-    killer, or a failed allocation in the middle of an epoch.
+    A container's cgroup limit (`memory.max`) and the process's limits on its address space (`ulimit -v`,
+    RLIMIT_AS) and its data (`ulimit -d`, RLIMIT_DATA) end a run as surely as the machine's size does: past
+    them comes the kernel's OOM killer, or a failed allocation in the middle of an epoch.
     """
     free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     with contextlib.suppress(OSError, ValueError, IndexError):
@@ -73,12 +75,13 @@ def host_memory_bytes() -> int:
         used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
         if limit != "max":
             free = min(free, int(limit) - int(used))
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        with contextlib.suppress(OSError, ValueError, StopIteration):
-            mapped = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
-                          if line.startswith("VmSize:"))
-            free = min(free, soft - mapped)
+    for limit, used in ((resource.RLIMIT_AS, "VmSize:"), (resource.RLIMIT_DATA, "VmData:")):
+        soft, _hard = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            with contextlib.suppress(OSError, ValueError, StopIteration):
+                taken = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                             if line.startswith(used))
+                free = min(free, soft - taken)
     return max(free, 0)
 
 
@@ -108,3 +111,26 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, *, d
         "(fewer --seeds or a smaller --lr/--weight-decay grid)"
     ).format(members=config.members, need=need / 2**30, each=need / config.members / 2**20, share=MEMORY_SHARE,
              available=available / 2**30, fit=fit))
+
+
+def estimate_use_bytes(config: TrainConfig, sizes: Sequence[int]) -> int:
+    """What using a trained run of `config.members` MLPs of `sizes` needs: each member's parameters twice (restored,
+    then placed as the members used), and an evaluation chunk's inputs and activations for every member."""
+    return config.members * BYTES * (2 * param_total(sizes) + EVAL_CHUNK * sum(sizes))
+
+
+def check_use_memory(run_dir: Path, config: TrainConfig, sizes: Sequence[int], *, available: int | None = None) -> int:
+    """Refuse, with the estimate, a trained run whose declared shapes would not fit in memory; return the need."""
+    need = estimate_use_bytes(config, sizes)
+    available = available_memory_bytes() if available is None else available
+    if need <= MEMORY_SHARE * available:
+        return need
+    raise CheckpointError(ngettext(
+        "{run_dir}: its checkpoint declares an MLP of sizes {sizes} ({params:,} parameters), which needs about "
+        "{need:.1f} GiB to use, more than {share:.0%} of the {available:.1f} GiB available; nothing of it was read. Use "
+        "it on a machine with more memory, or retrain it smaller",
+        "{run_dir}: its checkpoint declares {members} MLPs of sizes {sizes} ({params:,} parameters each), which need "
+        "about {need:.1f} GiB to use, more than {share:.0%} of the {available:.1f} GiB available; nothing of it was "
+        "read. Use it on a machine with more memory, or retrain it smaller", config.members,
+    ).format(run_dir=run_dir, members=config.members, sizes=",".join(map(str, sizes)), params=param_total(sizes),
+             need=need / 2**30, share=MEMORY_SHARE, available=available / 2**30))

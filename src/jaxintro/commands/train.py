@@ -23,6 +23,7 @@ from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 from jaxintro.faults import WriteFault, run_write, watch
 from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
+from jaxintro.jsonio import json_safe
 from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, committed_epochs, discard_run_dir, read_json
 from jaxintro.signals import GracefulStop
 
@@ -63,7 +64,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     """
     from jaxintro.checkpoint import config_from_meta, dataset_from_meta, read_meta
     from jaxintro.members import cpu_devices_wanted
-    from jaxintro.runtime import configure_jax
+    from jaxintro.runtime import configure_jax, set_matmul_precision
 
     run_dir = Path(args.resume)
     # JAX must learn the device count before Orbax starts it: read it from the plain config file.
@@ -80,6 +81,8 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
     _join(cluster, run_dir, "--resume")
     meta = read_meta(run_dir)
     config = config_from_meta(run_dir, meta)
+    # config.json unreadable (or edited): the checkpoint's config decides the precision, set before anything traces.
+    set_matmul_precision(config.matmul_precision)
     check_resume_flags(args, config, run_dir)
     changes: dict[str, Any] = {"epochs": args.epochs} if args.epochs is not None else {}
     if config.dataset == "auto":  # resume on the data the run used, even if `auto` would now pick another
@@ -210,7 +213,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     summary["time_breakdown"] = report.time_breakdown(getattr(args, "started", clock["start"]), clock, result,
                                                       saver.seconds)
     summary["written_at"] = runs.written_now()  # which run is the newest (`serve`): a file's time travels in a zip
-    summary = runs.json_safe(summary)  # a resume that only writes a finished run's files trains no sample: no rate
+    summary = json_safe(summary)  # a resume that only writes a finished run's files trains no sample: no rate
     if primary:
         with run_write(runs.RESULT_FILE, run_dir):
             runs.write_json(run_dir / runs.RESULT_FILE, summary)
