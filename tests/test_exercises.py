@@ -121,11 +121,16 @@ def test_init_writes_starters_in_the_language_and_never_overwrites(tmp_path, cap
     assert "Ejercicios en ejercicios/: pasan 0 de 15" in out and "sin empezar" in out
 
 
-def test_the_child_reports_a_loop_that_never_ends_within_the_time_limit(tmp_path):
+@pytest.mark.parametrize("lang, still", [("en", "is still being checked after 1 s"), ("es", "sigue comprobándose")])
+def test_the_child_reports_a_loop_that_never_ends_within_the_time_limit(lang, still, tmp_path, monkeypatch, capsys):
+    from jaxintro.exercises import runner
+
+    monkeypatch.setattr(runner, "STILL_RUNNING_SECONDS", 1)  # the learner hears of it before the limit, not at it
     exercise = by_number(5)
     path = write(tmp_path, exercise, "while True:\n    pass\n")
-    verdict, = check_in_child([(exercise, path)], "en", timeout=3)  # without the limit: never returns
+    verdict, = check_in_child([(exercise, path)], lang, timeout=3)  # without the limit: never returns
     assert verdict.key == "timeout" and "3 s" in verdict.message
+    assert still in capsys.readouterr().err
 
 
 def test_the_child_reports_a_crash_a_syntax_error_and_a_flood_of_prints(tmp_path):

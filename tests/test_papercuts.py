@@ -225,3 +225,42 @@ def test_every_documented_post_to_the_api_sends_json(page):
              if line.startswith("curl") and " -d " in line]
     assert posts, page
     assert all('-H "Content-Type: application/json"' in line for line in posts), posts
+
+
+def test_a_check_finds_jaxintro_and_jax_where_its_command_found_them(tmp_path):
+    """A Python that holds neither, given both by PYTHONPATH (an HPC `module load`, a TPU machine's JAX): the child
+    that runs the learner's file finds them as its command did, and the file is judged, not told it crashed."""
+    import site
+    import subprocess
+    import sys
+
+    from jaxintro.exercises.catalog import by_number
+
+    bare = Path(sys.base_prefix) / "bin" / "python3"
+    if subprocess.run([bare, "-I", "-c", "import jax"], capture_output=True).returncode == 0:
+        pytest.skip("the base interpreter holds JAX itself")
+    exercise = by_number(1)
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    (folder / exercise.filename).write_text(exercise.reference())
+    paths = [str(Path(__file__).parents[1] / "src"), *site.getsitepackages()]
+    done = subprocess.run([bare, "-m", "jaxintro.cli", "exercises", "check", "1", "--dir", str(folder)],
+                          capture_output=True, text=True, cwd=folder, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                                                        "PYTHONPATH": ":".join(paths)})
+    assert done.returncode == 0 and "No module named" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("lang, said", [("en", "does not exist"), ("es", "no existe")])
+def test_a_run_folder_that_does_not_exist_is_said_so(lang, said, tmp_path, capsys):
+    for command in (["evaluate"], ["predict"], ["train", "--resume"]):
+        extra = [str(tmp_path / "a.png")] if command == ["predict"] else []
+        assert main(["--lang", lang, *command, str(tmp_path / "no-such-run"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "checkpoints/" not in err, err
+
+
+def test_predict_says_what_its_run_dir_and_images_are(capsys):
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    out = capsys.readouterr().out
+    assert "a run folder of `jaxintro train`" in out and "PNG or JPEG files of one digit each" in out

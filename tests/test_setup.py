@@ -50,6 +50,20 @@ def test_the_projects_own_pins_agree_with_constraints():
     assert "uv" in pins(), "uv, which installs everything, is pinned like the rest"
 
 
+def test_the_runtime_takes_ranges_that_keep_what_a_notebook_image_holds():
+    """`pip install jaxintro` beside a Colab or Kaggle image's NumPy 2.3.5 and Pillow 12.0.0 keeps them (pip replaces an
+    installed version only when a requirement excludes it); constraints.txt's pins, the tested set, are inside too."""
+    from packaging.requirements import Requirement
+
+    runtime = {normalize(r.name): r for r in map(Requirement, tomllib.loads(
+        (REPO / "pyproject.toml").read_text())["project"]["dependencies"])}
+    assert not [str(r) for r in runtime.values() if "==" in str(r.specifier)], "the runtime asks for ranges, not pins"
+    for name, version in {"numpy": "2.3.5", "pillow": "12.0.0", "matplotlib": "3.10.0", "jax": "0.10.2"}.items():
+        assert runtime[name].specifier.contains(version), (name, version, str(runtime[name].specifier))
+    outside = {name: pins()[name] for name, r in runtime.items() if not r.specifier.contains(pins()[name])}
+    assert outside == {}, f"constraints.txt pins outside the runtime's ranges: {outside}"
+
+
 def make_plan(target: str) -> str:
     """What `make TARGET` would run from scratch, without running it."""
     return subprocess.run(["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, timeout=60,
@@ -66,6 +80,11 @@ def test_make_train_installs_the_runtime_only_and_make_test_adds_its_extras():
     docs = make_plan("docs")
     assert 'scripts/venv.sh .venv "the documentation site" "docs"' in docs and "torch" not in docs
     assert "ipykernel install --sys-prefix" in make_plan("notebooks"), "the kernel lives in .venv, not user-wide"
+    # The README's step 3 opens the notebook with .venv's JupyterLab: `make notebooks` installs it, pinned.
+    notebooks = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebooks"]
+    assert f"jupyterlab=={pins()['jupyterlab']}" in notebooks and '"the notebooks" "notebooks"' in make_plan("notebooks")
+    for readme in ("README.md", "README.es.md"):
+        assert "`make notebooks`" in (REPO / readme).read_text() and ".venv/bin/jupyter lab" in (REPO / readme).read_text()
 
 
 def test_make_test_accelerator_runs_the_backend_tests_in_one_process():

@@ -120,6 +120,9 @@ def test_the_site_builds_both_languages_offline_with_a_language_switch(tmp_path)
             assert f'hreflang="{other}"' in text, f"{html}: no switch to {other}"
             # Nothing the page loads comes from another site: no web fonts, no scripts from a CDN.
             assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', text), html
+            # A list needs a blank line before it in Python-Markdown: without one it is a paragraph's text.
+            glued = re.findall(r"<p>(?:(?!</p>).)*\n(?:- |\d+\. )(?:(?!</p>).)*</p>", text, re.S)
+            assert not glued, f"{html}: a list rendered as a paragraph: {glued[0][:120]}"
     assert "Introduction to JAX" in (site / "notebook" / "index.html").read_text(encoding="utf-8")
     assert "Introducción a JAX" in (site / "es" / "notebook" / "index.html").read_text(encoding="utf-8")
 

@@ -323,7 +323,7 @@ def _add_speedrun(sub: Commands) -> None:
 def _add_evaluate(sub: Commands) -> None:
     """`jaxintro evaluate` and its flags."""
     p = sub.add_parser("evaluate", help=_("test accuracy, per-class accuracy and a confusion matrix of a run"))
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help=_("a run folder of `jaxintro train` (e.g. runs/20261207-101659)"))
     add_setting_flag(p)
     p.add_argument("--data-dir", default=None, help=_("folder with the run's dataset (default: where it trained)"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))
@@ -332,8 +332,9 @@ def _add_evaluate(sub: Commands) -> None:
 def _add_predict(sub: Commands) -> None:
     """`jaxintro predict` and its flags."""
     p = sub.add_parser("predict", help=_("classify PNG/JPEG images with a trained run"))
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("run_dir", metavar="RUN_DIR", help=_("a run folder of `jaxintro train` (e.g. runs/20261207-101659)"))
+    p.add_argument("images", nargs="+", metavar="IMAGE", help=_("PNG or JPEG files of one digit each (a photo, a "
+                                                                "drawing; dark ink on light paper or the reverse)"))
     add_setting_flag(p)
     p.add_argument("--json", action="store_true", help=_("one JSON object per image"))
 

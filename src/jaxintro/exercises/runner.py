@@ -35,6 +35,9 @@ from jaxintro.i18n import _, in_language
 
 STDERR_KEPT = 4000  # bytes of the child's stderr kept: its last line explains a crash
 REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to close
+# A check takes a few seconds; past this, the learner is told it is still running, and how long it may (an endless
+# loop would otherwise sit silent until the time limit).
+STILL_RUNNING_SECONDS = 10
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of this process's descendants are re-parented to it, not to init
 _CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
 
@@ -168,6 +171,15 @@ def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[s
         printed=verdict.printed, output=verdict.output, notes=verdict.notes)
 
 
+def isolated(module: str) -> list[str]:
+    """`python -I -m module`, with this process's import path: what found jaxintro and JAX here (a PYTHONPATH, the
+    user's site, a `module load`) finds them there too, which `-I` alone would drop; `-I` still keeps out the
+    environment's other PYTHON* settings and the child's own folder (the learner's) from the front of the path."""
+    path = [entry for entry in sys.path if os.path.isabs(entry) and entry != os.getcwd()]
+    boot = f"import runpy, sys; sys.path[:] = {path!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-I", "-c", boot]
+
+
 def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: float) -> list[Verdict]:
     """Check each (exercise, file), the files run one after another in one child, each within `timeout` seconds.
 
@@ -186,9 +198,8 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     # temp folder only, so nothing it leaves in the package or the venv runs at the next start, outside any check.
     writable = [arg for place in sorted({str(path.parent) for _e, path in items} | {temp})
                 for arg in ("--write", place)]
-    command = [sys.executable, "-I", "-m", "jaxintro.exercises.sandbox", *writable, "--",
-               sys.executable, "-I", "-m", "jaxintro.exercises.probe", "--in-fd", str(to_child),
-               "--out-fd", str(from_child), *writable]
+    command = [*isolated("jaxintro.exercises.sandbox"), *writable, "--", *isolated("jaxintro.exercises.probe"),
+               "--in-fd", str(to_child), "--out-fd", str(from_child), *writable]
     try:
         with in_language(lang), adopting_orphans() as children_before:
             try:
@@ -234,6 +245,10 @@ def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: f
     """Each file's verdict, until the child stops: the exercises after the one it stopped at are not checked."""
     verdicts = []
     for exercise, path in items:
+        notice = threading.Timer(STILL_RUNNING_SECONDS, _still_running, (path.name, timeout))
+        notice.daemon = True
+        if timeout > STILL_RUNNING_SECONDS:
+            notice.start()
         try:
             verdicts.append(check(learner, exercise, path, timeout))
         except ProberGone as gone:
@@ -244,7 +259,15 @@ def _check_each(learner: Learner, items: list[tuple[Exercise, Path]], timeout: f
             stderr.join(timeout=REAP_SECONDS if gone.why == "ended" else 0)  # its last words, if it ended itself
             verdicts.append(_stopped(exercise, gone.why, timeout, proc.returncode, stderr.text()))
             break
+        finally:
+            notice.cancel()
     return verdicts
+
+
+def _still_running(name: str, timeout: float) -> None:
+    print(_("{file} is still being checked after {seconds} s: a check takes a few seconds, so is there a loop that "
+            "never ends? It is stopped at {timeout:g} s (--timeout); Ctrl-C stops it now").format(
+        file=name, seconds=STILL_RUNNING_SECONDS, timeout=timeout), file=sys.stderr, flush=True)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
