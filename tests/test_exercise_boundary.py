@@ -165,12 +165,15 @@ class _Replies:
     ("load", {"callables": 0}),
     ("load", {"syntax_error": {"line": "3", "message": "bad"}}),
     ("load", {"raised": {"type": "E", "kinds": [1], "message": "", "line": None, "functions": []}}),
-    ("report", {"printed": "many", "output": "", "tracer": "", "x64": False, "opened": []}),
-    ("report", {"printed": 0, "output": "", "tracer": "", "x64": 0, "opened": []}),
+    ("report", {"printed": "many", "output": "", "tracer": "", "x64": False, "opened": [], "traced_globals": []}),
+    ("report", {"printed": 0, "output": "", "tracer": "", "x64": 0, "opened": [], "traced_globals": []}),
+    ("report", {"printed": 0, "output": "", "tracer": "", "x64": False, "opened": [], "traced_globals": [1]}),
     ("call", {"observed": []}),  # neither a value nor what was raised
     ("call", {"value": 1}),  # no word on the props
     ("call", {"value": 1, "observed": []}),  # one prop was sent, none observed
     ("call", {"raised": {"type": "E", "kinds": ["E"], "message": "", "line": "7", "functions": []}, "observed": [{}]}),
+    ("primitives", {"value": {"scan": "1"}, "observed": []}),  # a count that is not a number
+    ("calls", {"value": [[["5"]]], "observed": []}),  # a shape that is not numbers
 ])
 def test_an_answer_that_is_not_the_one_asked_for_is_garbled_never_a_value(ask, reply, tmp_path):
     """Every answer is read for its shape before a check sees it: a forged one ends the check as `garbled`."""
@@ -179,6 +182,10 @@ def test_an_answer_that_is_not_the_one_asked_for_is_garbled_never_a_value(ask, r
             return learner.load(tmp_path / "f.py")
         if ask == "report":
             return learner.report()
+        if ask == "primitives":
+            return learner["f"].primitive_counts(1)
+        if ask == "calls":
+            return learner["f"].shapes_seen_by("g", 1)
         prop = wire.Prop("slow_without_jit", {"eager_s": 0.0})
         return learner["f"](prop), prop.observed
 
@@ -186,10 +193,13 @@ def test_an_answer_that_is_not_the_one_asked_for_is_garbled_never_a_value(ask, r
         asked(Learner(_Replies(reply)))
     assert gone.value.why == "garbled"
     well_formed = {"load": {"callables": ["f"]}, "report": {"printed": 0, "output": "", "tracer": "", "x64": False,
-                                                            "opened": []},
-                   "call": {"value": 1, "observed": [{"runs": [True]}]}}[ask]
+                                                            "opened": [], "traced_globals": ["losses"]},
+                   "call": {"value": 1, "observed": [{"runs": [True]}]},
+                   "primitives": {"value": {"scan": 1}, "observed": []},
+                   "calls": {"value": [[[5]]], "observed": []}}[ask]
     assert asked(Learner(_Replies(well_formed))) == {"load": well_formed, "report": well_formed,
-                                                     "call": (1, {"runs": [True]})}[ask]
+                                                     "call": (1, {"runs": [True]}), "primitives": {"scan": 1},
+                                                     "calls": [[(5,)]]}[ask]
 
 
 def test_the_childs_temp_files_go_with_the_check_even_where_the_temp_folder_is_on_the_path_to_the_solutions(

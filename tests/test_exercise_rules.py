@@ -152,6 +152,11 @@ REWRITTEN = [
     ("04_losses_appended.py", "tracer_in_global", "global losses holds a traced value", "global losses"),
     ("07_hand_vectorised.py", "predict_not_mapped", "never calls predict", "nunca llama a predict"),
     ("07_predict_rewritten_for_batches.py", "predict_not_mapped", "x of shape (6, 5)", "x de forma (6, 5)"),
+    # The fifth trial's: right on the usual inputs, wrong on the ones the lesson also meets.
+    ("02_relu6.py", "large_activations", "relu6 or a clip caps it", "relu6 o un recorte"),
+    ("05_cleared_by_multiplying.py", "not_replaced", "whatever it held", "tuviera lo que tuviera"),
+    ("06_minus_equals_in_place.py", "mutated_input", "with NumPy arrays at the leaves", "con arrays de NumPy"),
+    ("14_result_method.py", "method_not_pytree", "exists on a JAX array only", "solo existe en un array de JAX"),
 ]
 
 

@@ -208,6 +208,15 @@ def check_forward(ns: Learner) -> None:
             "forward({inputs}): yours {got}, expected {want}: the logits must stay what the last layer computes, however "
             "large (the loss's log_softmax handles them; clipping or squashing them changes the model)").format(
             inputs=inputs, got=_row(got), want=_row(want)))
+    # Hidden activations in the hundreds too: a ReLU keeps every positive value (relu6 or a clip caps them).
+    params["layer1"]["w"] = params["layer1"]["w"] * 100
+    inputs = describe(params=params, x=x) + _(" (first layer's weights x 100, last layer's x 300)")
+    got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
+    if not close(got, want := _reference_forward(params, x)):
+        raise CheckFailed("large_activations", _(
+            "forward({inputs}): yours {got}, expected {want}: a hidden unit's ReLU, max(0, z), keeps every positive "
+            "value however large (jax.nn.relu6 or a clip caps it at 6, another function than the lesson's)").format(
+            inputs=inputs, got=_row(got), want=_row(want)))
 
 
 def _row(value) -> str:

@@ -310,7 +310,7 @@ def check_jit_timing(ns: Learner) -> None:
     if observed["waits"] == 0:
         raise CheckFailed("no_block_until_ready", report + _(
             ": it never waits for a result; JAX returns before the work is done, so call "
-            "jax.block_until_ready(result) (or result.block_until_ready()) before stopping the clock"))
+            "jax.block_until_ready(result) before stopping the clock"))
     if seconds < 0.5 * work_s:
         raise CheckFailed("cpu_clock", report + _(
             ": it waits for each result, but its clock did not count the wait: time.process_time and "
@@ -363,7 +363,24 @@ def check_jit_timing(ns: Learner) -> None:
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
             "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
             seconds=seconds, work_s=work_s))
+    _check_any_result(time_call)
     _check_compare_jit(compare_jit)
+
+
+def _check_any_result(time_call: Function) -> None:
+    """A function that returns more than an array (a loss and its gradients) is timed too: jax.block_until_ready takes
+    any pytree, where `result.block_until_ready()` exists on a JAX array only."""
+    pair = Prop("fake_jitted", {"compile_s": 0.0, "work_s": 0.01, "spread": (1.0,), "pair": True})
+    inputs = _("f returning a pair (a result, a number), repeats=2")
+    try:
+        attempt(time_call, pair, 1.0, repeats=2, name="time_call", inputs=inputs)
+    except CheckFailed as exc:
+        if exc.key == "raised" and "block_until_ready" in exc.message:
+            raise CheckFailed("method_not_pytree", _(
+                "time_call({inputs}) raised: result.block_until_ready() exists on a JAX array only, not on a tuple or "
+                "a dict, which a jitted function often returns; jax.block_until_ready(result) waits for every array "
+                "in any pytree").format(inputs=inputs)) from exc
+        raise
 
 
 def _check_compare_jit(compare_jit: Function) -> None:

@@ -67,6 +67,15 @@ def check_immutable_update(ns: Learner) -> None:
                 "a.at[i].set keeps that meaning; clipping i into [0, n - 1] does not)").format(
                 inputs=inputs, got=numbers(got), want=numbers(want)))
         require_dtype_kept(got, want, "set_row", inputs)
+    # A row that holds an infinity and a NaN (an overflowed activation): replaced, whatever it held (0 * inf is NaN).
+    a = jnp.asarray([[1.0, 2.0], [jnp.inf, jnp.nan], [3.0, 4.0]], jnp.float32)
+    inputs = describe(a=_("[[1, 2], [inf, nan], [3, 4]]"), i=1, value=5.0)
+    got = attempt(set_row, a, 1, 5.0, name="set_row", inputs=inputs)
+    if not close(got, want := np.asarray([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0]])):
+        raise CheckFailed("not_replaced", _(
+            "set_row({inputs}) gave {got}, expected {want}: the row is replaced whatever it held; clearing it "
+            "arithmetically (times 0, then + value) keeps an infinity or a NaN as NaN, .at[i].set does not").format(
+            inputs=inputs, got=numbers(got), want=numbers(want)))
 
 
 def _tree_case(seed: int, kind: str) -> tuple:
@@ -93,6 +102,16 @@ def check_tree_map(ns: Learner) -> None:
         raise CheckFailed("mutated_input", _(
             "sgd_update({inputs}) changed the params dict it was given: build a new pytree (jax.tree.map returns "
             "one) instead of assigning into the old").format(inputs=inputs))
+    # NumPy leaves too (a pytree's leaves may be any arrays): `p -= lr * g` rebinds a JAX array but writes into these.
+    numpy_params = jax.tree.map(np.array, params)
+    _out, (after, *_rest) = attempt(sgd_update.call_returning_args, numpy_params, jax.tree.map(np.array, grads), 0.1,
+                                    name="sgd_update",
+                                    inputs=inputs + _(" (NumPy leaves)"))
+    if not unchanged(numpy_params, after):
+        raise CheckFailed("mutated_input", _(
+            "sgd_update({inputs}) with NumPy arrays at the leaves changed them: `p -= lr * g` writes into a NumPy "
+            "array in place (on a JAX array, which never changes, it only rebinds the name); return p - lr * g, a new "
+            "array").format(inputs=inputs))
     update = sgd_update.jit()
 
     # Every kind of pytree at least once, whatever the draws: an answer that rebuilds tuples as lists shows there.

@@ -342,8 +342,9 @@ class FakeJitted(Stand):
     per call; one without a warm-up adds compile_s / repeats; one that never waits measures ~0.
     """
 
-    def __init__(self, compile_s: float, work_s: float, spread: tuple[float, ...] = (1.0,)) -> None:
+    def __init__(self, compile_s: float, work_s: float, spread: tuple[float, ...] = (1.0,), pair: bool = False) -> None:
         self.compile_s, self.work_s, self.spread = compile_s, work_s, tuple(spread)  # call k works work_s * spread[k % n]
+        self.pair = pair  # results as (array, number), as a function returning a loss and more does
         self.calls = self.waits = 0
         self.busy_until = 0.0
         self.first: FakeResult | None = None
@@ -358,7 +359,7 @@ class FakeJitted(Stand):
         self.busy_until = max(time.perf_counter(), self.busy_until) + self.work_s * self.spread[self.calls % len(self.spread)]
         result = FakeResult(self, self.busy_until)
         self.first = self.first or result
-        return result
+        return (result, 0.0) if self.pair else result
 
     def observed(self) -> dict:
         return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited}
@@ -406,7 +407,7 @@ def build_prop(request: dict) -> Any:
     """The stand-in or the object a `wire.Prop` asks for."""
     kind, spec = request["kind"], request["spec"]
     if kind == "fake_jitted":
-        return FakeJitted(spec["compile_s"], spec["work_s"], spec["spread"])
+        return FakeJitted(spec["compile_s"], spec["work_s"], spec["spread"], bool(spec.get("pair", False)))
     if kind == "slow_without_jit":
         return SlowWithoutJit(spec["eager_s"])
     if kind == "optax":
