@@ -232,3 +232,33 @@ def test_the_member_count_branch_pattern_sees_each_form_of_the_question(tmp_path
                                         "config.members\n")
     (tmp_path / "grid.py").write_text("if config.sweep:\n    pass\n")
     assert member_count_branches(tmp_path) == ["reader.py:1", "reader.py:3", "reader.py:4"]
+
+
+def test_every_name_the_architecture_page_gives_exists_in_the_code():
+    """`module.function` (or `module.Class.method`) in docs/architecture, in both languages, is in the code: the map
+    a contributor follows names only what is there (`NAME` stands for any command's name)."""
+    docs = REPO / "docs"
+    text = (docs / "architecture.md").read_text(encoding="utf-8") + (docs / "architecture.es.md").read_text(
+        encoding="utf-8")
+    modules = {path.stem for path in PACKAGE.iterdir() if path.suffix == ".py" or (path / "__init__.py").exists()}
+    named = set(re.findall(r"`([a-z_]+(?:\.[A-Za-z_][A-Za-z_0-9]*)+)(?:\(\))?`", text))
+    checked = [name for name in sorted(named) if name.split(".")[0] in modules and "NAME" not in name
+               and name.split(".")[-1] not in ("py", "json", "log", "md", "toml", "txt", "png")]
+    missing = [name for name in checked if not _found(name)]
+    assert len(checked) > 20 and missing == [], f"docs/architecture names what the code does not hold: {missing}"
+
+
+def _found(name: str) -> bool:
+    """Whether `jaxintro.<name>` is a module, or an attribute (at any depth) of the longest module it starts with."""
+    import importlib
+
+    parts = name.split(".")
+    for depth in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module("jaxintro." + ".".join(parts[:depth]))
+        except ImportError:
+            continue
+        for attribute in parts[depth:]:
+            found = getattr(found, attribute, None)
+        return found is not None
+    return False

@@ -184,3 +184,23 @@ def test_a_folder_named_relative_to_where_the_command_runs_is_checked(tmp_path, 
     capsys.readouterr()
     assert main(["--lang", "en", "exercises", "check", "5", "--dir", "my exercises"]) == 0, capsys.readouterr()
     assert "PASSED 5" in capsys.readouterr().out
+
+
+def test_an_exercise_message_writes_numbers_as_the_learners_language_does(tmp_path):
+    """Spanish: a decimal comma in every number of a message, the stand-in's costs and an array's values alike (and
+    "; " between values, since a comma is the decimal mark there); English as Python writes them."""
+    from jaxintro.exercises.checking import numbers
+
+    exercise = by_number(14)
+    path = tmp_path / exercise.filename
+    path.write_text(exercise.reference() + "\n\n" + (WRONG / "14_milliseconds.py").read_text(encoding="utf-8"))
+    try:
+        i18n.set_language("es")
+        verdict = check_file(exercise, path)
+        assert "compila en 0,5 s, luego 0,04 s" in verdict.message and "0.5 s" not in verdict.message
+        assert numbers(np.array([35.8312, 1.0, -0.5])) == "[35,831; 1; -0,5]"
+        i18n.set_language("en")
+        assert "compiles in 0.5 s, then 0.04 s" in check_file(exercise, path).message
+        assert numbers(np.array([35.8312, 1.0, -0.5])) == "[35.831, 1, -0.5]"
+    finally:
+        i18n.set_language("en")

@@ -301,7 +301,7 @@ def check_jit_timing(ns: Learner) -> None:
     compile_s, work_s, repeats = 0.5, 0.04, 5
     # A stand-in for a jitted function whose cost is known, built in the learner's process (probe.FakeJitted).
     fake = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0,)})
-    inputs = _("f (compiles in {compile_s} s, then {work_s} s of work per call), repeats={repeats}").format(
+    inputs = _("f (compiles in {compile_s:g} s, then {work_s:g} s of work per call), repeats={repeats}").format(
         compile_s=compile_s, work_s=work_s, repeats=repeats)
     seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
     observed = fake.observed  # how often it was called and waited for, and whether the warm-up was
@@ -328,14 +328,14 @@ def check_jit_timing(ns: Learner) -> None:
             "not a count in the code").format(repeats=repeats, calls=repeats + 1))
     if observed["calls"] <= repeats or seconds > work_s + 0.25 * compile_s / repeats:
         raise CheckFailed("no_warmup", report + _(
-            "; the first call compiles ({compile_s} s): call f once, and wait for it, before starting the "
+            "; the first call compiles ({compile_s:g} s): call f once, and wait for it, before starting the "
             "clock").format(compile_s=compile_s))
     if not observed["warm_up_waited"]:
         raise CheckFailed("warm_up_not_waited", report + _(
             "; the warm-up call's result was not waited for, so its work was still running when the clock "
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
     if seconds > 1.5 * work_s:
-        raise CheckFailed("mismatch", report + _("; each call takes {work_s} s").format(work_s=work_s))
+        raise CheckFailed("mismatch", report + _("; each call takes {work_s:g} s").format(work_s=work_s))
     # Another count of repeats, and calls that take 0.1, 0.3 and 2.6 times work_s in turn (a mean of work_s, a median
     # of 0.3): a count or a division written in the code, the fastest, the median or the slowest call shows there.
     other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": SPREAD})
@@ -360,7 +360,7 @@ def check_jit_timing(ns: Learner) -> None:
                                                   "max_not_mean": _("slowest call")}[statistic]))
     if not 0.85 * work_s <= seconds <= 1.3 * work_s:
         raise CheckFailed("not_per_call", _(
-            "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s} s: divide "
+            "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s:g} s: divide "
             "the time of the timed calls by the repeats you were given (the warm-up is not one of them)").format(
             seconds=seconds, work_s=work_s))
     _check_any_result(time_call)
@@ -404,7 +404,7 @@ def _check_compare_jit(compare_jit: Function) -> None:
             "repeats on to time_call").format(n=runs.count(False)))
     if not result["jit"] < EAGER_S <= result["nojit"]:
         raise CheckFailed("times_swapped", _(
-            "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager} s "
+            "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager:g} s "
             "whenever it runs without jit: the two times are swapped, or not f's own; \"nojit\" is time_call(f, "
             "...), \"jit\" is time_call(jax.jit(f), ...)").format(nojit=Code(float(result["nojit"])),
                                                                    jit=Code(float(result["jit"])), eager=EAGER_S))
