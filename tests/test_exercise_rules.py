@@ -157,6 +157,8 @@ REWRITTEN = [
     ("05_cleared_by_multiplying.py", "not_replaced", "whatever it held", "tuviera lo que tuviera"),
     ("06_minus_equals_in_place.py", "mutated_input", "with NumPy arrays at the leaves", "con arrays de NumPy"),
     ("14_result_method.py", "method_not_pytree", "exists on a JAX array only", "solo existe en un array de JAX"),
+    ("12_jacobian_of_losses.py", "work_grows_quadratically", "with the square of the batch", "con el cuadrado del lote"),
+    ("14_waits_for_the_last.py", "not_each_waited", "it waited for 2 of the 6 results", "esperó a 2 de los 6"),
 ]
 
 

@@ -221,6 +221,20 @@ def check_per_example_grads(ns: Learner) -> None:
             "{big} for 6): a Python loop over the examples; jax.vmap gives one program for any batch").format(
             small=sizes[0], big=sizes[1]))
     require_no_loop(per_example, "per_example_grads", params, *make_batch(0, 6, 5, 3))
+    _require_linear_work(per_example, params)
+
+
+def _require_linear_work(per_example: Function, params: dict) -> None:
+    """vmap(grad) does one example's backward pass per example: its work grows with the batch. A Jacobian of the
+    batch's losses (jax.jacrev, jax.jacfwd) differentiates every loss through the whole batch: it grows with its
+    square."""
+    small, big = (per_example.flops(params, *make_batch(0, b, 5, 3)) for b in (2, 8))
+    if small > 0 and big / small > 6:
+        raise CheckFailed("work_grows_quadratically", _(
+            "per_example_grads gives the right numbers, but its work grows with the square of the batch ({small:,.0f} "
+            "operations for 2 examples, {big:,.0f} for 8): a Jacobian of the batch's losses (jax.jacrev) backpropagates "
+            "each loss through every example; jax.vmap(jax.grad(...)) of one example's loss does each example "
+            "once").format(small=small, big=big))
 
 
 def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
@@ -334,6 +348,11 @@ def check_jit_timing(ns: Learner) -> None:
         raise CheckFailed("warm_up_not_waited", report + _(
             "; the warm-up call's result was not waited for, so its work was still running when the clock "
             "started: jax.block_until_ready(f(*args)) once, then start the clock"))
+    if observed["waits"] < observed["calls"]:
+        raise CheckFailed("not_each_waited", report + _(
+            "; it waited for {waits} of the {calls} results: wait for each call's result (jax.block_until_ready) "
+            "before the next call, as the statement asks; waiting for the last alone times the device's queue, its "
+            "calls overlapping with the dispatch of the next").format(waits=observed["waits"], calls=observed["calls"]))
     if seconds > 1.5 * work_s:
         raise CheckFailed("mismatch", report + _("; each call takes {work_s:g} s").format(work_s=work_s))
     # Another count of repeats, and calls that take 0.1, 0.3 and 2.6 times work_s in turn (a mean of work_s, a median

@@ -112,6 +112,13 @@ class Function:
             raise ProberGone("garbled")
         return counts
 
+    def flops(self, *args: Any) -> float:
+        """The floating-point operations XLA counts in its program on `args`, before compiling (-1: it counts none)."""
+        flops = self._ask("flops", args, {})
+        if type(flops) is not float:
+            raise ProberGone("garbled")
+        return flops
+
     def shapes_seen_by(self, inner: str, *args: Any) -> list[list[tuple[int, ...]]]:
         """Called on `args`: for each call of the file's function `inner` meanwhile (traced calls too), the shapes of
         its positional arguments (under `vmap`, one example's)."""

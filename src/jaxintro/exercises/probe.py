@@ -135,6 +135,11 @@ class Prober:
                     import jax
 
                     value = dict(primitive_counts(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr))
+                elif op == "flops":
+                    import jax
+
+                    cost = jax.jit(fn).lower(*args, **kwargs).cost_analysis()  # of the program as traced: no compile
+                    value = float((cost[0] if isinstance(cost, list) else cost or {}).get("flops", -1.0))
                 elif op == "calls":
                     value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
