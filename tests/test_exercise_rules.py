@@ -206,3 +206,63 @@ def test_an_exercise_message_writes_numbers_as_the_learners_language_does(tmp_pa
         assert numbers(np.array([35.8312, 1.0, -0.5])) == "[35.831, 1, -0.5]"
     finally:
         i18n.set_language("en")
+
+
+@pytest.mark.parametrize("lang, waits", [("en", "opens after 2, 3"), ("es", "se abre tras 2, 3")])
+def test_the_list_says_what_a_closed_file_waits_for_and_keeps_its_columns(lang, waits, tmp_path, capsys):
+    folder = tmp_path / "ex"
+    assert main(["--lang", lang, "exercises", "init", "--dir", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["--lang", lang, "exercises", "list", "--dir", str(folder)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(rows) == len(EXERCISES) and waits in rows[3]
+    try:
+        i18n.set_language(lang)
+        sections = {line.index("  " + i18n._(e.section)) for line, e in zip(rows, EXERCISES)}
+    finally:
+        i18n.set_language("en")
+    assert len(sections) == 1, rows  # every section starts in one column, after the widest state and two spaces
+
+
+SAME_KEY_EVERYWHERE = '''    params = {}
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = jax.random.normal(key, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in)
+        params[f"layer{i + 1}"] = {"w": w, "b": jnp.zeros(fan_out)}
+    return params
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lang, page, folder", [("en", "exercises.md", "exercises"), ("es", "exercises.es.md",
+                                                                                    "ejercicios")])
+def test_the_pages_sample_session_is_what_the_commands_print_today(lang, page, folder, tmp_path, capsys, monkeypatch):
+    """docs/exercises' session, run: init, a first file with one key for every layer, check, a hint, the fix, check,
+    the list (its first four rows): the page shows what a learner sees, in each language."""
+    monkeypatch.chdir(tmp_path)
+    # A JAX user's shell often names a persistent cache, which the checked child may not write: nothing of it shows.
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax-cache"))
+    printed = []
+
+    def run(*argv: str) -> None:
+        main(["--lang", lang, "exercises", *argv])
+        printed.append("$ " + " ".join(["jaxintro", "--lang", lang, "exercises", *argv]))
+        printed.extend(capsys.readouterr().out.rstrip("\n").split("\n"))
+
+    run("init")
+    path = tmp_path / folder / "01_init_params.py"
+    text = path.read_text(encoding="utf-8")
+    todo, end = text.index("    # TODO"), text.index("raise NotImplementedError") + len("raise NotImplementedError\n")
+    path.write_text(text[:todo] + SAME_KEY_EVERYWHERE + text[end:], encoding="utf-8")
+    run("check")
+    run("hint", "1")
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "    params = {}\n    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):\n        w = jax.random."
+        "normal(key, ", "    keys = jax.random.split(key, len(sizes) - 1)\n    params = {}\n    for i, (k, fan_in, fan_out) "
+        "in enumerate(zip(keys, sizes[:-1], sizes[1:])):\n        w = jax.random.normal(k, "), encoding="utf-8")
+    run("check")
+    run()
+    rows = [i for i, line in enumerate(printed) if line[:4].strip().isdigit()]
+    shown = printed[:rows[4]] + ["   ..."] + printed[rows[-1] + 1:]
+    text = (Path(__file__).parents[1] / "docs" / page).read_text(encoding="utf-8")
+    start = text.index("```text\n$ jaxintro --lang") + len("```text\n")
+    assert text[start:text.index("```", start)].rstrip("\n").split("\n") == shown, "\n".join(shown)

@@ -165,9 +165,12 @@ def show_list(folder: Path, lang: str, *, as_json: bool, timeout: float) -> int:
     passed = sum(s == "passed" for _e, s in states)
     print(_("Exercises in {folder}/: {passed} of {total} pass").format(folder=folder, passed=passed,
                                                                      total=len(EXERCISES)))
-    for exercise, state in states:
-        shown, section = _(progress.STATES[state]), _(exercise.section)
-        print(f"  {exercise.number:>2}  {exercise.filename:<26}{shown:<24}{section}")
+    shown = [_(progress.STATES[s]).format(numbers=", ".join(map(str, progress.waiting_for(e, entries))))
+             for e, s in states]
+    width = max(map(len, shown)) + 2  # the widest state in this language, so that no section runs into it
+    for (exercise, _state), said in zip(states, shown):
+        section = _(exercise.section)
+        print(f"  {exercise.number:>2}  {exercise.filename:<26}{said:<{width}}{section}")
     if upcoming is None:
         print(_("Every exercise passes. Well done!"))
     else:

@@ -22,7 +22,7 @@ PROGRESS_FILE = ".progress.json"
 VERSION = 1
 # The states, in the words `list` shows (translated there).
 STATES = {
-    "locked": N_("opens once the ones it builds on pass"),
+    "locked": N_("opens after {numbers}"),  # the exercises it waits for
     "missing": N_("no file"),
     "not_started": N_("not started"),
     "failing": N_("failing"),

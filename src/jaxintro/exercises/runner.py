@@ -190,6 +190,9 @@ def check_in_child(items: list[tuple[Exercise, Path]], lang: str, *, timeout: fl
     items = [(exercise, path.resolve()) for exercise, path in items]
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")  # tiny inputs: the CPU starts fastest; the learner may choose
+    # No persistent compilation cache (a JAX user's shell often names one): the child may not write there, and JAX's
+    # warning of each refused entry would read as the learner's own output.
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     # The child's temp files in a folder of the check's, removed here: the child is killed, so it removes nothing.
     env["TMPDIR"] = temp = tempfile.mkdtemp(prefix="jaxintro-check-")
     to_child, requests = os.pipe()
