@@ -708,26 +708,29 @@ def test_evaluate_prints_its_numbers_where_its_plot_cannot_be_written(block, dig
 
 
 def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
-    """A classmate's three runs, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links).
+    """A classmate's four runs, archived with every trick above (tar keeps links and FIFOs, as `unzip` does links).
 
     `NAME-reads` holds what must never be read (a link to /dev/zero, a FIFO, a step named `²`, a crafted version,
     a result dated 2099); `NAME-writes` is a sound run whose plots and log are links to the learner's files and
     which holds a file jaxintro never writes, so the commands that read it go on to write; `NAME-huge` declares
-    a model no machine of ours holds, in a few MB.
+    a model no machine of ours holds, in a few MB; `NAME-numbers` holds every number no run holds (a 400-digit
+    integer, `"members": null`, NaN, infinities).
     """
     import datetime as dt
     import tarfile
 
-    reads, writes, huge = (copy_run(digits_run, where / "build" / f"{name}-{kind}") for kind in ("reads", "writes",
-                                                                                                  "huge"))
+    reads, writes, huge, numbers = (copy_run(digits_run, where / "build" / f"{name}-{kind}")
+                                    for kind in ("reads", "writes", "huge", "numbers"))
     declare_widths(huge, [16384, 16384])  # 270 M parameters in 4 MB: more than a command's 3 GiB may take below
+    for change in HOSTILE_NUMBERS.values():  # every number no run holds, in one folder (the listing's tricks)
+        change[0](numbers)
     for run in (reads, writes):
         for plot in (".confusion.tmp.png", ".curves.tmp.png", "confusion.png", "curves.png"):
             (run / plot).unlink(missing_ok=True)
             (run / plot).symlink_to("../../sibling/thesis.tex")
         (run / runs.ERRORS_LOG).symlink_to("../../sibling/.bashrc")
         (run / "model_best.pt").write_bytes(b"not ours")
-    for run in (reads, writes, huge):
+    for run in (reads, writes, huge, numbers):
         (run / runs.CLAIM_FILE).write_text("4242 a-classmates-laptop\n")  # claimed on the machine it was trained on
     steps = runs.committed_epochs(reads)
     (reads / runs.CHECKPOINT_DIR / "²").mkdir()
@@ -741,7 +744,7 @@ def hostile_archive(digits_run: Path, where: Path, name: str) -> Path:
     os.utime(reads / runs.RESULT_FILE, (4_070_908_800, 4_070_908_800))
     archive = where / "classmate.tar"
     with tarfile.open(archive, "w") as tar:
-        for run in (reads, writes, huge):
+        for run in (reads, writes, huge, numbers):
             tar.add(run, arcname=run.name)
     return archive
 
@@ -767,7 +770,7 @@ def test_a_hostile_archive_meets_every_command_and_changes_nothing_outside_itsel
     pixels = Image.new("L", (8, 8), 255)
     pixels.paste(0, (3, 1, 5, 7))
     pixels.save(image)
-    commands = [(["runs"], 0), (["runs", "--remove-unfinished", "--yes"], 0)]
+    commands = [(["runs"], 0), (["runs", "--json"], 0), (["runs", "--remove-unfinished", "--yes"], 0)]
     for run, code in ((reads, 2), (writes, 0), (huge, 2)):  # the sound run is used and resumed: its plots written
         commands += [(["evaluate", str(run)], code), (["predict", str(run), str(image)], code),
                      (["train", "--resume", str(run), "--epochs", "4"], code),
