@@ -435,3 +435,8 @@ def _check_standard_normal(noise: np.ndarray, inputs: str) -> None:
             "distribution is {gap:.3f} away from N(0, 1)'s; a normal sample of this size stays within {bound:.3f}): "
             "draw it with jax.random.normal, not a uniform or another distribution rescaled").format(
             inputs=inputs, gap=gap, bound=2.7 / math.sqrt(count)))
+    if np.max(np.abs(noise)) <= 3.0:  # a normal sample of this size holds about 44 draws beyond +-3 (none: p = e^-44)
+        raise CheckFailed("no_tails", _(
+            "noisy_copies({inputs}): none of the {count:,} draws lies beyond +-3, where a standard normal puts about "
+            "{expected:.0f} of them: its tails were cut (jax.random.truncated_normal); draw with "
+            "jax.random.normal").format(inputs=inputs, count=count, expected=0.0027 * count))
