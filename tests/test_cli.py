@@ -31,6 +31,7 @@ BAD_TRAIN_FLAGS = [
     ["--schedule", "step"],
     ["--hidden", "256,x"],
     ["--hidden", "0"],
+    ["--hidden", ",".join(["8"] * 65)],  # past 64 layers: a crafted checkpoint's config is refused alike
     ["--seed", "-1"],
     ["--clip-norm", "0"],
     ["--devices", "0"],

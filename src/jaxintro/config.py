@@ -29,6 +29,7 @@ LOOPS = ("scan", "python")
 PARALLEL = ("shard_map", "sharding")
 # `jax.default_matmul_precision` for float32 products: a TPU's default is one bfloat16 pass, a CPU's full float32.
 MATMUL_PRECISIONS = ("default", "high", "highest")
+MAX_HIDDEN_LAYERS = 64  # far deeper than a plain MLP trains; a checkpoint's config may declare no more arrays
 # The lesson's MLP: MNIST's 28x28 pixels, two hidden layers of 256 and 128, ten digits. Written here only.
 LESSON_SIZES = (784, 256, 128, 10)
 # Images per evaluation chunk: bounds the memory of a forward pass over a whole set.
@@ -118,6 +119,9 @@ class TrainConfig:
             raise ConfigError(_("--data-dir must be a folder's path; got {value}").format(value=repr(self.data_dir)[:80]))
         if not self.hidden:
             raise ConfigError(_("--hidden needs at least one width, e.g. --hidden 256,128"))
+        if len(self.hidden) > MAX_HIDDEN_LAYERS:  # a saved config is input too: its layer count bounds the arrays read
+            raise ConfigError(_("--hidden takes at most {most} layers; got {count}").format(
+                most=MAX_HIDDEN_LAYERS, count=len(self.hidden)))
         for width in self.hidden:
             _int_range("hidden", width, 1, 1 << 16)
         _float_range("lr", self.lr, 0.0, 1e12, low_open=True)
