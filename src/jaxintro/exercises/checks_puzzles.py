@@ -205,6 +205,11 @@ def check_vmap_in_axes(ns: Learner) -> None:
             "6): a Python loop; jax.vmap gives one program for any batch").format(small=small, big=big))
     require_no_loop(batched, "batched_predict", w, b, _array(2, (6, 5)))
     _require_predict_mapped(batched, w, b, _array(2, (6, 5)))
+    if "dot_general with batch dimensions" in batched.primitive_counts(w, b, _array(2, (6, 5))):
+        raise CheckFailed("weights_mapped", _(
+            "batched_predict gives the right numbers, but its program multiplies each example by its own copy of w "
+            "(a batched product): w and b were copied per example and mapped; in_axes=(None, None, 0) shares them, "
+            "one w for the whole batch, which is what in_axes None is for"))
 
 
 def _require_predict_mapped(batched: Function, w: jax.Array, b: jax.Array, xs: jax.Array) -> None:

@@ -264,6 +264,8 @@ def primitive_counts(jaxpr: Any) -> collections.Counter:
     found = collections.Counter()
     for eqn in jaxpr.eqns:
         found[eqn.primitive.name] += 1
+        if eqn.primitive.name == "dot_general" and eqn.params["dimension_numbers"][1][0]:
+            found["dot_general with batch dimensions"] += 1  # a product per example, of arrays mapped by vmap
         for inner in jaxprs_in_params(eqn.params):
             found += primitive_counts(inner)
     return found
