@@ -198,25 +198,27 @@ def check_forward(ns: Learner) -> None:
                 inputs=inputs, what=_(FORWARD_MISTAKES[key]), got=_row(got), want=_row(want)))
 
     agrees()
-    # Logits in the hundreds, as a trained model's can be: a forward that clips or squashes them shows there.
+    # Values in the hundreds, as a trained model's can be: a forward that clips or squashes the logits (a last layer's
+    # weights x 300), or caps a hidden unit (the first layer's x 100 too: relu6), shows there.
     params, (x, _y) = make_params(5, (3, 4, 4, 2)), make_batch(5, 3, 3, 2)
-    params["layer3"]["w"] = params["layer3"]["w"] * 300
-    inputs = describe(params=params, x=x) + _(" (last layer's weights x 300)")
-    got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
-    if not close(got, want := _reference_forward(params, x)):
-        raise CheckFailed("large_logits", _(
-            "forward({inputs}): yours {got}, expected {want}: the logits must stay what the last layer computes, however "
-            "large (the loss's log_softmax handles them; clipping or squashing them changes the model)").format(
-            inputs=inputs, got=_row(got), want=_row(want)))
-    # Hidden activations in the hundreds too: a ReLU keeps every positive value (relu6 or a clip caps them).
-    params["layer1"]["w"] = params["layer1"]["w"] * 100
-    inputs = describe(params=params, x=x) + _(" (first layer's weights x 100, last layer's x 300)")
-    got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
-    if not close(got, want := _reference_forward(params, x)):
-        raise CheckFailed("large_activations", _(
-            "forward({inputs}): yours {got}, expected {want}: a hidden unit's ReLU, max(0, z), keeps every positive "
-            "value however large (jax.nn.relu6 or a clip caps it at 6, another function than the lesson's)").format(
-            inputs=inputs, got=_row(got), want=_row(want)))
+    for layer, scale, key, note, why in LARGE_VALUES:
+        params[layer]["w"] = params[layer]["w"] * scale
+        inputs = describe(params=params, x=x) + _(note)
+        got = attempt(forward.jit(), params, x, name="forward", inputs=inputs)
+        if not close(got, want := _reference_forward(params, x)):
+            raise CheckFailed(key, _("forward({inputs}): yours {got}, expected {want}: {why}").format(
+                inputs=inputs, got=_row(got), want=_row(want), why=_(why)))
+
+
+# Each case scales one more layer's weights of the same params: (layer, scale, key, what the inputs add, why).
+LARGE_VALUES = (
+    ("layer3", 300, "large_logits", N_(" (last layer's weights x 300)"),
+     N_("the logits must stay what the last layer computes, however large (the loss's log_softmax handles them; "
+        "clipping or squashing them changes the model)")),
+    ("layer1", 100, "large_activations", N_(" (first layer's weights x 100, last layer's x 300)"),
+     N_("a hidden unit's ReLU, max(0, z), keeps every positive value however large (jax.nn.relu6 or a clip caps it "
+        "at 6, another function than the lesson's)")),
+)
 
 
 def _row(value) -> str:
