@@ -153,11 +153,11 @@ def _refuse_a_traced_global(exercise: Exercise, verdict: Verdict, names: list[st
     effect, which runs once, at trace time), whatever its return values say."""
     if not (verdict.passed and names):
         return verdict
-    return dataclasses.replace(Verdict.failed(exercise, "tracer_in_global", _(
+    return _failed_instead(verdict, exercise, "tracer_in_global", _(
         "your file's global {name} holds a traced value: a function under jax.jit stored it there while it was traced "
         "(`global`, or .append to a list); that line runs once, at the first call, and keeps a placeholder with no "
         "number, not each call's value. A jitted function is pure: return what the caller needs").format(
-        name=names[0])), printed=verdict.printed, output=verdict.output, notes=verdict.notes)
+        name=names[0]))
 
 
 def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[str]) -> Verdict:
@@ -165,10 +165,15 @@ def _refuse_a_read_solution(exercise: Exercise, verdict: Verdict, opened: list[s
     their text."""
     if not opened:
         return verdict
-    return dataclasses.replace(Verdict.failed(exercise, "reads_solution", _(
+    return _failed_instead(verdict, exercise, "reads_solution", _(
         "your file opened the shipped solution {name}: write the function yourself (`jaxintro exercises "
-        "solution {n}` shows it to read, not to run)").format(name=opened[0], n=exercise.number)),
-        printed=verdict.printed, output=verdict.output, notes=verdict.notes)
+        "solution {n}` shows it to read, not to run)").format(name=opened[0], n=exercise.number))
+
+
+def _failed_instead(verdict: Verdict, exercise: Exercise, key: str, message: str) -> Verdict:
+    """A failed verdict `key` in place of `verdict`, with what the file printed and the notes kept."""
+    return dataclasses.replace(Verdict.failed(exercise, key, message), printed=verdict.printed, output=verdict.output,
+                               notes=verdict.notes)
 
 
 def isolated(module: str) -> list[str]:
