@@ -83,9 +83,9 @@ class Checkpointer:
 
     def _check_in_place(self, what: str) -> None:
         """A `WriteFault` if `checkpoints/` is no longer the folder this run holds (a link or another folder there)."""
-        check_folder(what, self.run_dir)  # the run folder itself gone: that is the fault to name
         replaced = self.folder.replaced()
         if replaced is not None:
+            check_folder(what, self.run_dir)  # the run folder itself gone with it: that is the fault to name
             self._in_flight = None  # the step being written is no longer in the run's folder: never reported saved
             raise WriteFault(what, self.run_dir, _(
                 "{folder}/ changed while the run trained ({how}); nothing was written through it").format(
