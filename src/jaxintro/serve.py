@@ -18,7 +18,6 @@ import errno
 import functools
 import http.server
 import ipaddress
-import json
 import socket
 import sys
 import threading
@@ -494,7 +493,7 @@ class Server(http.server.ThreadingHTTPServer):  # pragma: no mutate block
                 self.connections.add(request)
         if full:  # a cap on threads: refuse at once rather than start one more
             with contextlib.suppress(OSError):
-                body = json.dumps({"error": _("the server has too many open connections; try again")}).encode()
+                body = json_text({"error": _("the server has too many open connections; try again")}).encode()
                 request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
             self.shutdown_request(request)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
 from jaxintro.faults import WriteFault, run_write, watch
 from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
-from jaxintro.jsonio import json_safe
+from jaxintro.jsonio import json_safe, json_text
 from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, committed_epochs, discard_run_dir, read_json
 from jaxintro.signals import GracefulStop
 
@@ -224,7 +223,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     else:
         report.print_done(config, summary, result, run_dir)
     if args.json:
-        print(json.dumps(summary, allow_nan=False))
+        print(json_text(summary))
     return stop.exit_code() if result.stopped_early else 0
 
 
