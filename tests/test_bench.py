@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import once_per_run, synthetic_dataset
-from jaxintro import bench, timed
+from jaxintro import bench, bench_torch, timed
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
@@ -226,7 +226,7 @@ def test_the_torch_job_trains_the_plans_model_on_the_plans_first_batches(plan):
     from jaxintro.train import fit
 
     test = synthetic_dataset(n_train=640, n_test=200, side=28, seed=1)
-    result = bench.torch_job(plan, test.x_test, test.y_test, epochs=1)
+    result = bench_torch.torch_job(plan, test.x_test, test.y_test, epochs=1)
     assert set(result) == {"train_accuracy", "test_accuracy", "peak_rss_mb"} and result["peak_rss_mb"] > 0
     # Epoch 1 is the plan's init and batches: its running training accuracy is jaxintro's own for that epoch
     # (the same model, order and Adam; only float rounding may flip a prediction or two of the 640).

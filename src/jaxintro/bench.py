@@ -30,45 +30,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxintro.config import BENCH_ROWS, EVAL_CHUNK, LESSON_SIZES, TrainConfig
+from jaxintro.bench_plan import SIZES, Plan, RowResult, make_plan, plan_layers, timed_windows
+from jaxintro.bench_torch import row_torch, torch_job
+from jaxintro.config import BENCH_ROWS, TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import JaxintroError
 from jaxintro.i18n import N_, _
-from jaxintro.models.mlp import init_params
-from jaxintro.parallel import host_device
 from jaxintro.runtime import configure_jax, peak_rss_mb
 from jaxintro.timed import last_line
 
-SIZES = LESSON_SIZES  # the rows train the lesson's MLP, whatever --hidden a run used
-
-# Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
-# `skip_reason` translates it where the table is printed. The details after ": " are PyTorch's own words.
-TORCH_MISSING = N_("torch is not installed (`make bench` installs it into .venv)")
-COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
-COMPILE_FAILED = N_("torch.compile failed")
-
+# Why a row was skipped: the row's own process, which knows no --lang, writes it in English into bench.json
+# (`bench_torch`'s reasons); `skip_reason` translates it where the table is printed.
 
 def skip_reason(reason: str) -> str:
     """A row's skip reason in the chosen language: its English head (before ": ") translated, the details kept."""
     head, sep, details = reason.partition(": ")
     return _(head) + sep + details
-
-
-@dataclasses.dataclass
-class RowResult:
-    """One benchmark row."""
-
-    name: str
-    compile_seconds: float = float("nan")
-    ms_per_step: float = float("nan")
-    samples_per_second: float = float("nan")
-    fraction_of_peak: float = float("nan")
-    peak_rss_mb: float = float("nan")
-    losses: list[float] = dataclasses.field(default_factory=list)  # the first steps' losses
-    models: int = 1  # models trained at once: samples/s and the fraction of peak count all of them
-    devices: int = 1  # devices the row's program ran on
-    skipped: str | None = None  # why the row could not run here (e.g. PyTorch not installed)
-    error: str | None = None  # the row ran and crashed: a failure, reported as one
 
 
 def train_flops_per_step(sizes: tuple[int, ...], batch: int) -> int:
@@ -127,35 +104,6 @@ def matmul_gflops(n: int | None = None, repeats: int = 10) -> float:
 # ---------------------------------------------------------------- the rows (run in a child process)
 
 
-@dataclasses.dataclass
-class Plan:
-    """What every row shares: data, initial parameters, batch order and how long to measure."""
-
-    x: np.ndarray  # (N, 784) uint8
-    y: np.ndarray  # (N,) int32
-    params: dict[str, np.ndarray]  # "layerK.w" (in, out), "layerK.b"
-    perm: np.ndarray  # (steps, batch) indices of one epoch, from the seed's key
-    seed: int
-    repeats: int
-    nojit_steps: int
-
-    def save(self, path: Path, **extra: np.ndarray) -> None:
-        np.savez(path, x=self.x, y=self.y, perm=self.perm, **extra, meta=np.array(json.dumps(
-            {"seed": self.seed, "repeats": self.repeats, "nojit_steps": self.nojit_steps})),
-            **{f"param:{k}": v for k, v in self.params.items()})
-
-    @classmethod
-    def load(cls, path: Path) -> "Plan":
-        z = np.load(path)
-        meta = json.loads(str(z["meta"]))
-        params = {k.removeprefix("param:"): z[k] for k in z.files if k.startswith("param:")}
-        return cls(z["x"], z["y"], params, z["perm"], **meta)
-
-    @property
-    def batch(self) -> int:
-        return int(self.perm.shape[1])
-
-
 def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repeats: int, nojit_steps: int,
                   timeout: float = 600.0) -> Plan:
     """`make_plan` in a child process, on the backend the rows run on (its draws are that backend's bits)."""
@@ -164,21 +112,6 @@ def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repe
     in_child(N_("making the plan"), ["plan", str(data), str(out), str(seed), str(repeats), str(nojit_steps)], out,
              timeout)
     return Plan.load(out)
-
-
-def make_plan(x: np.ndarray, y: np.ndarray, *, batch: int = 128, seed: int = 0, repeats: int = 3,
-              nojit_steps: int = 100) -> Plan:
-    """The shared plan: the lesson's init from `seed` and the first epoch's permutation."""
-    import jax
-
-    from jaxintro.lesson import plan_epoch
-
-    with jax.default_device(host_device()):  # where `Trainer.init_state` draws the weights: the same bits
-        init_key, key = jax.random.split(jax.random.key(seed))
-        params = init_params(init_key, (x.shape[1], *SIZES[1:]))
-        _next_key, perm, _dropout_key = plan_epoch(key, len(x), batch)
-    flat = {f"{name}.{leaf}": np.asarray(v) for name, layer in params.items() for leaf, v in layer.items()}
-    return Plan(x, y, flat, np.asarray(perm), seed, repeats, nojit_steps)
 
 
 def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True, loop: str = "scan"):
@@ -201,15 +134,6 @@ def jax_trainer(plan: Plan, seeds: int = 1, *, vmap_all: bool = True, loop: str 
         # The rows compare speeds of the same function: a different start would make them incomparable.
         raise JaxintroError(_("bench: the plan's initial parameters differ from the trainer's; a bug, please report"))
     return trainer, state, dataset
-
-
-def _timed_windows(run_window: Callable[[], Any], repeats: int) -> list[float]:
-    times = []
-    for _repeat in range(repeats):
-        start = time.perf_counter()
-        run_window()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def row_nojit(plan: Plan) -> RowResult:
@@ -252,7 +176,7 @@ def _epoch_row(name: str, plan: Plan, first_epoch: Callable, epoch: Callable, st
         holder["state"], m = epoch(holder["state"])
         jax.block_until_ready(m)
 
-    times = _timed_windows(run, plan.repeats)
+    times = timed_windows(run, plan.repeats)
     result.ms_per_step = statistics.median(times) / len(plan.perm) * 1e3
     result.compile_seconds = max(result.compile_seconds - statistics.median(times), 0.0)
     return result
@@ -343,78 +267,6 @@ def row_matmul_only(plan: Plan) -> RowResult:
     return _epoch_row("matmul-only", plan, first_run, run, sums)
 
 
-def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
-    """The lesson's MLP in PyTorch with the given (w (in, out), b) per layer: Linear -> ReLU ... -> Linear."""
-    import torch
-
-    modules: list[torch.nn.Module] = []
-    for i, (w, b) in enumerate(layers):
-        linear = torch.nn.Linear(*w.shape)
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(np.asarray(w).T.copy()))
-            linear.bias.copy_(torch.from_numpy(np.array(b)))
-        modules.append(linear)
-        if i < len(layers) - 1:
-            modules.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*modules)
-
-
-def plan_layers(plan: Plan) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The plan's initial (w (in, out), b) per layer, in layer order ("layer10" after "layer2")."""
-    names = sorted({k.split(".")[0] for k in plan.params}, key=lambda n: int(n.removeprefix("layer")))
-    return [(plan.params[f"{name}.w"], plan.params[f"{name}.b"]) for name in names]
-
-
-def _torch_model(plan: Plan):
-    return torch_mlp(plan_layers(plan))
-
-
-def row_torch(plan: Plan, *, compile: bool) -> RowResult:
-    """PyTorch on the CPU: the same MLP, init, batches and Adam (eager, or `torch.compile`d)."""
-    name = "torch-compile" if compile else "torch-eager"
-    try:
-        import torch
-    except ImportError:
-        return RowResult(name, skipped=TORCH_MISSING)
-    model = _torch_model(plan)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x_all, y_all = torch.from_numpy(plan.x), torch.from_numpy(plan.y.astype(np.int64))
-    loss_fn = torch.nn.functional.cross_entropy
-
-    def step(idx) -> torch.Tensor:
-        xb = x_all[idx].float() / 255.0
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(xb), y_all[idx])
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    forward = model
-    if compile:
-        try:
-            forward = torch.compile(model)
-        except Exception as exc:  # torch.compile needs a working C++ toolchain
-            return RowResult(name, skipped=f"{COMPILE_UNAVAILABLE}: {exc}")
-    result = RowResult(name)
-    perm = torch.from_numpy(plan.perm)
-    start = time.perf_counter()
-    try:
-        losses = [float(step(perm[0]))]
-    except Exception as exc:
-        return RowResult(name, skipped=f"{COMPILE_FAILED}: {type(exc).__name__}: {exc}"[:300])
-    result.compile_seconds = time.perf_counter() - start
-    losses += [float(step(idx)) for idx in perm[1:3]]
-    result.losses = losses
-
-    def epoch() -> None:
-        for idx in perm:
-            step(idx)
-
-    epoch()
-    result.ms_per_step = statistics.median(_timed_windows(epoch, plan.repeats)) / len(plan.perm) * 1e3
-    return result
-
-
 def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:
     """The lesson's own training script, as it writes it: float32 host arrays sliced per batch in Python.
 
@@ -467,40 +319,6 @@ def lesson_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int =
         curve.append(test_acc)
         print(f"Epoch {epoch + 1} | Loss: {float(loss):.4f} | Train Acc: {train_acc:.4f} | Test Acc: {test_acc:.4f}")
     return {"test_accuracy": test_acc, "curve": curve, "peak_rss_mb": peak_rss_mb()}
-
-
-def torch_job(plan: Plan, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 10) -> dict[str, float]:
-    """The same job as `jaxintro train` in PyTorch eager: epochs reshuffled, the running training accuracy from the
-    batches' own logits, the test set's accuracy after each epoch."""
-    import torch
-
-    model = _torch_model(plan)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x_all, y_all = torch.from_numpy(plan.x), torch.from_numpy(plan.y.astype(np.int64))
-    xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test.astype(np.int64))
-    gen = torch.Generator().manual_seed(plan.seed)
-    steps = len(plan.x) // plan.batch
-
-    def accuracy(x: torch.Tensor, y: torch.Tensor) -> float:
-        with torch.no_grad():
-            return sum(int((model(x[i:i + EVAL_CHUNK].float() / 255.0).argmax(1) == y[i:i + EVAL_CHUNK]).sum())
-                       for i in range(0, len(x), EVAL_CHUNK)) / len(x)
-
-    train_acc = test_acc = 0.0
-    for epoch in range(epochs):
-        # The first epoch takes the plan's batches (JAX's permutation); later ones PyTorch's own generator.
-        perm = (torch.from_numpy(plan.perm) if epoch == 0 else
-                torch.randperm(len(x_all), generator=gen)[: steps * plan.batch].view(steps, plan.batch))
-        train_correct = torch.zeros((), dtype=torch.int64)
-        for idx in perm:
-            opt.zero_grad(set_to_none=True)
-            logits = model(x_all[idx].float() / 255.0)
-            loss = torch.nn.functional.cross_entropy(logits, y_all[idx])
-            loss.backward()
-            opt.step()
-            train_correct += (logits.detach().argmax(1) == y_all[idx]).sum()
-        train_acc, test_acc = int(train_correct) / (steps * plan.batch), accuracy(xt, yt)
-    return {"train_accuracy": train_acc, "test_accuracy": test_acc, "peak_rss_mb": peak_rss_mb()}
 
 
 # The rows, in the order `jaxintro bench` runs them; `config.BENCH_ROWS` names them for `--help`.

@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxintro.bench import TORCH_MISSING, torch_mlp
+from jaxintro.bench_torch import TORCH_MISSING, torch_mlp
 from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
 from jaxintro.errors import ConfigError

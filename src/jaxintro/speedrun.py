@@ -25,7 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxintro.bench import lesson_job, make_plan, torch_mlp
+from jaxintro.bench import lesson_job
+from jaxintro.bench_plan import make_plan
+from jaxintro.bench_torch import torch_mlp
 from jaxintro.config import LESSON_SIZES
 from jaxintro.data import Dataset
 from jaxintro.lesson import correct_count, plan_epoch, scale_images

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from jaxintro import speedrun
-from jaxintro.bench import TORCH_MISSING
+from jaxintro.bench_torch import TORCH_MISSING
 from jaxintro.config import held_out_count
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
