@@ -6,7 +6,9 @@ import contextlib
 import functools
 import io
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import jax
@@ -292,3 +294,17 @@ def test_the_vmap_row_vmaps_all_its_models_whatever_trains_default_group(plan):
     trainer, _state, dataset = bench.jax_trainer(plan, 8)
     assert member_batched.search(epoch_text(trainer))
     assert not member_batched.search(epoch_text(Trainer.create(TrainConfig(batch_size=plan.batch, seeds=8), dataset)))
+
+
+def test_the_plan_child_never_opens_an_accelerator(monkeypatch, tmp_path, plan):
+    """The plan is drawn on the CPU (as `train` draws its weights): its child must not open, and so hold, a TPU."""
+    seen = []
+
+    def run(command, **kwargs):
+        seen.append((kwargs.get("env") or os.environ).get("JAX_PLATFORMS"))
+        plan.save(Path(command[5]))  # what the child writes: `plan DATA OUT ...`
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    bench.plan_in_child(plan.x, plan.y, tmp_path, seed=3, repeats=1, nojit_steps=3)
+    assert seen == ["cpu"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,15 +71,17 @@ def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: floa
         return float(rate["gflops"]), int(rate["n"])
 
 
-def child(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """`python -m jaxintro.bench ARGS` in a fresh process (its own memory, caches, threads and device)."""
+def child(args: list[str], timeout: float, *, cpu_only: bool = False) -> subprocess.CompletedProcess:
+    """`python -m jaxintro.bench ARGS` in a fresh process (its own memory, caches, threads and device); `cpu_only`:
+    it never opens an accelerator (opening a TPU costs seconds, and one process at a time may hold it)."""
     command = [sys.executable, "-m", "jaxintro.bench", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"} if cpu_only else None
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def in_child(what: str, args: list[str], out: Path, timeout: float) -> None:
+def in_child(what: str, args: list[str], out: Path, timeout: float, *, cpu_only: bool = False) -> None:
     """`child(ARGS)`, which writes `out`; a JaxintroError naming `what` if it does not."""
-    if (proc := child(args, timeout)).returncode != 0 or not out.exists():
+    if (proc := child(args, timeout, cpu_only=cpu_only)).returncode != 0 or not out.exists():
         raise JaxintroError(_("bench: {what} failed (exit {code}): {line}").format(
             what=_(what), code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
 
@@ -106,11 +109,11 @@ def matmul_gflops(n: int | None = None, repeats: int = 10) -> float:
 
 def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repeats: int, nojit_steps: int,
                   timeout: float = 600.0) -> Plan:
-    """`make_plan` in a child process, on the backend the rows run on (its draws are that backend's bits)."""
+    """`make_plan` in a child process on the CPU, where `train` draws its initial weights too (the same bits)."""
     data, out = folder / "data.npz", folder / "plan.npz"
     np.savez(data, x=x, y=y)
     in_child(N_("making the plan"), ["plan", str(data), str(out), str(seed), str(repeats), str(nojit_steps)], out,
-             timeout)
+             timeout, cpu_only=True)
     return Plan.load(out)
 
 
