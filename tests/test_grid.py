@@ -3,6 +3,7 @@ each rule is pinned here directly (and mutation-tested fast: `make mutation`).""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -239,6 +240,19 @@ def test_the_done_line_names_the_whole_best_setting():
     assert accuracy_text(SWEEP_WD, summary) == ("97.00 ± 0.10% at the best setting (lr 0.001, wd 0.0001; its 2 "
                                                 "seeds' ensemble 97.50%)")
     assert accuracy_text(SWEEP, summary) == "97.00 ± 0.10% at the best setting (lr 0.001; its 2 seeds' ensemble 97.50%)"
+    # One seed a setting: no spread to show, so none is printed (a "± 0.00" would claim a measured spread).
+    assert accuracy_text(dataclasses.replace(SWEEP, seeds=1), summary) == "97.00% at the best setting (lr 0.001)"
+
+
+def test_a_sweep_of_one_seed_prints_no_spread(capsys):
+    from jaxintro.report import report_for
+
+    settings = [{"lr": lr, "weight_decay": 0.0, "test_accuracy": acc, "test_accuracy_std": 0.0, "diverged": 0}
+                for lr, acc in ((1e-3, 0.97), (3e-3, 0.96))]
+    summary = {"settings": settings, "best": settings[0], "sweep_png": "sweep.png", "members": []}
+    report_for(dataclasses.replace(SWEEP, seeds=1)).print_table(summary)
+    out = capsys.readouterr().out
+    assert "±" not in out and "97.00%" in out and "test acc (one seed)" in out
 
 
 def test_a_sweep_chooses_on_held_out_images_and_reports_its_choice_by_the_test_set():

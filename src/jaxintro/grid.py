@@ -38,6 +38,11 @@ def kind_of(config: TrainConfig) -> Literal["single", "seeds", "sweep"]:
     return "sweep" if config.sweep else "seeds" if config.members > 1 else "single"
 
 
+def seeds_compared(config: TrainConfig) -> bool:
+    """Whether each setting has several seeds: a spread and an ensemble to report (one seed's std measures nothing)."""
+    return config.seeds > 1
+
+
 def describe_members(config: TrainConfig) -> str:
     """`seed 0`, `seeds 0..7`, or a sweep's grid in words."""
     if config.seeds == 1:

@@ -17,7 +17,8 @@ from typing import Any
 from jaxintro.config import TrainConfig
 from jaxintro.faults import run_write
 from jaxintro.grid import (Setting, best_setting, choose_members, chosen_setting, describe_members, diverged_in,
-                           judged_by, kind_of, mean_std, member_grid, member_values, setting_name, settings_of)
+                           judged_by, kind_of, mean_std, member_grid, member_values, seeds_compared, setting_name,
+                           settings_of)
 from jaxintro.i18n import N_, Code, _, format_number, ngettext
 from jaxintro.jsonio import json_safe
 
@@ -304,11 +305,11 @@ class SweepReport(SeedsReport):
         best = summary["best"]
         # The whole setting: two settings of a weight-decay grid share a learning rate.
         setting = f"lr {best['lr']:g}" + (f", wd {best['weight_decay']:g}" if config.decays_weights else "")
-        return ngettext("{mean:.2f} ± {std:.2f}% at the best setting ({setting})",
-                        "{mean:.2f} ± {std:.2f}% at the best setting ({setting}; its {seeds} seeds' ensemble "
+        return ngettext("{accuracy} at the best setting ({setting})",
+                        "{accuracy} at the best setting ({setting}; its {seeds} seeds' ensemble "
                         "{ensemble:.2f}%)", config.seeds).format(
-            mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"], setting=setting,
-            seeds=config.seeds, ensemble=100 * summary["ensemble_test_accuracy"])
+            accuracy=self.setting_cell(best), setting=setting, seeds=config.seeds,
+            ensemble=100 * summary["ensemble_test_accuracy"])
 
     def fields(self, last: dict[str, Any], result: Any, dataset: Any, run_dir: Path, *, spread: int, primary: bool,
                clock: dict[str, float]) -> dict[str, Any]:
@@ -342,7 +343,7 @@ class SweepReport(SeedsReport):
         against the lesson's learning rate."""
         config = self.config
         self.print_members(summary)
-        spread = ngettext("test acc (mean ± std over {n} seed)", "test acc (mean ± std over {n} seeds)",
+        spread = ngettext("test acc (one seed)", "test acc (mean ± std over {n} seeds)",
                           config.seeds).format(n=config.seeds)
         col = max(40, len(spread))  # a longer translation widens the column
         print(f"{'lr':>8} {'wd':>8} {spread:>{col}}")
@@ -351,15 +352,14 @@ class SweepReport(SeedsReport):
                   f"{self.diverged_note(s)}")
         best = summary["best"]
         if config.decays_weights:
-            line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
+            line = _("Best: lr {lr:g}, weight decay {weight_decay:g}: {accuracy}. Plot: {path}")
         else:  # the optimizer does not decay the weights: naming a weight decay would mislead
-            line = _("Best: lr {lr:g}: {mean:.2f} ± {std:.2f}%. Plot: {path}")
-        print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]),
-                          mean=100 * best["test_accuracy"], std=100 * best["test_accuracy_std"],
+            line = _("Best: lr {lr:g}: {accuracy}. Plot: {path}")
+        print(line.format(lr=Code(best["lr"]), weight_decay=Code(best["weight_decay"]), accuracy=self.setting_cell(best),
                           path=summary["sweep_png"]))
         if "test_chosen" in summary:
             print(held_out_line(config, summary))
-        if config.seeds > 1:  # one seed a setting: no ensemble to speak of, and no spread to compare with
+        if seeds_compared(config):  # one seed a setting: no ensemble to speak of, and no spread to compare with
             print(_("Ensemble of the best setting's {seeds} seeds (what predict, serve and evaluate use): {accuracy} "
                     "test accuracy").format(seeds=config.seeds,
                                             accuracy=self.pct(summary["ensemble_test_accuracy"]).strip()))
@@ -367,13 +367,15 @@ class SweepReport(SeedsReport):
             if verdict:
                 print(verdict)
 
-    @staticmethod
-    def setting_cell(setting: dict[str, Any]) -> str:
-        """A setting's mean ± std over its seeds, or "diverged"."""
+    def setting_cell(self, setting: dict[str, Any]) -> str:
+        """A setting's test accuracy: its seeds' mean ± std, the one number of one seed (no spread to show), or
+        "diverged"."""
         if setting["test_accuracy"] is None or not math.isfinite(setting["test_accuracy"]):
             return _("diverged")
-        return (f"{format_number(100 * setting['test_accuracy'], '.2f')} ± "
-                f"{format_number(setting['test_accuracy_std'], '.2%')}")
+        mean = format_number(100 * setting["test_accuracy"], ".2f")
+        if not seeds_compared(self.config):
+            return f"{mean}%"
+        return f"{mean} ± {format_number(100 * setting['test_accuracy_std'], '.2f')}%"
 
     def diverged_note(self, setting: dict[str, Any]) -> str:
         """After a setting's cell: how many of its seeds diverged (nothing if none)."""
