@@ -6,6 +6,7 @@ import threading
 import tracemalloc
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,9 +14,10 @@ from hypothesis import strategies as st
 
 from jaxintro import checkpoint, runs
 from jaxintro.cli import main
-from jaxintro.data import parse_idx
+from jaxintro.data import load_dataset, parse_idx
 from jaxintro.errors import DataError
 from jaxintro.runs import claim_run_dir
+from jaxintro.train import Trainer
 
 # ---------------------------------------------------------------- data files (each fault's message: test_data.py)
 
@@ -144,19 +146,25 @@ def test_a_diverging_loss_stops_naming_epoch_and_step_and_leaves_a_reusable_fold
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--run-dir", str(run)]) == 0
 
 
-def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
-    """Resume a good run with a learning rate that blows up: the old epochs stay restorable."""
-    run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits", "--epochs", "2", "--run-dir", str(run)]) == 0
+def poison_from(monkeypatch, first: int) -> None:
+    """From epoch `first` on, the training loss becomes inf at step 2 (what `check_finite` sees)."""
     import jaxintro.layout as layout
 
     real = layout.check_finite
 
     def poisoned(metrics, unseen_loss, epoch, steps, **kwargs):
-        metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
+        if epoch >= first:
+            metrics = {**metrics, "loss": np.array([1.0, np.inf, np.nan])}
         return real(metrics, unseen_loss, epoch, steps, **kwargs)
 
     monkeypatch.setattr(layout, "check_finite", poisoned)
+
+
+def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
+    """Resume a good run with a learning rate that blows up: the old epochs stay restorable."""
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--save-every", "0", "--run-dir", str(run)]) == 0
+    poison_from(monkeypatch, 3)
     capsys.readouterr()
     before = (run / "metrics.jsonl").read_text()
     assert main(["train", "--resume", str(run), "--epochs", "4"]) == 1
@@ -166,6 +174,28 @@ def test_divergence_after_good_epochs_keeps_them(tmp_path, capsys, monkeypatch):
     assert checkpoint.read_meta(run)["epoch"] == 2
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [1, 2]
     assert (run / "metrics.jsonl").read_text() == before
+
+
+def test_the_save_policy_saves_the_last_epoch_and_the_last_finite_one_before_a_divergence(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """`--save-every`: no save while training is young; the end is saved, and so is the epoch before a divergence."""
+    def saved(run):
+        return sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+
+    whole = tmp_path / "whole"  # no save is due in 1,000 seconds: only the last epoch
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--save-every", "1000", "--run-dir", str(whole)]) == 0
+    assert saved(whole) == [3] and len((whole / "metrics.jsonl").read_text().splitlines()) == 3
+    poison_from(monkeypatch, 4)
+    run = tmp_path / "diverged"
+    assert main(["train", "--dataset", "digits", "--epochs", "6", "--save-every", "1000", "--run-dir", str(run)]) == 1
+    assert "loss became inf at epoch 4, step 2" in capsys.readouterr().err
+    # Epoch 3 was held on the device while epoch 4 trained (which donates the state): saved as it was.
+    assert saved(run) == [3] and checkpoint.read_meta(run)["epoch"] == 3
+    trainer = Trainer.create(checkpoint.config_from_meta(run, checkpoint.read_meta(run)), load_dataset("digits"))
+    template = checkpoint.abstract_state(trainer.model, trainer.tx)
+    (held, _meta), (straight, _meta) = checkpoint.restore(run, template), checkpoint.restore(whole, template)
+    pairs = zip(jax.tree.leaves((held.params, held.opt_state)), jax.tree.leaves((straight.params, straight.opt_state)))
+    assert all(np.array_equal(a, b) for a, b in pairs)  # the same seed's epoch 3, bit for bit
 
 
 def test_a_finite_explosion_is_a_divergence_as_a_nan_is(tmp_path, capsys):

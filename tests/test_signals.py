@@ -14,7 +14,7 @@ from jaxintro import checkpoint
 from jaxintro.cli import main
 from jaxintro.evaluate import load_run
 
-DIGITS = ["--dataset", "digits"]
+DIGITS = ["--dataset", "digits", "--save-every", "0"]  # every epoch saved: these tests count checkpoints
 
 
 def start(argv: list[str]) -> subprocess.Popen:
@@ -56,7 +56,7 @@ def test_a_second_ctrl_c_quits_in_the_middle_of_a_long_compiled_epoch(tmp_path, 
     # Wide layers make one compiled epoch of MNIST take seconds (about 4 at 512,512 on 2 cores): long enough to tell
     # "now" from "after the epoch".
     proc = start(["--dataset", "mnist", "--data-dir", str(mnist_dir), "--hidden", "512,512", "--epochs", "100",
-                  "--run-dir", str(tmp_path / "r"), "--no-compile-cache"])
+                  "--save-every", "0", "--run-dir", str(tmp_path / "r"), "--no-compile-cache"])
     try:
         line = wait_for_epoch(proc, 1)
         epoch_seconds = float(re.search(r"\| ([0-9.]+)s$", line.strip()).group(1))

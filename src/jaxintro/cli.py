@@ -20,8 +20,8 @@ from typing import Sequence
 
 from jaxintro import __version__
 from jaxintro.config import (BENCH_ROWS, CPU_MEMBER_GROUP, DATASETS, DECAYING_OPTIMIZERS, LOOPS, MATMUL_PRECISIONS,
-                             MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SCHEDULES, VALIDATION_SHARE,
-                             TrainConfig)
+                             MODELS, OPTIMIZERS, PARALLEL, PROFILE_MAX_STEPS, SAVE_EVERY_SECONDS, SCHEDULES,
+                             VALIDATION_SHARE, TrainConfig)
 from jaxintro.errors import JaxintroError, TrainingDivergedError, device_unavailable, error_line
 from jaxintro.faults import EXIT_WRITE_FAULT, WriteFault
 from jaxintro.i18n import LANGUAGES, N_, EscapedStream, _, ngettext, set_language
@@ -147,6 +147,14 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(_("expected a number, got {value}").format(value=repr(text))) from None
 
 
+def seconds(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    value = number(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(_("expected a number of seconds >= 0, got {value}").format(value=text))
+    return value
+
+
 def add_data_flags(p: argparse.ArgumentParser) -> None:
     """`--dataset --data-dir`, shared by every command that loads data."""
     p.add_argument("--dataset", default="auto", choices=DATASETS, help=_("which dataset"))
@@ -227,6 +235,10 @@ def _add_train(sub: Commands) -> None:
                    help=_("continue that run from its last intact checkpoint, to --epochs in total"))
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
+    p.add_argument("--save-every", type=seconds, default=SAVE_EVERY_SECONDS, metavar="SECONDS",
+                   help=_("at most one checkpoint every SECONDS while training; the last epoch, a stop and the last "
+                          "epoch before a divergence are always saved (default: {seconds:g}; 0: every epoch)").format(
+                       seconds=SAVE_EVERY_SECONDS))
 
 
 def _add_sweep(sub: Commands) -> None:

@@ -40,6 +40,9 @@ EVAL_CHUNK = 2000
 # what does gain is running members side by side on the cores (`members.member_devices`). An
 # accelerator, which one small model leaves idle, vmaps them all.
 CPU_MEMBER_GROUP = 1
+# `train --save-every`: at most one checkpoint this often while training (the last epoch and a stop are always saved).
+# Orbax writes a save in a thread that competes with training (on a TPU it slowed the next epochs 2-3x).
+SAVE_EVERY_SECONDS = 30.0
 # `jaxintro profile --steps`: a trace of every op of every step, bounded (as `sweep --seeds` is) before anything starts.
 PROFILE_MAX_STEPS = 1000
 # The rows of `jaxintro bench`, in the order it runs them (named here so `--help` needs no JAX).

@@ -93,7 +93,7 @@ def resume_config(args: argparse.Namespace, cluster: Cluster) -> tuple[TrainConf
 
 
 # What `--resume` can honour: how far to go, where the data and the peers are, and how to report (`--lang` too).
-RESUME_FLAGS = frozenset({"resume", "epochs", "data_dir", "json", "no_compile_cache", "coordinator",
+RESUME_FLAGS = frozenset({"resume", "epochs", "data_dir", "json", "no_compile_cache", "save_every", "coordinator",
                           "num_processes", "process_id", "lang"})
 
 
@@ -104,9 +104,9 @@ def check_resume_flags(args: argparse.Namespace, config: TrainConfig, run_dir: P
         flags = ", ".join("--" + name.replace("_", "-") for name in refused)
         raise ConfigError(ngettext(
             "--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop it, "
-            "or start a new run with it (--resume takes --epochs, --data-dir, --json, --no-compile-cache)",
+            "or start a new run with it (--resume takes --epochs, --data-dir, --json, --no-compile-cache, --save-every)",
             "--resume continues {run_dir} with its own config, so it cannot honour {flags}; drop them, "
-            "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache)",
+            "or start a new run with them (--resume takes --epochs, --data-dir, --json, --no-compile-cache, --save-every)",
             len(refused),
         ).format(run_dir=run_dir, flags=flags))
     if args.epochs is not None and args.epochs != config.epochs and config.schedule != "constant":
@@ -199,7 +199,8 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         watch(run_dir)  # every later write checks that the folder is still this one
         with run_write(runs.CONFIG_FILE, run_dir):
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
-    saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch)
+    saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch,
+                       every=args.save_every, processes=jax.process_count())
     spread = report.print_header(config, dataset, run_dir)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
         result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop,
@@ -244,55 +245,104 @@ def resumed_state(trainer: Any, run_dir: Path) -> tuple[Any, list[dict[str, Any]
 
 
 class EpochSaver:
-    """`fit`'s per-epoch hook: the epoch's row, then its checkpoint, saved in the background.
+    """`fit`'s per-epoch hook: the epoch's row, then, when the save policy says so, its checkpoint (in the background).
 
-    First the state, then the metrics that describe it: `metrics.jsonl` is rewritten once a step is on
-    disk. `seconds` is what saving blocked training: the copy off the device, and the last save's wait.
+    The policy: at most one save every `every` seconds of training, and always the run's last epoch, the epoch a
+    signal stops it after, and the last finite epoch before a divergence. An epoch not saved is held as a copy on
+    the device (the next epoch donates its buffers), saved only if the next one diverges (`save_held`); a save
+    writes Orbax's files in a thread that competes with training, so fewer saves keep the epochs fast. With several
+    processes every epoch is saved: each process would read its own clock, and a save is collective.
+    First the state, then the metrics that describe it: `metrics.jsonl` is rewritten once a step is on disk.
+    `seconds` is what saving blocked training: the copy off the device, and the last save's wait.
     """
 
     def __init__(self, config: TrainConfig, dataset: Any, run_dir: Path, rows: list[dict[str, Any]], *,
-                 primary: bool, resumed_epoch: int | None) -> None:
+                 primary: bool, resumed_epoch: int | None, every: float = 0.0, processes: int = 1) -> None:
         from jaxintro.checkpoint import Checkpointer
 
         self.config, self.rows, self.seconds = config, rows, 0.0
+        self.every = every if processes == 1 else 0.0
         self.dataset = DatasetInfo.of(dataset).to_json()
         self.checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir)
                                          if primary else None)
+        self._saved_at = time.monotonic()  # training started: the first save is due `every` seconds from now
+        self._held: tuple[Any, int] | None = None  # the newest epoch not saved, and its row count
         if resumed_epoch is not None:  # every process: Orbax's delete ends in a barrier of all of them
             self.checkpointer.discard_after(resumed_epoch)
             if primary:  # the metrics of the checkpoint resumed from: a failed write may have left them behind it
                 runs.write_metrics(run_dir, rows)
 
-    def __call__(self, state: Any, row: Any) -> None:
+    def __call__(self, state: Any, row: Any, *, final: bool = False) -> None:
         start = time.perf_counter()
         self.rows.append(row.as_row())
-        self.checkpointer.save(state, self.config, self.rows, self.dataset)
+        if final or time.monotonic() - self._saved_at >= self.every:
+            self._save(state, len(self.rows))
+        else:
+            self._held = (held_copy(state), len(self.rows))
         self.seconds += time.perf_counter() - start
 
+    def _save(self, state: Any, rows: int) -> None:
+        self.checkpointer.save(state, self.config, self.rows[:rows], self.dataset)
+        self._saved_at, self._held = time.monotonic(), None
+
+    def save_held(self) -> int | None:
+        """Save the newest epoch not yet saved (a later one diverged); its epoch, or None when every epoch was saved."""
+        if self._held is None:
+            return None
+        state, rows = self._held
+        start = time.perf_counter()
+        self._save(state, rows)
+        self.seconds += time.perf_counter() - start
+        return state.epoch
+
     def close(self) -> None:
-        """Wait for the last epoch's step, still being written."""
+        """Wait for the last saved epoch's step, still being written."""
         start = time.perf_counter()
         self.checkpointer.close()
         self.seconds += time.perf_counter() - start
 
 
+def held_copy(state: Any) -> Any:
+    """A copy of `state` on its devices, in one small program: the next epoch donates (and so frees) the original."""
+    return state._replace(params=_copy_program()(state.params), opt_state=_copy_program()(state.opt_state))
+
+
+@functools.cache
+def _copy_program() -> Any:
+    import jax
+
+    # `leaf * 1`, not `leaf`: jit hands an input returned unchanged back as the same buffer, which the epoch donates.
+    return jax.jit(lambda tree: jax.tree.map(lambda leaf: leaf * 1, tree))
+
+
 def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, run_dir: Path, *,
                    should_stop: Any, validation: Any = None) -> Any:
-    """`fit` with every epoch checkpointed; a divergence or a lost peer ends the run with the epoch it can resume."""
+    """`fit` with its epochs checkpointed by the saver's policy; a divergence or a lost peer ends the run with the
+    epoch it can resume."""
     import jax
 
     from jaxintro.train import fit
 
     rows = saver.rows  # appended as each epoch ends, before its checkpoint is committed
+    stops: set[int] = set()  # the epoch a signal stops the run after: always saved
+
+    def asked_to_stop(epoch: int) -> bool:
+        if stop := should_stop(epoch):
+            stops.add(epoch)
+        return stop
+
+    def on_epoch(state: Any, row: Any) -> None:
+        saver(state, row, final=row.epoch in stops or row.epoch == trainer.config.epochs)
 
     def last_trained() -> int:
         return rows[-1]["epoch"] if rows else 0
 
     try:
-        return fit(trainer.config, dataset, trainer=trainer, state=state, on_epoch=saver,
-                   progress=sys.stderr.isatty(), should_stop=should_stop,
+        return fit(trainer.config, dataset, trainer=trainer, state=state, on_epoch=on_epoch,
+                   progress=sys.stderr.isatty(), should_stop=asked_to_stop,
                    diverged_before=diverged_in(rows[-1]) if rows else (), validation=validation)
     except TrainingDivergedError as exc:
+        saver.save_held()  # the last finite epoch, kept on the device for this
         if rows:
             message = _("{error}; the last good checkpoint is epoch {epoch} in {run_dir}").format(
                 error=exc, epoch=rows[-1]["epoch"], run_dir=run_dir)
