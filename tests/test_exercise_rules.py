@@ -161,6 +161,8 @@ REWRITTEN = [
     ("14_waits_for_the_last.py", "not_each_waited", "it waited for 2 of the 6 results", "esperó a 2 de los 6"),
     ("10_truncated_tails.py", "no_tails", "none of the 16,384 draws", "ninguno de los 16.384"),
     ("07_weights_copied_per_example.py", "weights_mapped", "its own copy of w", "su propia copia de w"),
+    # The seventh trial's: a statement's "shaped like xs" meets a sequence of vectors.
+    ("08_scalar_carry.py", "vectors", "the shape of one x_t", "la forma de un x_t"),
 ]
 
 

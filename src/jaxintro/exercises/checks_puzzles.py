@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
                                          numbers, require_dtype_kept, require_finite, require_no_loop, unchanged)
-from jaxintro.exercises.learner import Function, Learner
+from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.i18n import Code, _
 
 
@@ -274,6 +274,21 @@ def check_scan(ns: Learner) -> None:
         raise CheckFailed("scan_missing", _(
             "moving_average gives the right numbers, but its program holds no jax.lax.scan: the exercise is the loop "
             "written as a scan, the step compiled once and run for every value, with the average as its carry"))
+    # A sequence of vectors (an average of gradients, say): the carry is one x_t, not a number.
+    xs = _array(5, (6, 3))
+    inputs = describe(xs=xs, decay=0.9)
+    try:
+        got = moving_average.jit()(xs, 0.9)
+    except LearnerRaised as exc:
+        if "TypeError" not in exc.kinds:
+            attempt(moving_average.jit(), xs, 0.9, name="moving_average", inputs=inputs)  # raises, classified
+        raise CheckFailed("vectors", _(
+            "moving_average({inputs}): line {line} raised a TypeError ({error}); with xs of shape (6, 3) each x_t is a "
+            "vector of 3, so the average carried from step to step is one too: the carry starts as zeros with the "
+            "shape of one x_t").format(inputs=inputs, line=exc.line or "?", error=exc.first_line(120))) from exc
+    if not close(got, want := _moving_average(np.asarray(xs, np.float64), 0.9)):
+        raise CheckFailed("vectors", _("moving_average({inputs}) = {got}, expected {want}").format(
+            inputs=inputs, got=numbers(got), want=numbers(want)))
     # At the scale the lesson uses: a thousand steps (a closed form of decay ** t loses its precision long before).
     xs = _array(8, (1000,))
     inputs = describe(xs=xs, decay=0.9)

@@ -101,7 +101,8 @@ A Python for loop inside a jitted function is unrolled: the program grows with t
 jax.lax.scan(step, carry, xs) compiles step once and runs it over xs: step(carry, x) returns
 (new_carry, output), and scan returns (final_carry, all the outputs stacked).
 Write moving_average(xs, decay): m starts at 0, and m_t = decay * m_(t-1) + (1 - decay) * x_t;
-return every m_t (shaped like xs). It must work under jit, with decay traced.""",
+return every m_t (shaped like xs). xs holds values or vectors, time on its first axis. It must
+work under jit, with decay traced.""",
     "cond": """Core ideas: a branch as lax.cond
 
 Under jit an array is a tracer, an abstract value with a shape and a dtype but no number: a Python
@@ -207,7 +208,7 @@ HINTS = {
         "lax.scan runs a step function over a sequence; the step takes the carry and one element, and"
         " returns the new carry and one output.",
         "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, output)",
-        "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
+        "_, history = jax.lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), xs); return history",
     ],
     "cond": [
         "Under jit, a Python if cannot ask about a traced value: lax.cond takes the condition and "

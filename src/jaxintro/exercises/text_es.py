@@ -105,8 +105,8 @@ Un bucle for de Python dentro de una función con jit se desenrolla: el programa
 longitud. jax.lax.scan(step, carry, xs) compila step una vez y lo ejecuta sobre xs:
 step(carry, x) devuelve (carry_nuevo, salida), y scan devuelve (carry_final, todas las salidas
 apiladas). Escribe moving_average(xs, decay): m empieza en 0 y m_t = decay * m_(t-1) +
-(1 - decay) * x_t; devuelve cada m_t (con la forma de xs). Debe funcionar bajo jit, con decay
-trazado.""",
+(1 - decay) * x_t; devuelve cada m_t (con la forma de xs). xs tiene valores o vectores, con el
+tiempo en su primer eje. Debe funcionar bajo jit, con decay trazado.""",
     "cond": """Ideas clave: una rama como lax.cond
 
 Bajo jit un array es un tracer, un valor abstracto con forma y dtype pero sin número: un `if x >= 0:`
@@ -217,7 +217,7 @@ HINTS = {
         "lax.scan ejecuta una función de paso sobre una secuencia; el paso recibe el carry y un "
         "elemento, y devuelve el carry nuevo y una salida.",
         "def step(m, x): m = decay * m + (1 - decay) * x; return m, m  # (carry, salida)",
-        "_, history = jax.lax.scan(step, jnp.zeros((), xs.dtype), xs); return history",
+        "_, history = jax.lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), xs); return history",
     ],
     "cond": [
         "Bajo jit, un if de Python no puede preguntar por un valor trazado: lax.cond recibe la "
@@ -314,7 +314,7 @@ DOCSTRINGS = {
     "vmap_in_axes": {"batched_predict": "Las puntuaciones (batch, classes) de cada fila de xs: `predict` mapeada sobre "
                                         "el lote, con w y b compartidos."},
     "scan": {"moving_average": "m_t = decay * m_(t-1) + (1 - decay) * x_t, empezando en m = 0: cada m_t, con la forma "
-                               "de xs."},
+                               "de xs (el tiempo primero)."},
     "cond": {"signed_sqrt": "sqrt(x) si x >= 0, si no -sqrt(-x), para un escalar x; debe funcionar bajo jax.jit."},
     "split_keys": {"noisy_copies": "n copias de x (forma (n, *x.shape)), cada una más su propio ruido normal "
                                    "estándar."},
@@ -339,6 +339,7 @@ SOLUTION_COMMENTS = {
         'Por número, no en el orden de las hojas: jax.tree.leaves ordena las claves como texto, "layer10" antes '
         'que "layer2".',
     "(the carry to the next step, this step's output)": "(el carry para el paso siguiente, la salida de este paso)",
+    "m = 0, shaped like one x_t": "m = 0, con la forma de un x_t",
     "He init keeps ReLU signals alive": "la inicialización de He mantiene vivas las señales de ReLU",
     "JAX returns before the work is done: wait for it": "JAX vuelve antes de terminar el trabajo: espéralo",
     "None: the same w and b for every example": "None: los mismos w y b para cada ejemplo",
