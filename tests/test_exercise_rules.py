@@ -163,6 +163,14 @@ REWRITTEN = [
     ("07_weights_copied_per_example.py", "weights_mapped", "its own copy of w", "su propia copia de w"),
     # The seventh trial's: a statement's "shaped like xs" meets a sequence of vectors.
     ("08_scalar_carry.py", "vectors", "the shape of one x_t", "la forma de un x_t"),
+    # And its messages that named another mistake than the file's, or none.
+    ("10_global_key.py", "ignores_key", "must come from the key you are given", "debe salir de la clave"),
+    ("10_first_copy_clean.py", "copy_without_noise", "copy 0 is x itself", "la copia 0 es x tal cual"),
+    ("11_first_layer_only.py", "one_layer_masked", "one hidden layer got a mask", "una capa oculta recibió"),
+    ("12_softmax_over_the_batch_axis.py", "zero_gradients", "every gradient is exactly 0", "exactamente 0"),
+    ("04_state_first.py", "returns_out_of_order", "the params in second place", "en segundo lugar"),
+    ("06_fixed_rate.py", "lr_ignored", "the step took lr = 0.01", "el paso usó lr = 0.01"),
+    ("06_update_only.py", "update_not_params", "the update alone", "la actualización sola"),
 ]
 
 

@@ -104,9 +104,12 @@ def what_to_look_at(exc: LearnerRaised) -> str:
     if "Incompatible shapes for broadcasting" in text:
         return _("shapes broadcast from their last axis: compare the shapes above from the right; one value per row "
                  "(shape (n,)) against rows (shape (n, m)) needs a last axis of 1 first, v[:, None]")
+    if "KeyError" in exc.kinds and "Tracer" in text:
+        return _("the key {key} was built from a traced value: a loop index of jax.lax.fori_loop (or any value under "
+                 "jit) is a tracer, not a number; a Python for loop gives each key as plain text").format(key=text)
     if "KeyError" in exc.kinds:
-        return _("the dictionary has no key {key}: print its keys to see how they are named and numbered (code "
-                 "meant for any pytree walks its leaves, jax.tree.leaves, instead of naming them)").format(key=text)
+        return _("the dictionary has no key {key}: print its keys to see how they are named and numbered, and "
+                 "which ones your loop asks for").format(key=text)
     return ""
 
 

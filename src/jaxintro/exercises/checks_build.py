@@ -391,6 +391,10 @@ def check_train_step(ns: Learner) -> None:
         if not (isinstance(out, tuple) and len(out) == 3):
             raise CheckFailed("returns", _("train_step must return (params, opt_state, loss); it returned "
                                            "{what}").format(what=type_name(out)))
+        if _is_params(out[1], params) and not _is_params(out[0], params):
+            raise CheckFailed("returns_out_of_order", _(
+                "train_step({inputs}) returned the params in second place: it returns (params, opt_state, loss), in "
+                "that order, the order the training loop unpacks").format(inputs=inputs))
         grads = batch_grads(params, x, y)
         (want_params, want_state), want_loss = adam_step(params, state, grads), _reference_loss(params, x, y)
         require_finite(out[2], "train_step", inputs)
@@ -429,6 +433,11 @@ def check_train_step(ns: Learner) -> None:
 
     agrees()
     _require_one_pass(ns)
+
+
+def _is_params(value: object, params: dict) -> bool:
+    """Whether `value` is laid out as the params are (a dict of the same layers), as an answer's part can be told."""
+    return isinstance(value, dict) and set(value) == set(params)
 
 
 def _require_one_pass(ns: Learner) -> None:

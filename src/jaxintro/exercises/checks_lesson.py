@@ -106,9 +106,14 @@ def _check_masks(out: np.ndarray, inputs: str, rate: float = RATE) -> None:
     found = min(expected, key=lambda k: abs(expected[k] - kept))
     if abs(expected[found] - kept) > 0.06:
         found = "wrong_fraction"
+    if found == "key_reused" and np.allclose(out[out != 0], 1.0 / (1.0 - rate), rtol=1e-3):
+        found = "one_layer_masked"  # one mask's fraction and one scale: one layer had dropout, not two alike
     messages = {
         "key_reused": _("with one key, the masks of layer 1 and layer 2 are identical (kept {kept:.0%} of units, "
                         "as one mask would; two independent masks keep {want:.0%}): is the key split per layer?"),
+        "one_layer_masked": _("kept {kept:.0%} of units, each scaled once: one hidden layer got a mask and the "
+                              "other none; dropout goes after every hidden ReLU, each layer with its own key "
+                              "(two independent masks keep {want:.0%})"),
         "dropout_on_logits": _("three masks were applied (kept {kept:.0%}; two keep {want:.0%}): dropout goes after "
                                "the hidden ReLUs only, not on the logits"),
         "keep_is_rate": _("units are kept with probability rate, not 1 - rate (kept {kept:.0%}; {want:.0%} "
@@ -182,6 +187,11 @@ def check_per_example_grads(ns: Learner) -> None:
                 "per_example_grads({inputs}) returned gradients shaped like the params, without a batch axis: that "
                 "is the gradient of the whole batch; vmap grad over the examples").format(inputs=inputs))
         if not close(got, want):
+            if all(np.all(np.asarray(g) == 0) for g in jax.tree.leaves(got)):
+                raise CheckFailed("zero_gradients", _(
+                    "per_example_grads({inputs}): every gradient is exactly 0, so the loss differentiated does not "
+                    "depend on the params: a log_softmax over a batch of one along axis 0, say, is 0 whatever the "
+                    "logits; differentiate the given loss_fn on a batch of one example").format(inputs=inputs))
             rows_equal = batch > 1 and jax.tree.structure(got) == jax.tree.structure(want) and all(
                 np.ndim(g) >= 1 and np.allclose(np.asarray(g), np.asarray(g)[:1], atol=1e-6) for g in jax.tree.leaves(got))
             if rows_equal:

@@ -139,12 +139,23 @@ def check_tree_map(ns: Learner) -> None:
             plus = jax.tree.map(lambda p, g: np.asarray(p, np.float64) + lr * np.asarray(g, np.float64), params, grads)
             swapped = jax.tree.map(lambda p, g: np.asarray(g, np.float64) - lr * np.asarray(p, np.float64), params,
                                    grads)
-            key = "wrong_sign" if close(got, plus) else "arguments_swapped" if close(got, swapped) else "mismatch"
+            step = jax.tree.map(lambda g: -lr * np.asarray(g, np.float64), grads)
+            flat_p, flat_g, flat_got = (np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in
+                                                        jax.tree.leaves(t)]) for t in (params, grads, got))
+            rate = float(np.dot(flat_p - flat_got, flat_g) / np.dot(flat_g, flat_g))  # the step's own lr, if one
+            key = ("wrong_sign" if close(got, plus) else "arguments_swapped" if close(got, swapped)
+                   else "update_not_params" if close(got, step)
+                   else "lr_ignored" if close(flat_got, flat_p - rate * flat_g) else "mismatch")
             why = {"wrong_sign": _(" (p + lr * g moves up the gradient, so the loss grows; a descent step subtracts "
                                    "lr * g)"),
                    "arguments_swapped": _(" (the leaves are g - lr * p: jax.tree.map(f, params, grads) calls f(p, g), "
                                           "a leaf of params first, so the lambda's arguments come in that order)"),
-                   "mismatch": ""}[key]
+                   "update_not_params": _(" (the leaves are -lr * g, the update alone: the new params are the old "
+                                          "ones plus it)"),
+                   "lr_ignored": _(" (the step took lr = {rate:g}, not the lr it was given: use the argument, not "
+                                   "a number in the code)").format(rate=Code(round(rate, 6))),
+                   "mismatch": _(": yours {got}, expected {want}").format(got=numbers(flat_got[:4]),
+                                                                          want=numbers((flat_p - lr * flat_g)[:4]))}[key]
             raise CheckFailed(key, _("sgd_update({inputs}): the new leaves are not p - lr * g{why}").format(
                 inputs=inputs, why=why))
 
@@ -194,7 +205,9 @@ def check_vmap_in_axes(ns: Learner) -> None:
             raise CheckFailed(key, _("batched_predict({inputs}) differs from predict on each row{why}").format(
                 inputs=inputs, why=_(": predict was applied to the whole batch at once, so each example was "
                                      "centred on the batch's mean, not its own; vmap runs it one example at a time")
-                if key == "applied_to_batch" else ""))
+                if key == "applied_to_batch" else _(": yours gave {got} (shape {got_shape}), predict row by row "
+                                                    "{want} (shape {want_shape})").format(
+                    got=numbers(got), got_shape=np.shape(got), want=numbers(want), want_shape=want.shape)))
 
     agrees()
     w, b = _array(0, (5, 2)), _array(1, (2,))
@@ -390,26 +403,29 @@ def check_split_keys(ns: Learner) -> None:
     """Shape (n, *x.shape); the key decides; every copy its own key, every entry its own draw; the parent key unused;
     standard normal noise (its whole distribution, not two moments)."""
     noisy = KeysLast(ns["noisy_copies"].jit(static_argnums=2))  # a key used twice is told last
+    # Not key 0: a file that ignores its key for a global `PRNGKey(0)` would draw what key 0 draws, and be told it
+    # used the key it was given.
+    seed = 7
     # Two sizes an answer cannot assume; the second's 16,384 draws tell a normal's shape from another's.
     cases = ((jnp.arange(24.0).reshape(4, 6), 3), (jnp.linspace(-1.0, 1.0, 1024), 16))
     for x, n in cases:
-        inputs = describe(key=key_text(0), x=x, n=n)
-        out = attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)
+        inputs = describe(key=key_text(seed), x=x, n=n)
+        out = attempt(noisy, jax.random.key(seed), x, n, name="noisy_copies", inputs=inputs)
         if np.shape(out) != (n, *x.shape):
             raise CheckFailed("shape", _("noisy_copies({inputs}) returned shape {got}; expected {wanted}: n copies of "
                                          "x's shape").format(inputs=inputs, got=np.shape(out), wanted=(n, *x.shape)))
         require_finite(out, "noisy_copies", inputs)
         # The parent key's own draw is made here once, for the first case (a reference compiles a program per shape).
-        parent = np.asarray(jax.random.normal(jax.random.key(0), x.shape)) if x is cases[0][0] else None
+        parent = np.asarray(jax.random.normal(jax.random.key(seed), x.shape)) if x is cases[0][0] else None
         _check_every_draw_its_own(np.asarray(out, np.float64) - np.asarray(x, np.float64), parent, inputs)
-    if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(0), x, n, name="noisy_copies", inputs=inputs)),
+    if not np.array_equal(np.asarray(attempt(noisy, jax.random.key(seed), x, n, name="noisy_copies", inputs=inputs)),
                           np.asarray(out)):
         raise CheckFailed("not_deterministic", _("noisy_copies({inputs}) twice gave other noise: draw it from the "
                                                  "key only").format(inputs=inputs))
-    other = np.asarray(attempt(noisy, jax.random.key(1), x, n, name="noisy_copies", inputs=inputs))
+    other = np.asarray(attempt(noisy, jax.random.key(seed + 1), x, n, name="noisy_copies", inputs=inputs))
     if np.array_equal(other, np.asarray(out)):
         raise CheckFailed("ignores_key", _("noisy_copies gives the same noise with {k0} and {k1}: the noise must "
-                                           "come from the key you are given").format(k0=key_text(0), k1=key_text(1)))
+                                           "come from the key you are given").format(k0=key_text(seed), k1=key_text(seed + 1)))
     _check_standard_normal(np.asarray(out, np.float64) - np.asarray(x, np.float64), inputs)
     noisy.raise_reuse(name="noisy_copies", inputs=inputs)
 
@@ -417,6 +433,11 @@ def check_split_keys(ns: Learner) -> None:
 def _check_every_draw_its_own(noise: np.ndarray, parent: np.ndarray | None, inputs: str) -> None:
     """No two copies alike, no copy drawn with the key given (`parent`, that key's own draw, where given), no number
     drawn twice inside a copy."""
+    clean = next((c for c, copy in enumerate(noise) if np.allclose(copy, 0.0)), None)
+    if clean is not None:
+        raise CheckFailed("copy_without_noise", _(
+            "noisy_copies({inputs}): copy {c} is x itself, with no noise: each of the n copies gets its own noise, "
+            "the first too").format(inputs=inputs, c=clean))
     for i in range(len(noise)):
         for j in range(i + 1, len(noise)):
             if np.allclose(noise[i], noise[j]):
