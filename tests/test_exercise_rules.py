@@ -171,6 +171,9 @@ REWRITTEN = [
     ("04_state_first.py", "returns_out_of_order", "the params in second place", "en segundo lugar"),
     ("06_fixed_rate.py", "lr_ignored", "the step took lr = 0.01", "el paso usó lr = 0.01"),
     ("06_update_only.py", "update_not_params", "the update alone", "la actualización sola"),
+    ("01_uniform_not_normal.py", "not_normal", "look uniform", "parecen uniformes"),
+    ("05_positions_compared.py", "negative_index", "no row changed", "no cambió ninguna fila"),
+    ("15_updates_measured.py", "norm_of_updates", "the norms of the updates", "las normas de las actualizaciones"),
 ]
 
 

@@ -569,20 +569,23 @@ def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, 
             inputs=inputs, kind=type_name(returned)))
     got = np.asarray(returned, np.float64)
     tx = build_optimizer(prop.spec["parts"])
-    want, state, p = [], tx.init(params), params
+    want, moved, state, p = [], [], tx.init(params), params
     loss = lambda q, x, y: jnp.mean((x @ q["w"] + q["b"] - y) ** 2)  # noqa: E731 (the given loss_fn)
     for x, y in batches:
         g = jax.grad(loss)(p, x, y)
         want.append(float(optax.tree.norm(g)))
         updates, state = tx.update(g, state, p)
+        moved.append(float(optax.tree.norm(updates)))  # what a curve of the updates' norms would read
         p = optax.apply_updates(p, updates)
     if got.shape != (len(batches),):
         raise CheckFailed("curve_length", _("grad_norm_curve({inputs}) returned shape {got}: one norm per batch "
                                             "is ({n},)").format(inputs=inputs, got=got.shape, n=len(batches)))
     if not np.allclose(got, want, rtol=1e-3):
-        key = "norm_after_clipping" if np.all(got <= 1.0 + 1e-4) else "mismatch"
+        key = ("norm_of_updates" if np.allclose(got, moved, rtol=1e-3)
+               else "norm_after_clipping" if np.all(got <= 1.0 + 1e-4) else "mismatch")
+        why = {"norm_of_updates": _(" (yours are the norms of the updates the optimizer returned, after clipping "
+                                    "and the learning rate: measure the gradients jax.grad gives)"),
+               "norm_after_clipping": _(" (yours never exceed 1.0: measured after clipping?)"), "mismatch": ""}[key]
         raise CheckFailed(key, _("grad_norm_curve({inputs}) = {got}; the gradients' norms before clipping are "
-                                 "{want}{why}").format(
-            inputs=inputs, got=numbers(got), want=numbers(want),
-            why=_(" (yours never exceed 1.0: measured after clipping?)") if key == "norm_after_clipping" else ""))
+                                 "{want}{why}").format(inputs=inputs, got=numbers(got), want=numbers(want), why=why))
 

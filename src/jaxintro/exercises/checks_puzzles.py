@@ -62,10 +62,14 @@ def check_immutable_update(ns: Learner) -> None:
         want = np.arange(8, dtype=np.int32).reshape(4, 2)
         want[i] = 7
         if not close(got, want):
+            why = (_("no row changed: i = -1 selected none (positions compared with i, arange(n) == i, never match "
+                     "-1, say); a[i] with i = -1 is the last row, as in NumPy, and a.at[i].set keeps that meaning")
+                   if close(got, np.asarray(a)) else
+                   _("a[i] with i = -1 is the last row, as in NumPy: a.at[i].set keeps that meaning; clipping i into "
+                     "[0, n - 1] does not"))
             raise CheckFailed("negative_index" if i < 0 else "mismatch", _(
-                "set_row({inputs}) gave {got}, expected {want} (a[i] with i = -1 is the last row, as in NumPy: "
-                "a.at[i].set keeps that meaning; clipping i into [0, n - 1] does not)").format(
-                inputs=inputs, got=numbers(got), want=numbers(want)))
+                "set_row({inputs}) gave {got}, expected {want} ({why})").format(
+                inputs=inputs, got=numbers(got), want=numbers(want), why=why))
         require_dtype_kept(got, want, "set_row", inputs)
     # A row that holds an infinity and a NaN (an overflowed activation): replaced, whatever it held (0 * inf is NaN).
     a = jnp.asarray([[1.0, 2.0], [jnp.inf, jnp.nan], [3.0, 4.0]], jnp.float32)
