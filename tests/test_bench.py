@@ -308,3 +308,23 @@ def test_the_plan_child_never_opens_an_accelerator(monkeypatch, tmp_path, plan):
     monkeypatch.setattr(bench.subprocess, "run", run)
     bench.plan_in_child(plan.x, plan.y, tmp_path, seed=3, repeats=1, nojit_steps=3)
     assert seen == ["cpu"]
+
+
+def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot():
+    """The twin reads the activation from the model (`models.Dense`), never assumes ReLU: one it has no module for is
+    refused by name, not silently swapped for a ReLU."""
+    pytest.importorskip("torch")
+    import torch
+
+    from jaxintro.errors import JaxintroError
+    from jaxintro.models import build_model
+
+    model = build_model("jax", 6, (5,), 3)
+    params = model.init(jax.random.key(0))
+    layers = [(np.asarray(w), np.asarray(b)) for w, b in model.dense.layers(params)]
+    x = np.asarray(jax.random.normal(jax.random.key(1), (4, 6)), np.float32)
+    with torch.no_grad():
+        twin = bench_torch.torch_mlp(layers, model.dense.activation)(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(twin, model.apply(params, x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(JaxintroError, match="the PyTorch twin has no tanh"):
+        bench_torch.torch_mlp(layers, jax.numpy.tanh)

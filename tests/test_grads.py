@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from jaxintro.cli import main
-from jaxintro.grads import (example_loss, global_norms, per_example_grad_norms_fast, per_example_grad_norms_loop,
-                            per_example_grad_norms_vmap, per_example_grads)
+from jaxintro.config import MODEL_OPTIONS
+from jaxintro.grads import (example_loss, global_norms, per_example_grad_norms_fast, per_example_grad_norms_for,
+                            per_example_grad_norms_loop, per_example_grad_norms_vmap, per_example_grads)
 from jaxintro.models import build_model
 from jaxintro.lesson import loss_fn
 
@@ -55,7 +56,7 @@ def test_mean_of_per_example_grads_is_the_batch_gradient(setup):
 def test_fast_norms_equal_vmap_and_loop(setup):
     model, params, x, y = setup
     vmapped = per_example_grad_norms_vmap(params, model.apply, x, y)
-    np.testing.assert_allclose(per_example_grad_norms_fast(params, x, y), vmapped, rtol=1e-5)
+    np.testing.assert_allclose(per_example_grad_norms_fast(model.dense, params, x, y), vmapped, rtol=1e-5)
     np.testing.assert_allclose(per_example_grad_norms_loop(params, model.apply, x, y), vmapped, rtol=1e-5)
     assert global_norms(per_example_grads(params, model.apply, x, y)).shape == (16,)
 
@@ -67,7 +68,49 @@ def test_fast_norms_any_depth():
     x = jax.random.normal(jax.random.key(5), (6, 20))
     y = jnp.arange(6) % 5
     vmapped = jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))  # compiled, as grads.py runs them
-    np.testing.assert_allclose(jax.jit(per_example_grad_norms_fast)(params, x, y), vmapped(params, x, y), rtol=1e-5)
+    np.testing.assert_allclose(per_example_grad_norms_for(model)(params, x, y), vmapped(params, x, y), rtol=1e-5)
+
+
+# Every style with each option it takes (`config.MODEL_OPTIONS`), at a value that changes the model where one does.
+OPTION_VALUES = {"dropout": (0.0, 0.5)}
+STYLE_OPTIONS = [(style, {option: value}) for style, options in MODEL_OPTIONS.items() for option in options
+                 for value in OPTION_VALUES[option]]
+
+
+@pytest.mark.parametrize(("style", "options"), STYLE_OPTIONS, ids=[f"{s}-{o}" for s, o in STYLE_OPTIONS])
+def test_the_norms_a_model_gets_are_vmaps_for_every_style_and_option(style, options):
+    """The page's and `grads`' norms (`per_example_grad_norms_for`: the fast ones where the model describes its
+    layers) equal `vmap(grad)`'s of the model's own `apply`: a model whose math the fast path did not read (another
+    activation, say) would fail here."""
+    model = build_model(style, 12, (7, 5), 4, **options)
+    params = jax.jit(model.init)(jax.random.key(6))
+    x = jax.random.normal(jax.random.key(7), (5, 12))
+    y = jnp.arange(5) % 4
+    want = jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))(params, x, y)
+    np.testing.assert_allclose(per_example_grad_norms_for(model)(params, x, y), want, rtol=1e-5)
+
+
+def test_the_fast_norms_read_the_models_activation():
+    """A stack whose activation is not ReLU: the fast norms follow it (they do not write ReLU's math again)."""
+    from jaxintro.models import Dense
+
+    model = build_model("jax", 12, (7, 5), 4)
+    tanh_model = model._replace(apply=lambda p, x, key=None: _tanh_forward(p, x), dense=model.dense._replace(
+        activation=jnp.tanh))
+    params = jax.jit(model.init)(jax.random.key(6))
+    x, y = jax.random.normal(jax.random.key(7), (5, 12)), jnp.arange(5) % 4
+    want = per_example_grad_norms_vmap(params, tanh_model.apply, x, y)
+    assert isinstance(tanh_model.dense, Dense)
+    np.testing.assert_allclose(per_example_grad_norms_for(tanh_model)(params, x, y), want, rtol=1e-5)
+
+
+def _tanh_forward(params, x):
+    from jaxintro.models.mlp import dense_layers
+
+    *hidden, (w, b) = dense_layers(params)
+    for hw, hb in hidden:
+        x = jnp.tanh(x @ hw + hb)
+    return x @ w + b
 
 
 def test_grads_command_explains_and_benchmarks(capsys, tmp_path, monkeypatch):

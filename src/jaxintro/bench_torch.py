@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Callable
 
 import numpy as np
 
 from jaxintro.bench_plan import Plan, RowResult, plan_layers, timed_windows
 from jaxintro.config import EVAL_CHUNK
-from jaxintro.i18n import N_
+from jaxintro.errors import JaxintroError
+from jaxintro.i18n import N_, _
+from jaxintro.models.mlp import ACTIVATION
 from jaxintro.runtime import peak_rss_mb
 
 # Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
@@ -19,10 +22,18 @@ COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
 COMPILE_FAILED = N_("torch.compile failed")
 
 
-def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
-    """The lesson's MLP in PyTorch with the given (w (in, out), b) per layer: Linear -> ReLU ... -> Linear."""
+# The JAX activations the twin can mirror, by name (`models.Dense.activation`), each as its PyTorch module.
+TORCH_ACTIVATIONS = {"relu": "ReLU"}
+
+
+def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable = ACTIVATION):
+    """A model's dense stack (`models.Dense`) in PyTorch, with the given (w (in, out), b) per layer: Linear ->
+    activation ... -> Linear (the lesson's MLP by default)."""
     import torch
 
+    if activation.__name__ not in TORCH_ACTIVATIONS:
+        raise JaxintroError(_("the PyTorch twin has no {activation} (it mirrors {known})").format(
+            activation=activation.__name__, known=", ".join(TORCH_ACTIVATIONS)))
     modules: list[torch.nn.Module] = []
     for i, (w, b) in enumerate(layers):
         linear = torch.nn.Linear(*w.shape)
@@ -31,7 +42,7 @@ def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]]):
             linear.bias.copy_(torch.from_numpy(np.array(b)))
         modules.append(linear)
         if i < len(layers) - 1:
-            modules.append(torch.nn.ReLU())
+            modules.append(getattr(torch.nn, TORCH_ACTIVATIONS[activation.__name__])())
     return torch.nn.Sequential(*modules)
 
 

@@ -17,11 +17,10 @@ from jaxintro.bench_torch import TORCH_MISSING, torch_mlp
 from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
 from jaxintro.errors import ConfigError
-from jaxintro.grads import per_example_grad_norms_fast, per_example_grad_norms_loop, per_example_grad_norms_vmap
+from jaxintro.grads import per_example_grad_norms_for, per_example_grad_norms_loop, per_example_grad_norms_vmap
 from jaxintro.i18n import Code, _
 from jaxintro.lesson import scale_images
-from jaxintro.models import model_for
-from jaxintro.models.mlp import layer_names
+from jaxintro.models import Dense, model_for
 from jaxintro.plots import plot_curves_compare, plot_image_grid, plot_series
 from jaxintro.scoring import jit_count_correct
 from jaxintro.train import FitResult, Trainer, fit
@@ -221,11 +220,11 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
     vmap_fn = jax.jit(lambda p, x, y: per_example_grad_norms_vmap(p, model.apply, x, y))
     fns["vmap"] = lambda: vmap_fn(params, x, y)
     report: dict[str, Any] = {"n": int(x.shape[0]), "ms": {}}
-    if model.name == "jax":
-        fast_fn = jax.jit(per_example_grad_norms_fast)
+    if model.dense is not None:
+        fast_fn = per_example_grad_norms_for(model)  # the fast norms, from the model's own layers
         fns["fast"] = lambda: fast_fn(params, x, y)
     else:
-        report["fast_skipped"] = _("the fast norms are written for the pure-JAX MLP, not {model}").format(
+        report["fast_skipped"] = _("the fast norms need a model that describes its layers, not {model}").format(
             model=model.name)
     results = {}
     for name, fn in fns.items():
@@ -238,15 +237,16 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
         report["ms"][name] = statistics.median(times) * 1e3
     if "fast" in results:
         report["fast_max_rel_diff_vs_vmap"] = float(np.max(np.abs(results["fast"] - results["vmap"]) / results["vmap"]))
-    if model.name == "jax":
+    if model.dense is not None:
         try:
-            report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(params, np.asarray(x), np.asarray(y), repeats)
+            report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(model.dense, params, np.asarray(x), np.asarray(y),
+                                                                   repeats)
         except ImportError:
             report["torch_skipped"] = _(TORCH_MISSING)
     return report
 
 
-def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> float:
+def _torch_func_norms_ms(dense: Dense, params, x: np.ndarray, y: np.ndarray, repeats: int) -> float:
     """Median ms of per-example gradient norms with `torch.func.vmap(grad)` on the same MLP."""
     import statistics
     import time
@@ -254,7 +254,7 @@ def _torch_func_norms_ms(params, x: np.ndarray, y: np.ndarray, repeats: int) -> 
     import torch
     from torch.func import functional_call, grad, vmap
 
-    net = torch_mlp([(params[name]["w"], params[name]["b"]) for name in layer_names(params)])
+    net = torch_mlp([(np.asarray(w), np.asarray(b)) for w, b in dense.layers(params)], dense.activation)
     weights = {name: value.detach() for name, value in net.named_parameters()}
 
     def loss(w, xi, yi):

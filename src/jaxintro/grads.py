@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from jaxintro.models.mlp import Params, layer_names
 from jaxintro.lesson import cross_entropy, loss_fn
+from jaxintro.models.base import Dense, Params
 
 
 def example_loss(params, apply: Callable, x: Float[Array, " features"], y: Int[Array, ""]) -> Float[Array, ""]:
@@ -46,22 +46,23 @@ def per_example_grad_norms_vmap(params, apply: Callable, x, y) -> Float[Array, "
     return global_norms(per_example_grads(params, apply, x, y))
 
 
-def per_example_grad_norms_fast(params: Params, x: Float[Array, "batch features"],
+def per_example_grad_norms_fast(dense: Dense, params: Params, x: Float[Array, "batch features"],
                                 y: Int[Array, " batch"]) -> Float[Array, " batch"]:
-    """Per-example gradient norms of the pure-JAX MLP from activations and output gradients alone."""
-    names = layer_names(params)
+    """Per-example gradient norms of a stack of dense layers (the model's own `Dense`: its layers and activation)
+    from activations and output gradients alone."""
+    layers = dense.layers(params)
 
     def forward(probes):
         # A zero "probe" added to each layer's output: its gradient is δ for every example at once.
         inputs, h = [], x
-        for k, name in enumerate(names):
+        for k, (w, b) in enumerate(layers):
             inputs.append(h)
-            z = h @ params[name]["w"] + params[name]["b"] + probes[k]
-            h = jax.nn.relu(z) if k < len(names) - 1 else z
+            z = h @ w + b + probes[k]
+            h = dense.activation(z) if k < len(layers) - 1 else z
         # The sum of per-example losses, so that row i of each δ is example i's own gradient.
         return cross_entropy(h, y) * x.shape[0], inputs
 
-    probes = [jnp.zeros((x.shape[0], params[n]["b"].shape[0]), x.dtype) for n in names]
+    probes = [jnp.zeros((x.shape[0], b.shape[0]), x.dtype) for _w, b in layers]
     deltas, inputs = jax.grad(forward, has_aux=True)(probes)
     total = jnp.zeros(x.shape[0], x.dtype)
     for a, delta in zip(inputs, deltas):
@@ -86,8 +87,8 @@ def _jitted_single_norm(apply: Callable) -> Callable:
 
 
 def per_example_grad_norms_for(model) -> Callable:
-    """The jitted `norms(params, x, y)` for a model: the fast norms for the pure-JAX MLP, `vmap(grad)` otherwise."""
-    if model.name == "jax":
-        return jax.jit(per_example_grad_norms_fast)
-    # The fast norms are written for the pure-JAX MLP's parameter layout; the other styles take vmap(grad).
+    """The jitted `norms(params, x, y)` for a model: the fast norms where it describes its layers (`model.dense`),
+    `vmap(grad)` otherwise."""
+    if model.dense is not None:
+        return jax.jit(functools.partial(per_example_grad_norms_fast, model.dense))
     return jax.jit(lambda params, x, y: per_example_grad_norms_vmap(params, model.apply, x, y))

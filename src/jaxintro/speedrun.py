@@ -31,7 +31,7 @@ from jaxintro.bench_torch import torch_mlp
 from jaxintro.config import LESSON_SIZES
 from jaxintro.data import Dataset
 from jaxintro.lesson import correct_count, plan_epoch, scale_images
-from jaxintro.models.mlp import init_params, layer_names, mlp_forward
+from jaxintro.models.mlp import dense_layers, init_params, mlp_forward
 
 PROGRAMS = ("run", "epoch", "step")  # the whole run / one program per epoch / the lesson's loop on host data
 
@@ -255,7 +255,7 @@ def torch_run(recipe: Recipe, dataset: Dataset, seed: int = 0) -> dict[str, Any]
 
     init_key, _carried = jax.random.split(jax.random.key(seed))  # the JAX recipe's initial weights (`make_program`)
     params = init_params(init_key, model_sizes(dataset))
-    layers = [(np.asarray(params[name]["w"]), np.asarray(params[name]["b"])) for name in layer_names(params)]
+    layers = [(np.asarray(w), np.asarray(b)) for w, b in dense_layers(params)]
     model, average = torch_mlp(layers), torch_mlp(layers)
     steps = steps_per_epoch(recipe, len(dataset.x_train))
     rates = np.asarray(learning_rates(recipe, steps * recipe.epochs)(jnp.arange(steps * recipe.epochs)))

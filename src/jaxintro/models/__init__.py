@@ -14,9 +14,9 @@ from typing import Any
 from jaxintro.config import MODELS
 from jaxintro.errors import ConfigError
 from jaxintro.models import mlp
-from jaxintro.models.base import HE_NORMAL, HE_NORMAL_OUT_IN, Model, Params, param_count
+from jaxintro.models.base import HE_NORMAL, HE_NORMAL_OUT_IN, Dense, Model, Params, param_count
 
-__all__ = ["HE_NORMAL", "HE_NORMAL_OUT_IN", "Model", "Params", "build_model", "model_for", "param_count"]
+__all__ = ["HE_NORMAL", "HE_NORMAL_OUT_IN", "Dense", "Model", "Params", "build_model", "model_for", "param_count"]
 
 
 def build_model(style: str, in_dim: int, hidden: tuple[int, ...], num_classes: int, **options: Any) -> Model:

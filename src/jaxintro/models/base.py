@@ -19,12 +19,25 @@ HE_NORMAL_OUT_IN = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal",
 
 
 class Model(NamedTuple):
-    """A model as pure functions: `init(key)` and `apply(params, x, key)`."""
+    """A model as pure functions: `init(key)` and `apply(params, x, key)`.
+
+    A style that describes its layers (`dense`) lets code that works layer by layer (the fast per-example norms, the
+    PyTorch twin) read the model's own math instead of writing it again; without one they use `apply` alone.
+    """
 
     name: str
     sizes: tuple[int, ...]
     init: Callable[[jax.Array], Params]
     apply: Callable[[Params, jax.Array, jax.Array | None], jax.Array]
+    dense: "Dense | None" = None
+
+
+class Dense(NamedTuple):
+    """A stack of dense layers: `layers(params)` gives each layer's (w (fan_in, fan_out), b) in forward order, and
+    `activation` runs between them (not after the last)."""
+
+    layers: Callable[[Params], list[tuple[jax.Array, jax.Array]]]
+    activation: Callable[[jax.Array], jax.Array]
 
 
 def param_count(params: Params) -> int:

@@ -7,10 +7,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxintro.config import LESSON_SIZES
-from jaxintro.models.base import HE_NORMAL, Model
+from jaxintro.models.base import HE_NORMAL, Dense, Model
 
 Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
 Params = dict[str, Layer]  # {"layer1": ..., "layer2": ..., ...}
+
+ACTIVATION = jax.nn.relu  # between the layers; `Dense` tells whoever works layer by layer
 
 
 def he_normal(key: jax.Array, fan_in: int, fan_out: int) -> Float[Array, "fan_in fan_out"]:
@@ -44,13 +46,12 @@ def mlp_forward(
     use_dropout = dropout > 0.0 and key is not None
     keys = jax.random.split(key, len(names)) if use_dropout else [None] * len(names)
     for name, layer_key in zip(names[:-1], keys):
-        x = jax.nn.relu(x @ params[name]["w"] + params[name]["b"])
+        x = ACTIVATION(x @ params[name]["w"] + params[name]["b"])
         if use_dropout:
             keep = jax.random.bernoulli(layer_key, 1.0 - dropout, x.shape)
             x = jnp.where(keep, x / (1.0 - dropout), 0.0)
     last = params[names[-1]]
     return x @ last["w"] + last["b"]
-
 
 
 def build(sizes: tuple[int, ...], *, dropout: float = 0.0) -> Model:
@@ -59,4 +60,9 @@ def build(sizes: tuple[int, ...], *, dropout: float = 0.0) -> Model:
     def apply(params: Params, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
         return mlp_forward(params, x, dropout=dropout, key=key)
 
-    return Model("jax", sizes, lambda key: init_params(key, sizes), apply)
+    return Model("jax", sizes, lambda key: init_params(key, sizes), apply, Dense(dense_layers, ACTIVATION))
+
+
+def dense_layers(params: Params) -> list[tuple[Array, Array]]:
+    """Each layer's (w, b), in forward order."""
+    return [(params[name]["w"], params[name]["b"]) for name in layer_names(params)]
