@@ -143,6 +143,8 @@ messages: $(TESTING)
 		--copyright-holder="the jaxintro authors" --add-location=file --add-comments=TRANSLATORS: \
 		-o $(LOCALE)/jaxintro.pot src/jaxintro
 	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous --width=100
+	@# Babel stamps each run with the time: dropped, so that an unchanged catalogue stays byte for byte the same.
+	sed -i '/^"POT-Creation-Date: /d' $(LOCALE)/jaxintro.pot $(LOCALE)/*/LC_MESSAGES/jaxintro.po
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache site

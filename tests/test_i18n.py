@@ -6,6 +6,8 @@ import gettext
 import io
 import re
 import string
+import subprocess
+import sys
 import tokenize
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from jaxintro import i18n
+from jaxintro import __version__, i18n
 
 PACKAGE = Path(i18n.__file__).parent
 PO = PACKAGE / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
@@ -98,6 +100,23 @@ def test_the_compiled_catalog_is_current(catalog):
         if got != [text for _, text in forms(m)]:
             stale.append(m.id)
     assert stale == [], "the .mo is older than the .po: run `make install`"
+
+
+def test_the_template_is_what_make_messages_extracts_today(tmp_path):
+    """`make messages` on an unchanged tree changes no byte: the committed template is today's extraction (no message
+    added or changed without it), and nothing in it moves from run to run (Babel's time stamp is dropped)."""
+    makefile = (PACKAGE.parents[1] / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile[makefile.index("\nmessages:"):].split("\n\n")[0]
+    extract = next(line for line in recipe.splitlines() if "pybabel extract" in line)
+    assert "--add-location=file" in recipe and "POT-Creation-Date" in recipe  # the options copied below, and the sed
+    out = tmp_path / "jaxintro.pot"
+    subprocess.run([str(Path(sys.executable).with_name("pybabel")), "extract", "--project=jaxintro",
+                    f"--version={__version__}", "--copyright-holder=the jaxintro authors", "--add-location=file",
+                    "--add-comments=TRANSLATORS:", "-o", str(out), "src/jaxintro"], check=True, capture_output=True,
+                   cwd=PACKAGE.parents[1])
+    fresh = re.sub(r'^"POT-Creation-Date: .*\n', "", out.read_text(encoding="utf-8"), flags=re.M)
+    assert "pybabel extract" in extract
+    assert fresh == (PACKAGE / "locale" / "jaxintro.pot").read_text(encoding="utf-8"), "run make messages"
 
 
 def test_messages_are_not_marked_inside_f_strings():
