@@ -651,7 +651,7 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
         assert driver.find_element("css selector", "h1").text == serve.page_strings()["title"]
         accuracy = json.loads((mnist_run / runs.METRICS_FILE).read_text().splitlines()[-1])["test_accuracy"]
-        assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f} %"
+        assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f}%"  # as the terminal
         assert driver.execute_script("return document.querySelectorAll('#chart-loss circle').length") >= 2
         # Accuracy spans the data, not 0-1 (where train and test would lie flat along the top): curves.png's rule.
         layout = chart_layout(driver)
@@ -713,6 +713,10 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         assert state["pointer"] == "touch" and state["digit"] == "1", state
         layout = chart_layout(driver)
         assert "entrenamiento" in [legend["text"] for legend in layout["chart-accuracy"]["legends"]]
+        # Numbers as the Spanish terminal writes them: 97,57%, a probability 0,981.
+        assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f}%".replace(".", ",")
+        values = [v.text for v in driver.find_elements("css selector", "#bars .value")]
+        assert all(re.fullmatch(r"[01],\d{3}", v) for v in values), values
         assert_legends_fit(layout)
         driver.save_screenshot(str(tmp_path / "serve-phone.png"))
     finally:
@@ -1130,6 +1134,7 @@ def test_the_page_strings_in_english():
         "no_mistakes": "No mistakes to show.",
         "loading": "loading…",
         "error": "Error",
+        "locale": "en",
     }
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from types import SimpleNamespace
 from pathlib import Path
 
+import pytest
 from markdown.extensions.toc import slugify
 
 from conftest import REPO
@@ -191,3 +192,47 @@ def test_the_flags_tables_are_the_parsers_in_each_language():
         assert current_language() == "es"
     finally:
         set_language("en")
+
+
+def structure(text: str) -> list[str]:
+    """A page's skeleton: each heading by level, each code block, each table and each list with its row or item count,
+    in order (the words left out: they are the translation's)."""
+    out: list[str] = []
+    kind = None  # the table or list the current line continues
+    lines = iter(text.splitlines())
+    for line in lines:
+        if line.startswith("```"):
+            for closing in lines:
+                if closing.startswith("```"):
+                    break
+            out.append("code")
+            kind = None
+        elif heading := re.match(r"(#{1,6}) ", line):
+            out.append(f"h{len(heading[1])}")
+            kind = None
+        elif line.startswith("|") or re.match(r"([-*]|\d+\.) ", line):
+            new = "table" if line.startswith("|") else "list"
+            if kind != new:
+                out.append(f"{new}:0")
+                kind = new
+            if not re.fullmatch(r"\|[\s:|-]+\|\s*", line):  # a table's separator row is no row
+                out[-1] = f"{new}:{int(out[-1].split(':')[1]) + 1}"
+        elif not line.strip():
+            kind = None if kind == "table" else kind  # a list's items may stand apart; a table ends at a blank
+        elif not line.startswith(" "):
+            kind = None
+    return out
+
+
+@pytest.mark.parametrize("page", [*english_pages(), REPO / "README.md"], ids=lambda p: p.name)
+def test_each_page_and_its_twin_have_the_same_structure(page):
+    """The English and Spanish twins: the same headings, code blocks, tables and lists, each table and list as long,
+    in the same order: a list of fields or a table one language gains, the other must gain too."""
+    twin = REPO / "README.es.md" if page.name == "README.md" else spanish(page)
+    assert structure(page.read_text(encoding="utf-8")) == structure(twin.read_text(encoding="utf-8")), twin.name
+
+
+def test_the_structure_sees_a_list_one_twin_lacks():
+    page = "# T\n\nText.\n\n- `a`: one\n- `b`: two\n\n| x | y |\n| --- | --- |\n| 1 | 2 |\n\n```text\n$ run\n```\n"
+    assert structure(page) == ["h1", "list:2", "table:2", "code"]
+    assert structure(page.replace("- `b`: two\n", "")) != structure(page)

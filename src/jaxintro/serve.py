@@ -40,7 +40,7 @@ from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, DataError, JaxintroError
 from jaxintro.evaluate import load_run, predict_all
 from jaxintro.grads import per_example_grad_norms_for
-from jaxintro.i18n import N_, _
+from jaxintro.i18n import N_, _, current_language
 from jaxintro.images import load_image, warm_up
 from jaxintro.jsonio import json_text
 from jaxintro.listing import describe_run, newest_finished_run, run_kind
@@ -126,6 +126,7 @@ def page_strings() -> dict[str, str]:
         "no_mistakes": _("No mistakes to show."),
         "loading": _("loading…"),
         "error": _("Error"),
+        "locale": current_language(),  # how the page writes numbers (a decimal comma in Spanish), as the terminal
     }
 
 

@@ -20,6 +20,12 @@ async function getJSON(url, options) {
   return body;
 }
 
+// A number as the page's language writes it (0,97 in Spanish), with `digits` decimals: the terminal's way.
+function formatted(value, digits) {
+  return new Intl.NumberFormat(text.locale || "en", { minimumFractionDigits: digits, maximumFractionDigits: digits })
+    .format(value);
+}
+
 function say(message) {
   $("status").textContent = message ? `${text.error || "Error"}: ${message}` : "";
 }
@@ -45,7 +51,7 @@ function renderFacts(info, metrics) {
     `${last ? last.epoch : 0} / ${info.epochs_planned} (${metrics.finished ? text.finished : text.training})`;
   // The run's one headline number, as `jaxintro runs` gives it (a sweep: its best setting's), not the row's mean.
   const accuracy = metrics.test_accuracy;
-  $("fact-accuracy").textContent = Number.isFinite(accuracy) ? `${(100 * accuracy).toFixed(2)} %` : "–";
+  $("fact-accuracy").textContent = Number.isFinite(accuracy) ? `${formatted(100 * accuracy, 2)}%` : "–";
 }
 
 // Until the run's data arrives, its panels say so instead of standing empty.
@@ -205,7 +211,7 @@ function renderPrediction(answer) {
     li.classList.toggle("top", k === answer.digit);
     li.querySelector(".bar").style.width = `${(100 * p).toFixed(1)}%`;
     li.querySelector(".bar").dataset.p = String(p);
-    li.querySelector(".value").textContent = p.toFixed(3);
+    li.querySelector(".value").textContent = formatted(p, 3);
   });
   drawGray($("preview"), answer.input, 1);
   drawSaliency($("heatmap"), answer.input, answer.saliency);
@@ -268,8 +274,8 @@ function chart(svg, series, label, { tight = false, legendBelow = false } = {}) 
   add("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#999" });
   add("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#999" });
   const digits = top < 10 ? (tight ? 3 : 2) : 0;
-  add("text", { x: 2, y: T + 4, class: "y-top" }).textContent = top.toFixed(digits);
-  add("text", { x: 2, y: H - B, class: "y-bottom" }).textContent = bottom === 0 ? "0" : bottom.toFixed(digits);
+  add("text", { x: 2, y: T + 4, class: "y-top" }).textContent = formatted(top, digits);
+  add("text", { x: 2, y: H - B, class: "y-bottom" }).textContent = bottom === 0 ? "0" : formatted(bottom, digits);
   add("text", { x: L, y: H - 6 }).textContent = `${text.epoch} 1`;
   if (lastEpoch > 1) add("text", { x: W - R - 40, y: H - 6 }).textContent = `${text.epoch} ${lastEpoch}`;
   add("text", { x: L + 4, y: 10 }).textContent = label;
@@ -327,7 +333,8 @@ async function loadMistakes() {
     caption.textContent =
       `#${m.index} · ${text.true_label} ${m.label} → ${text.predicted} ${m.prediction}`;
     const numbers = document.createElement("div");
-    numbers.textContent = `${text.confidence} ${m.confidence.toFixed(2)} · ${text.grad_norm} ${m.grad_norm.toFixed(3)}`;
+    numbers.textContent =
+      `${text.confidence} ${formatted(m.confidence, 2)} · ${text.grad_norm} ${formatted(m.grad_norm, 3)}`;
     li.dataset.norm = String(m.grad_norm);
     li.append(canvas, caption, numbers);
     list.append(li);
