@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from babel.messages.pofile import read_po
 
-from jaxintro import api, runs, serve
+from jaxintro import api, runs, serve, serve_model
 from jaxintro.cli import main
 from jaxintro.data import load_dataset
 from jaxintro.errors import DataError
@@ -237,7 +237,7 @@ def test_mistakes_of_other_model_styles_use_vmap_grad_norms(tmp_path):
     assert main(["train", "--dataset", "digits", "--model", "equinox", "--hidden", "32", "--epochs", "1",
                  "--run-dir", str(run_dir)]) == 0
     run, data = load_run(run_dir), load_dataset("digits")
-    mistakes = serve.find_mistakes(run, data.x_test, data.y_test)
+    mistakes = serve_model.find_mistakes(run, data.x_test, data.y_test)
     wrong = np.flatnonzero(predict_proba(run, data.x_test).argmax(1) != data.y_test)
     assert mistakes.index.tolist() == wrong.tolist() and wrong.size > 0
     expected = per_example_grad_norms_vmap(run.params, run.model.apply, scale_images(jnp.asarray(data.x_test[wrong])),
@@ -649,7 +649,7 @@ def test_the_page_in_a_real_browser(mnist_run, tmp_path):
         driver = open_browser(chromium, driver_path)
         driver.get(url)
         wait_until(lambda: driver.execute_script("return document.body.dataset.state") == "ready", what="start-up")
-        assert driver.find_element("css selector", "h1").text == serve.page_strings()["title"]
+        assert driver.find_element("css selector", "h1").text == serve_model.page_strings()["title"]
         accuracy = json.loads((mnist_run / runs.METRICS_FILE).read_text().splitlines()[-1])["test_accuracy"]
         assert driver.find_element("id", "fact-accuracy").text == f"{100 * accuracy:.2f}%"  # as the terminal
         assert driver.execute_script("return document.querySelectorAll('#chart-loss circle').length") >= 2
@@ -917,7 +917,7 @@ def test_a_run_whose_test_set_is_not_at_hand_serves_an_empty_mistakes_panel_that
     monkeypatch.setattr(serve, "load_dataset", missing)
     app = serve.load_app(digits_run, data_dir="elsewhere")
     reason = "the test set of digits is not at hand (digits: no copy in elsewhere); pass --data-dir"
-    for sort in serve.MISTAKE_ORDERS:
+    for sort in serve_model.MISTAKE_ORDERS:
         assert app.mistakes_page(0, 10, sort) == {
             "total": 0, "test_images": 0, "offset": 0, "limit": 10, "sort": sort,
             "checkpoint_epoch": app.run.epoch, "reason": reason, "items": []}
@@ -932,13 +932,14 @@ def test_the_page_shows_every_string_it_is_given_each_translated(monkeypatch):
     web = Path(serve.__file__).parent / "web"
     shown = set(re.findall(r'data-i18n="(\w+)"', (web / "index.html").read_text())) | set(
         re.findall(r"\btext\.(\w+)", (web / "app.js").read_text()))
-    english = serve.page_strings()
+    english = serve_model.page_strings()
     assert set(english) == shown  # no label the page lacks, none it never shows
     catalog = Path(serve.__file__).parent / "locale" / "es" / "LC_MESSAGES" / "jaxintro.po"
     with catalog.open("rb") as po:
         spanish = {message.id: message.string for message in read_po(po) if message.id}
     set_language("es")  # the autouse fixture sets the locale's language back as the test ends
-    translated = serve.page_strings()
+    translated = serve_model.page_strings()
+    assert (english.pop("locale"), translated["locale"]) == ("en", "es")  # how numbers are written, not a label
     for key, text in english.items():
         assert spanish.get(text), f"{key}: {text!r} is not in the Spanish catalog"
         assert translated[key] == spanish[text], key
@@ -995,7 +996,7 @@ def test_run_info_says_which_members_a_run_of_several_predicts_with(digits_app, 
 
 def test_a_mistakes_page_rounds_to_6_decimals_and_the_page_files_are_served(digits_run):
     """An app built on given mistakes: its page of them, whole, and the three files of the page, byte for byte."""
-    mistakes = serve.Mistakes(index=np.array([4, 9]), label=np.array([1, 7]), prediction=np.array([7, 1]),
+    mistakes = serve_model.Mistakes(index=np.array([4, 9]), label=np.array([1, 7]), prediction=np.array([7, 1]),
                               confidence=np.array([0.123456789, 0.987654321]),
                               grad_norm=np.array([2.0000004, 3.1234567]),
                               pixels=np.array([[0] * 64, [255] * 64], np.uint8), total=360)
@@ -1025,7 +1026,7 @@ def test_the_saliency_is_traced_while_the_run_loads_and_reused_by_every_request(
         traces.append((x.shape, str(x.dtype))), real(params, x, apply=apply))[1])
     run = load_run(digits_run)
     with jax.enable_x64(x64):
-        app = serve.App(digits_run, run, serve.no_mistakes("not looked for"))
+        app = serve.App(digits_run, run, serve_model.no_mistakes("not looked for"))
         assert traces == [((64,), "float32")]
         app.predict("pixels", np.full(64, 0.5, np.float32))
         app.predict("image", png_bytes(drawing(strokes=SEVEN)))
@@ -1089,7 +1090,7 @@ def test_bind_gives_each_address_family_its_own_server():
 
 
 def test_the_page_strings_in_english():
-    assert serve.page_strings() == {
+    assert serve_model.page_strings() == {
         "title": "Play with the model",
         "draw": "Draw a digit",
         "draw_hint": "Draw with the mouse or a finger; the prediction follows as you draw.",
@@ -1147,7 +1148,7 @@ def test_find_mistakes_keeps_every_field_of_each_wrong_test_image(digits_run):
     probs = predict_proba(run, data.x_test)  # 360 images: the one chunk find_mistakes predicts them in
     wrong = np.flatnonzero(probs.argmax(1) != data.y_test)
     assert wrong.size > 0, "a 3-epoch digits run makes mistakes"
-    m = serve.find_mistakes(run, data.x_test, data.y_test)
+    m = serve_model.find_mistakes(run, data.x_test, data.y_test)
     assert (m.index.tolist(), m.label.tolist(), m.prediction.tolist(), m.confidence.tolist(), m.pixels.tolist(),
             m.total, m.reason) == (wrong.tolist(), data.y_test[wrong].tolist(), probs.argmax(1)[wrong].tolist(),
                                    probs.max(1)[wrong].tolist(), data.x_test[wrong].tolist(), len(data.x_test), None)
@@ -1161,7 +1162,7 @@ def test_find_mistakes_without_a_wrong_image_gives_empty_arrays_typed_as_with_so
     run, data = load_run(digits_run), load_dataset("digits")
     x = data.x_test[:50]
     y = predict_proba(run, x).argmax(1).astype(data.y_test.dtype)
-    m = serve.find_mistakes(run, x, y)
+    m = serve_model.find_mistakes(run, x, y)
     assert [(a.dtype, a.shape) for a in m[:6]] == [
         (np.int64, (0,)), (data.y_test.dtype, (0,)), (np.int64, (0,)), (np.float32, (0,)), (np.float32, (0,)),
         (np.uint8, (0, 64))]
@@ -1171,7 +1172,7 @@ def test_find_mistakes_without_a_wrong_image_gives_empty_arrays_typed_as_with_so
 def test_predict_answers_whole_probabilities_and_saliency_to_7_decimals(digits_app):
     """Pixels and an image: the whole answer, the probabilities and the saliency rounded to 7 decimals, the input to 6."""
     run = digits_app.run
-    saliency = jax.jit(functools.partial(serve.input_saliency, apply=run.model.apply))  # the program the app runs
+    saliency = jax.jit(functools.partial(serve_model.input_saliency, apply=run.model.apply))  # the program the app runs
     raw = png_bytes(drawing(strokes=SEVEN, width=40))
     u8 = load_image(raw, (8, 8))
     # 182/255 is 0.713726 in float32 but 0.713725 in float64 (80 and 131 too): the image's input is float32's.
