@@ -66,7 +66,8 @@ SUITE_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from jaxintro.data import Dataset, sha256_hex
+from jaxintro.data import Dataset
+from jaxintro.idx import sha256_hex
 
 # Under `make mutation`: mutmut sets this in every process it runs the tests in, from its copy in mutants/.
 MUTATION = "MUTANT_UNDER_TEST" in os.environ

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import idx_bytes, write_idx
 from jaxintro import data
-from jaxintro.data import DatasetSpec, FileSpec, load_dataset, load_idx_dataset, parse_idx, read_verified, sha256_hex
+from jaxintro.data import DatasetSpec, FileSpec, load_dataset, load_idx_dataset, read_verified
+from jaxintro.idx import parse_idx, sha256_hex
 from jaxintro.errors import DataError, DataNotFoundError
 
 

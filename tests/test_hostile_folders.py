@@ -333,7 +333,7 @@ def test_a_gzip_bomb_is_refused_while_it_is_decompressed(tmp_path):
     import io
     import tracemalloc
 
-    from jaxintro.data import MAX_IDX_BYTES, decompress_if_gzip
+    from jaxintro.idx import MAX_IDX_BYTES, decompress_if_gzip
     from jaxintro.errors import DataError
 
     packed = io.BytesIO()

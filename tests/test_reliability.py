@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from jaxintro import checkpoint, runs
 from jaxintro.cli import main
-from jaxintro.data import load_dataset, parse_idx
+from jaxintro.data import load_dataset
+from jaxintro.idx import parse_idx
 from jaxintro.errors import DataError
 from jaxintro.runs import claim_run_dir
 from jaxintro.train import Trainer
