@@ -1,4 +1,5 @@
-"""Orbax checkpoints in the run folder: saved at every epoch end, the last 3 kept, restored exactly.
+"""Orbax checkpoints in the run folder: saved at an epoch's end (by `train`'s save policy), the last 3 kept, restored
+exactly.
 
 Layout: `RUN_DIR/checkpoints/<epoch>/{state,meta}`. `state` is a plain pytree
 (`params`, `opt_state`, `key` as raw uint32 key data) saved with `StandardSave`, readable with
@@ -59,7 +60,7 @@ def _as_tree(state: TrainState) -> dict[str, Any]:
 
 
 class Checkpointer:
-    """Saves a run's state at each epoch end, in the background (one Orbax `CheckpointManager` per run).
+    """Saves a run's state at the epoch ends it is asked to, in the background (one Orbax `CheckpointManager` per run).
 
     `on_saved(metrics)` is called once a step is complete on disk, with the metrics that step holds
     (at the next save, or at `close`), so files that describe the run (metrics.jsonl) never get

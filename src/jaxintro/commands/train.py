@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, resuming: bool) -> int:
-    """Train the resolved run, checkpoint every epoch, plot its curves, and print (and save) its summary."""
+    """Train the resolved run, checkpoint it by the save policy, plot its curves, and print (and save) its summary."""
     import jax
 
     from jaxintro.train import Trainer, hold_out
