@@ -235,6 +235,11 @@ def _add_train(sub: Commands) -> None:
                    help=_("continue that run from its last intact checkpoint, to --epochs in total"))
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
+    add_save_flag(p)
+
+
+def add_save_flag(p: argparse.ArgumentParser) -> None:
+    """`--save-every`, for every command that trains a run folder (`train`, `sweep`)."""
     p.add_argument("--save-every", type=seconds, default=SAVE_EVERY_SECONDS, metavar="SECONDS",
                    help=_("at most one checkpoint every SECONDS while training; the last epoch, a stop and the last "
                           "epoch before a divergence are always saved (default: {seconds:g}; 0: every epoch)").format(
@@ -255,6 +260,7 @@ def _add_sweep(sub: Commands) -> None:
     p.add_argument("--run-dir", default=None, help=_("where to write the sweep (default: runs/<timestamp>)"))
     p.add_argument("--json", action="store_true", help=_("print one JSON summary as the last stdout line"))
     p.add_argument("--no-compile-cache", action="store_true", help=_("do not use JAX's persistent compile cache"))
+    add_save_flag(p)
 
 
 def _add_profile(sub: Commands) -> None:
