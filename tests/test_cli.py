@@ -121,9 +121,11 @@ def test_persistent_cache_is_reported_for_the_training_program_itself(capsys, tm
     seen: list = []
     assert cache() == "miss"  # an empty compile cache
     assert cache() == "hit"
-    # Another learning rate is another training program, while the evaluation programs are the same ones:
-    # only the training program counts.
-    assert cache("--lr", "0.002") == "miss"
+    # Another learning rate is an input of the same training program (`optim.build_optimizer`): a hit. Another
+    # optimizer is another training program, while the evaluation programs are the same ones: only the training
+    # program counts.
+    assert cache("--lr", "0.002") == "hit"
+    assert cache("--optimizer", "sgd") == "miss"
     assert cache("--no-compile-cache") == "off"
     # The same folder reached through a symbolic link (a user cache under a linked home) is the same cache.
     linked = tmp_path / "linked-cache"

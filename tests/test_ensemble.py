@@ -236,14 +236,16 @@ def test_a_sweep_compiles_its_epoch_once(data):
     first, last = member(result.state.params, 0), member(result.state.params, 6)  # seed 0 at 1e-4 and 3e-3
     assert max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(first), jax.tree.leaves(last))) > 1e-3
     # The learning rates are inputs of the program, not constants baked into it: another grid of the same
-    # size lowers to the very same program, while two plain runs with different rates do not.
+    # size lowers to the very same program, and so do two plain runs with different rates (every run's rate is an
+    # input), while another batch size is another program.
     def epoch_text(config: TrainConfig) -> str:
         trainer = Trainer.create(config, data)
         state = trainer.init_state()
         return trainer.jit_epoch().lower(state.params, state.opt_state, state.key, data.x_train, data.y_train).as_text()
 
     assert epoch_text(TrainConfig(**SMALL, lr_grid=(1e-4, 1e-3))) == epoch_text(TrainConfig(**SMALL, lr_grid=(0.5, 0.7)))
-    assert epoch_text(TrainConfig(**SMALL, lr=1e-4)) != epoch_text(TrainConfig(**SMALL, lr=1e-3))
+    assert epoch_text(TrainConfig(**SMALL, lr=1e-4)) == epoch_text(TrainConfig(**SMALL, lr=1e-3))
+    assert epoch_text(TrainConfig(**SMALL, lr=1e-4)) != epoch_text(TrainConfig(**{**SMALL, "batch_size": 16}))
 
 
 def test_the_ensemble_averages_the_members_probabilities():

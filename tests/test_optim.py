@@ -77,9 +77,23 @@ def test_a_sweeps_optimizer_carries_each_members_rate_and_decay_in_its_state():
 
 
 def test_the_lessons_optimizer_is_optax_adam_itself_state_and_all():
-    params = {"w": jnp.array([1.0, -2.0])}
+    """Its learning rate an input (`inject_hyperparams`), the lesson's `optax.adam(1e-3)` inside: the same state (no
+    schedule count) and the same updates, bit for bit, jitted as the epoch runs them."""
+    params, grads = {"w": jnp.array([1.0, -2.0])}, {"w": jnp.array([0.3, -0.7])}
     ours, lesson = build_optimizer(TrainConfig(), 100), optax.adam(1e-3)
-    assert jax.tree.structure(ours.init(params)) == jax.tree.structure(lesson.init(params))  # no schedule count
+    state, theirs = ours.init(params), lesson.init(params)
+    assert jax.tree.structure(state.inner_state) == jax.tree.structure(theirs)
+    for _step in range(3):
+        (mine, state), (want, theirs) = jax.jit(ours.update)(grads, state), jax.jit(lesson.update)(grads, theirs)
+        np.testing.assert_array_equal(mine["w"], want["w"])
+
+
+def test_a_new_learning_rate_is_an_input_of_the_same_program():
+    """The rate lives in the optimizer state, so two rates lower to one program (what the compile cache keys on)."""
+    params, grads = {"w": jnp.ones(3)}, {"w": jnp.ones(3)}
+    texts = [jax.jit(build_optimizer(TrainConfig(lr=lr, clip_norm=1.0), 100).update).lower(
+        grads, build_optimizer(TrainConfig(lr=lr, clip_norm=1.0), 100).init(params)).as_text() for lr in (1e-3, 2e-3)]
+    assert texts[0] == texts[1]
 
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["one-model", "sweep"])

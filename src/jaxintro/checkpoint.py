@@ -36,6 +36,7 @@ from jaxintro.faults import (WriteFault, capture_library_logs, check_folder, col
                              run_write)
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
+from jaxintro.optim import with_inner_state
 from jaxintro.parallel import make_mesh, replicated_sharding
 from jaxintro.runs import CHECKPOINT_DIR, PinnedFolder, check_checkpoint_tree, row_problem
 from jaxintro.runtime import release_free_memory
@@ -55,8 +56,12 @@ def _manager(folder: Path, *, create: bool, background: bool = False) -> ocp.Che
     return ocp.CheckpointManager(folder.absolute(), options=options)
 
 
-def _as_tree(state: TrainState) -> dict[str, Any]:
-    return {"params": state.params, "opt_state": state.opt_state, "key": jax.random.key_data(state.key)}
+def _as_tree(state: TrainState, *, sweep: bool) -> dict[str, Any]:
+    """The tree saved. A run's optimizer state is its optimizer's own, as it has always been saved (the
+    hyperparameters `optim.build_optimizer` injects come from the config); a sweep's keeps the wrapper, whose
+    hyperparameters differ member by member."""
+    opt_state = state.opt_state if sweep else state.opt_state.inner_state
+    return {"params": state.params, "opt_state": opt_state, "key": jax.random.key_data(state.key)}
 
 
 class Checkpointer:
@@ -103,7 +108,7 @@ class Checkpointer:
         with run_write(what, self.run_dir):
             try:
                 self.manager.save(state.epoch, args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(_as_tree(state)), meta=ocp.args.JsonSave(meta)))
+                    state=ocp.args.StandardSave(_as_tree(state, sweep=config.sweep)), meta=ocp.args.JsonSave(meta)))
             except Exception as exc:  # Orbax and TensorStore wrap the OS's refusal in their own errors
                 raise fault_from(exc, what, self.run_dir) from None
         self._in_flight = (state.epoch, tuple(metrics))
@@ -192,7 +197,8 @@ def restore(run_dir: Path, template: TrainState, *, params_only: bool = False) -
         meta = _restore_meta(manager, run_dir, step)
         saved = _saved_shapes(manager, step)
         impl = _key_impl(meta, run_dir, step, saved.get(("key",), ()), str(jax.random.key_impl(template.key)))
-        tree = {**_as_tree(template), "key": _abstract_key_data(template.key.shape, impl)}
+        config = config_from_meta(run_dir, meta)
+        tree = {**_as_tree(template, sweep=config.sweep), "key": _abstract_key_data(template.key.shape, impl)}
         abstract = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
         _check_shapes(run_dir, abstract, saved)
         if params_only:  # Adam's two moments are never read
@@ -200,8 +206,10 @@ def restore(run_dir: Path, template: TrainState, *, params_only: bool = False) -
         _check_chunks(manager.directory / str(step) / "state", abstract)
         if params_only:
             return _restore_part(manager.directory / str(step) / "state", abstract), meta, impl
-        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-        return restored.state, meta, impl
+        restored = dict(manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state)
+        if not config.sweep:  # the hyperparameters the optimizer state carries, set again from the config
+            restored["opt_state"] = with_inner_state(config, template.opt_state, restored["opt_state"])
+        return restored, meta, impl
 
     step, (tree, meta, impl) = _newest_intact(run_dir, steps, restore_step)
     key = jax.random.wrap_key_data(np.asarray(tree["key"]), impl=impl)

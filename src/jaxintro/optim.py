@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax.numpy as jnp
 import optax
 
 from jaxintro.config import TrainConfig
@@ -29,16 +30,32 @@ def build_schedule(config: TrainConfig, total_steps: int, peak: Any = None) -> o
 def build_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
     """`chain(clip_by_global_norm?, adam | adamw | sgd)` with the config's schedule.
 
-    In a sweep the learning rate and weight decay are `optax.inject_hyperparams` inputs, kept in the
-    optimizer state: each member carries its own values, and one compiled program trains them all.
-    (A Python float would be baked into the program as a constant, one compilation per value.)
+    The learning rate, the weight decay and the clip norm are `optax.inject_hyperparams` inputs, kept in the
+    optimizer state: arguments of the compiled program, not constants in it. A Python float would be baked into
+    the program, so a new `--lr` would compile the whole epoch again; as an input it reuses the program the
+    compile cache holds, and in a sweep each member carries its own values through one program.
     """
-    if config.sweep:
-        def chain(learning_rate, weight_decay):
-            return _chain(config, total_steps, learning_rate, weight_decay)
+    def chain(learning_rate, weight_decay, max_norm=None):
+        return _chain(config, total_steps, learning_rate, weight_decay, max_norm)
 
-        return optax.inject_hyperparams(chain)(learning_rate=config.lr, weight_decay=config.weight_decay)
-    return _chain(config, total_steps, config.lr, config.weight_decay)
+    return optax.inject_hyperparams(chain)(**hyperparams(config))
+
+
+def hyperparams(config: TrainConfig) -> dict[str, float]:
+    """The optimizer's inputs a run sets (`build_optimizer`): a new value reuses the compiled program."""
+    values = {"learning_rate": config.lr, "weight_decay": config.weight_decay}
+    return values if config.clip_norm is None else {**values, "max_norm": config.clip_norm}
+
+
+def with_inner_state(config: TrainConfig, template: Any, inner: Any) -> Any:
+    """The optimizer state `build_optimizer`'s makes, from the wrapped optimizer's own (`inner`): what a
+    checkpoint of a run that is not a sweep holds (the format it always had), with the config's hyperparameters
+    set again in `template`'s shapes (a leading member axis for several seeds)."""
+    values = hyperparams(config)
+    return template._replace(
+        count=jnp.zeros(template.count.shape, template.count.dtype),
+        hyperparams={name: jnp.full(leaf.shape, values[name], leaf.dtype) for name, leaf in template.hyperparams.items()},
+        inner_state=inner)
 
 
 def with_hyperparams(opt_state: Any, lr: Any, weight_decay: Any) -> Any:
@@ -55,10 +72,11 @@ OPTIMIZERS = {
 }
 
 
-def _chain(config: TrainConfig, total_steps: int, lr: Any, weight_decay: Any) -> optax.GradientTransformation:
-    # A constant rate is passed as a number, exactly `optax.adam(1e-3)` as in the lesson.
+def _chain(config: TrainConfig, total_steps: int, lr: Any, weight_decay: Any,
+           max_norm: Any = None) -> optax.GradientTransformation:
+    # A constant rate is passed as it is, `optax.adam(learning_rate)` as in the lesson (an input here, not 1e-3).
     schedule = lr if config.schedule == "constant" else build_schedule(config, total_steps, peak=lr)
     base = OPTIMIZERS[config.optimizer](schedule, weight_decay)
-    if config.clip_norm is None:
+    if max_norm is None:
         return base
-    return optax.chain(optax.clip_by_global_norm(config.clip_norm), base)
+    return optax.chain(optax.clip_by_global_norm(max_norm), base)
