@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from jaxintro import checkpoint, runs
 from jaxintro.cli import main
+from jaxintro.config import TrainConfig
 from jaxintro.data import load_dataset
 from jaxintro.idx import parse_idx
 from jaxintro.errors import DataError
@@ -197,6 +198,23 @@ def test_the_save_policy_saves_the_last_epoch_and_the_last_finite_one_before_a_d
     (held, _meta), (straight, _meta) = checkpoint.restore(run, template), checkpoint.restore(whole, template)
     pairs = zip(jax.tree.leaves((held.params, held.opt_state)), jax.tree.leaves((straight.params, straight.opt_state)))
     assert all(np.array_equal(a, b) for a, b in pairs)  # the same seed's epoch 3, bit for bit
+
+
+def test_without_room_for_a_held_copy_every_epoch_is_saved(tmp_path, monkeypatch):
+    """The held copy is memory the estimate does not plan: where it would not fit beside training, the saver saves
+    every epoch instead, so the last finite epoch is on disk without one."""
+    from jaxintro import memory
+
+    config = TrainConfig(dataset="digits", epochs=3)
+    sizes, images = (64, 256, 128, 10), 1437
+    need = memory.estimate_memory_bytes(config, sizes, images)
+    tight = int(need / memory.MEMORY_SHARE) + 1  # training fits; a copy of its parameters and moments does not
+    assert not memory.held_copy_fits(config, sizes, images, available=tight)
+    assert memory.held_copy_fits(config, sizes, images, available=4 * tight)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: tight)
+    run = tmp_path / "tight"
+    assert main(["train", "--dataset", "digits", "--epochs", "3", "--save-every", "1000", "--run-dir", str(run)]) == 0
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [1, 2, 3]
 
 
 def test_a_finite_explosion_is_a_divergence_as_a_nan_is(tmp_path, capsys):

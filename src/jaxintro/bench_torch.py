@@ -22,8 +22,8 @@ COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
 COMPILE_FAILED = N_("torch.compile failed")
 
 
-# The JAX activations the twin can mirror, by name (`models.Dense.activation`), each as its PyTorch module.
-TORCH_ACTIVATIONS = {"relu": "ReLU"}
+# The JAX activations the twin can mirror (`models.Dense.activation`), each as the name of its PyTorch module.
+TORCH_ACTIVATIONS = {ACTIVATION: "ReLU"}
 
 
 def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable = ACTIVATION):
@@ -31,9 +31,10 @@ def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable 
     activation ... -> Linear (the lesson's MLP by default)."""
     import torch
 
-    if activation.__name__ not in TORCH_ACTIVATIONS:
+    if activation not in TORCH_ACTIVATIONS:
+        name = lambda f: getattr(f, "__name__", repr(f))  # noqa: E731
         raise JaxintroError(_("the PyTorch twin has no {activation} (it mirrors {known})").format(
-            activation=activation.__name__, known=", ".join(TORCH_ACTIVATIONS)))
+            activation=name(activation), known=", ".join(map(name, TORCH_ACTIVATIONS))))
     modules: list[torch.nn.Module] = []
     for i, (w, b) in enumerate(layers):
         linear = torch.nn.Linear(*w.shape)
@@ -42,7 +43,7 @@ def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable 
             linear.bias.copy_(torch.from_numpy(np.array(b)))
         modules.append(linear)
         if i < len(layers) - 1:
-            modules.append(getattr(torch.nn, TORCH_ACTIVATIONS[activation.__name__])())
+            modules.append(getattr(torch.nn, TORCH_ACTIVATIONS[activation])())
     return torch.nn.Sequential(*modules)
 
 

@@ -36,7 +36,7 @@ from jaxintro.faults import (WriteFault, capture_library_logs, check_folder, col
                              run_write)
 from jaxintro.i18n import _, ngettext
 from jaxintro.members import abstract_carry
-from jaxintro.optim import with_inner_state
+from jaxintro.optim import wrap_inner_state
 from jaxintro.parallel import make_mesh, replicated_sharding
 from jaxintro.runs import CHECKPOINT_DIR, PinnedFolder, check_checkpoint_tree, row_problem
 from jaxintro.runtime import release_free_memory
@@ -208,7 +208,7 @@ def restore(run_dir: Path, template: TrainState, *, params_only: bool = False) -
             return _restore_part(manager.directory / str(step) / "state", abstract), meta, impl
         restored = dict(manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state)
         if not config.sweep:  # the hyperparameters the optimizer state carries, set again from the config
-            restored["opt_state"] = with_inner_state(config, template.opt_state, restored["opt_state"])
+            restored["opt_state"] = wrap_inner_state(config, template.opt_state, restored["opt_state"])
         return restored, meta, impl
 
     step, (tree, meta, impl) = _newest_intact(run_dir, steps, restore_step)

@@ -113,6 +113,15 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, *, d
              available=available / 2**30, fit=fit))
 
 
+def held_copy_fits(config: TrainConfig, sizes: Sequence[int], num_train: int, *, devices: int = 1, copies: int = 1,
+                   available: int | None = None) -> bool:
+    """Whether training's estimate and one more copy of every member's parameters and optimizer moments (the epoch
+    `train --save-every` holds until a later one is known finite) fit where `check_memory` looks."""
+    held = BYTES * 3 * param_total(sizes) * config.members * copies
+    available = available_memory_bytes() if available is None else available
+    return estimate_memory_bytes(config, sizes, num_train, devices, copies) + held <= MEMORY_SHARE * available
+
+
 def estimate_use_bytes(config: TrainConfig, sizes: Sequence[int]) -> int:
     """What using a trained run of `config.members` MLPs of `sizes` needs: each member's parameters twice (restored,
     then placed as the members used), and an evaluation chunk's inputs and activations for every member."""

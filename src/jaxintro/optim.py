@@ -28,29 +28,33 @@ def build_schedule(config: TrainConfig, total_steps: int, peak: Any = None) -> o
 
 
 def build_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
-    """`chain(clip_by_global_norm?, adam | adamw | sgd)` with the config's schedule.
+    """`chain(clip_by_global_norm?, adam | adamw | sgd)` with the config's schedule, in `optax.inject_hyperparams`.
 
     The learning rate, the weight decay and the clip norm are `optax.inject_hyperparams` inputs, kept in the
     optimizer state: arguments of the compiled program, not constants in it. A Python float would be baked into
     the program, so a new `--lr` would compile the whole epoch again; as an input it reuses the program the
     compile cache holds, and in a sweep each member carries its own values through one program.
     """
-    def chain(learning_rate, weight_decay, max_norm=None):
+    def chain(learning_rate, weight_decay, max_norm=config.clip_norm):
         return _chain(config, total_steps, learning_rate, weight_decay, max_norm)
 
     return optax.inject_hyperparams(chain)(**hyperparams(config))
 
 
 def hyperparams(config: TrainConfig) -> dict[str, float]:
-    """The optimizer's inputs a run sets (`build_optimizer`): a new value reuses the compiled program."""
+    """The optimizer's inputs a run sets (`build_optimizer`): a new value reuses the compiled program. A sweep's
+    clip norm stays a constant: its checkpoints hold these inputs as saved, and those of earlier versions have
+    none for it."""
     values = {"learning_rate": config.lr, "weight_decay": config.weight_decay}
-    return values if config.clip_norm is None else {**values, "max_norm": config.clip_norm}
+    return values if config.clip_norm is None or config.sweep else {**values, "max_norm": config.clip_norm}
 
 
-def with_inner_state(config: TrainConfig, template: Any, inner: Any) -> Any:
-    """The optimizer state `build_optimizer`'s makes, from the wrapped optimizer's own (`inner`): what a
-    checkpoint of a run that is not a sweep holds (the format it always had), with the config's hyperparameters
-    set again in `template`'s shapes (a leading member axis for several seeds)."""
+def wrap_inner_state(config: TrainConfig, template: Any, inner: Any) -> Any:
+    """The state `build_optimizer`'s optimizer keeps, around the wrapped optimizer's own (`inner`, what a checkpoint
+    of a run that is not a sweep holds, the format it always had): the config's hyperparameters set again, in
+    `template`'s shapes (a leading member axis for several seeds). Its `count` starts again at 0: it counts the
+    updates since the wrapper was made, and no hyperparameter here is scheduled by it (the learning rate's
+    schedule reads the inner optimizer's own count, restored)."""
     values = hyperparams(config)
     return template._replace(
         count=jnp.zeros(template.count.shape, template.count.dtype),
@@ -74,7 +78,8 @@ OPTIMIZERS = {
 
 def _chain(config: TrainConfig, total_steps: int, lr: Any, weight_decay: Any,
            max_norm: Any = None) -> optax.GradientTransformation:
-    # A constant rate is passed as it is, `optax.adam(learning_rate)` as in the lesson (an input here, not 1e-3).
+    # A constant rate goes in as it is: `optax.adam(learning_rate)`, the lesson's `optax.adam(1e-3)` with its number
+    # an input.
     schedule = lr if config.schedule == "constant" else build_schedule(config, total_steps, peak=lr)
     base = OPTIMIZERS[config.optimizer](schedule, weight_decay)
     if max_norm is None:

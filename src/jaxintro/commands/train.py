@@ -23,6 +23,7 @@ from jaxintro.faults import WriteFault, run_write, watch
 from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
 from jaxintro.jsonio import json_safe, json_text
+from jaxintro.memory import held_copy_fits
 from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, committed_epochs, discard_run_dir, read_json
 from jaxintro.signals import GracefulStop
 
@@ -199,8 +200,12 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         watch(run_dir)  # every later write checks that the folder is still this one
         with run_write(runs.CONFIG_FILE, run_dir):
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
+    # Where a held copy of the state would not fit beside training, every epoch is saved instead: then the last finite
+    # epoch is on disk without one.
+    room = held_copy_fits(config, trainer.model.sizes, len(dataset.x_train), devices=trainer.mesh.size,
+                          copies=trainer.layout.copies)
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch,
-                       every=args.save_every, processes=jax.process_count())
+                       every=args.save_every if room else 0.0, processes=jax.process_count())
     spread = report.print_header(config, dataset, run_dir)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
         result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop,
@@ -303,16 +308,19 @@ class EpochSaver:
 
 
 def held_copy(state: Any) -> Any:
-    """A copy of `state` on its devices, in one small program: the next epoch donates (and so frees) the original."""
-    return state._replace(params=_copy_program()(state.params), opt_state=_copy_program()(state.opt_state))
+    """A copy of `state`'s parameters and optimizer state on their devices, in one small program: the next epoch
+    donates (and so frees) the originals. The key is not donated, so it is kept as it is."""
+    params, opt_state = _copy_program()((state.params, state.opt_state))
+    return state._replace(params=params, opt_state=opt_state)
 
 
 @functools.cache
 def _copy_program() -> Any:
     import jax
+    import jax.numpy as jnp
 
-    # `leaf * 1`, not `leaf`: jit hands an input returned unchanged back as the same buffer, which the epoch donates.
-    return jax.jit(lambda tree: jax.tree.map(lambda leaf: leaf * 1, tree))
+    # `jnp.copy`: a new buffer (jit hands an input returned unchanged back as the same one, which the epoch donates).
+    return jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
 def train_and_save(trainer: Any, dataset: Any, state: Any, saver: EpochSaver, run_dir: Path, *,
