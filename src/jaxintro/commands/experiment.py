@@ -38,11 +38,13 @@ def run(args: argparse.Namespace) -> int:
         report = experiments.models_experiment(config, dataset, out_dir, log=print)
         # Column headings, each translated alone (outside the f-string, where extraction finds them) to keep the widths.
         heads = [_("model"), _("params"), _("test acc"), _("s/epoch"), _("compile s")]
-        print("\n" + f"{heads[0]:<10}" + "".join(f"{h:>{w}}" for h, w in zip(heads[1:], (10, 10, 10, 11))))
+        # A longer translation widens its column, two spaces apart at least, so headings never run together.
+        widths = [max(width, len(head) + 2) for head, width in zip(heads[1:], (10, 10, 10, 11))]
+        print("\n" + f"{heads[0]:<10}" + "".join(f"{h:>{w}}" for h, w in zip(heads[1:], widths)))
         for r in report["rows"]:
-            print(f"{r['model']:<10}{format_number(r['param_count'], '>10,')}"
-                  f"{format_number(r['test_accuracy'], '>10.2%')}"
-                  f"{format_number(r['seconds_per_epoch'], '>10.2f')}{format_number(r['compile_seconds'], '>11.2f')}")
+            cells = zip((r["param_count"], r["test_accuracy"], r["seconds_per_epoch"], r["compile_seconds"]), widths,
+                        (",", ".2%", ".2f", ".2f"))
+            print(f"{r['model']:<10}" + "".join(format_number(value, f">{w}{spec}") for value, w, spec in cells))
     else:
         report = experiments.clipping_experiment(config, dataset, out_dir, clip=args.clip, log=print)
         print("\n" + _("Test accuracy without clipping: {accuracy:.2f}%").format(
