@@ -47,12 +47,13 @@ def test_the_lesson_imports_nothing_of_jaxintro():
 
 
 def test_the_command_line_imports_only_what_help_needs():
-    assert top_level_imports(PACKAGE / "cli.py") <= {"jaxintro", "jaxintro.config", "jaxintro.errors",
-                                                      "jaxintro.faults", "jaxintro.i18n", "jaxintro.runs"}
+    assert top_level_imports(PACKAGE / "cli.py") <= {"jaxintro", "jaxintro.argtypes", "jaxintro.config",
+                                                      "jaxintro.errors", "jaxintro.faults", "jaxintro.i18n",
+                                                      "jaxintro.runs"}
 
 
 def test_foundations_import_no_layer_above_them():
-    foundations = {"config", "errors", "i18n", "jsonio", "data", "idx", "runs", "listing", "faults", "images", "grid",
+    foundations = {"argtypes", "config", "errors", "i18n", "jsonio", "data", "idx", "runs", "listing", "faults", "images", "grid",
                    "record"}
     for name in foundations:
         above = {m for m in top_level_imports(PACKAGE / f"{name}.py")
