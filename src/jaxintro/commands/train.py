@@ -200,12 +200,13 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
         watch(run_dir)  # every later write checks that the folder is still this one
         with run_write(runs.CONFIG_FILE, run_dir):
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
-    # Where a held copy of the state would not fit beside training, every epoch is saved instead: then the last finite
-    # epoch is on disk without one.
+    # Every epoch is saved where a held copy of the state would not fit beside training (then the last finite epoch is
+    # on disk without one), and with several processes (each would read its own clock, and a save is collective).
     room = held_copy_fits(config, trainer.model.sizes, len(dataset.x_train), devices=trainer.mesh.size,
                           copies=trainer.layout.copies)
+    every = args.save_every if room and jax.process_count() == 1 else 0.0
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch,
-                       every=args.save_every if room else 0.0, processes=jax.process_count())
+                       every=every)
     spread = report.print_header(config, dataset, run_dir)
     with GracefulStop(distributed=jax.process_count() > 1) as stop:
         result = train_and_save(trainer, dataset, state, saver, run_dir, should_stop=stop.should_stop,
@@ -255,18 +256,18 @@ class EpochSaver:
     The policy: at most one save every `every` seconds of training, and always the run's last epoch, the epoch a
     signal stops it after, and the last finite epoch before a divergence. An epoch not saved is held as a copy on
     the device (the next epoch donates its buffers), saved only if the next one diverges (`save_held`); a save
-    writes Orbax's files in a thread that competes with training, so fewer saves keep the epochs fast. With several
-    processes every epoch is saved: each process would read its own clock, and a save is collective.
+    writes Orbax's files in a thread that competes with training, so fewer saves keep the epochs fast (`every` 0:
+    every epoch is saved).
     First the state, then the metrics that describe it: `metrics.jsonl` is rewritten once a step is on disk.
     `seconds` is what saving blocked training: the copy off the device, and the last save's wait.
     """
 
     def __init__(self, config: TrainConfig, dataset: Any, run_dir: Path, rows: list[dict[str, Any]], *,
-                 primary: bool, resumed_epoch: int | None, every: float = 0.0, processes: int = 1) -> None:
+                 primary: bool, resumed_epoch: int | None, every: float = 0.0) -> None:
         from jaxintro.checkpoint import Checkpointer
 
         self.config, self.rows, self.seconds = config, rows, 0.0
-        self.every = every if processes == 1 else 0.0
+        self.every = every
         self.dataset = DatasetInfo.of(dataset).to_json()
         self.checkpointer = Checkpointer(run_dir, on_saved=functools.partial(runs.write_metrics, run_dir)
                                          if primary else None)
@@ -290,15 +291,12 @@ class EpochSaver:
         self.checkpointer.save(state, self.config, self.rows[:rows], self.dataset)
         self._saved_at, self._held = time.monotonic(), None
 
-    def save_held(self) -> int | None:
-        """Save the newest epoch not yet saved (a later one diverged); its epoch, or None when every epoch was saved."""
-        if self._held is None:
-            return None
-        state, rows = self._held
-        start = time.perf_counter()
-        self._save(state, rows)
-        self.seconds += time.perf_counter() - start
-        return state.epoch
+    def save_held(self) -> None:
+        """Save the newest epoch not yet saved (a later one diverged), if there is one."""
+        if self._held is not None:
+            start = time.perf_counter()
+            self._save(*self._held)
+            self.seconds += time.perf_counter() - start
 
     def close(self) -> None:
         """Wait for the last saved epoch's step, still being written."""
