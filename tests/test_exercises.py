@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -520,11 +521,20 @@ def test_the_solutions_mutants_include_the_wrong_carry_and_the_survivors_list_is
     assert set(tomllib.loads(REASONS.read_text(encoding="utf-8"))) <= every
 
 
+def _words(source: str) -> set[str]:
+    """The comments and docstrings of `source`: what a reader reads as prose."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.string for t in tokens if t.type == tokenize.COMMENT or t.string.startswith('"""')}
+
+
 def test_a_spanish_solution_is_commented_in_spanish(tmp_path, capsys, monkeypatch):
     from jaxintro.exercises.texts import solution_comments
 
     english = {c for e in EXERCISES for c in re.findall(r"# (.*)\n", e.reference()) if not c.startswith(">>>")}
     assert english == set(solution_comments("es")), "every comment of our solutions has its Spanish words"
+    for exercise in EXERCISES:  # and every docstring, the file's first line included
+        untranslated = _words(exercise.reference("en")) & _words(exercise.reference("es"))
+        assert not untranslated, (exercise.number, untranslated)
     folder = tmp_path / "ejercicios"
     assert main(["--lang", "es", "exercises", "init", str(folder)]) == 0
     capsys.readouterr()

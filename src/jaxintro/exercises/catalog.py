@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from jaxintro.errors import ConfigError
-from jaxintro.exercises.texts import docstrings, given_docstrings, solution_comments, statement
+from jaxintro.exercises.texts import docstrings, given_docstrings, solution_comments, statement, summary
 from jaxintro.i18n import DOMAIN, LOCALE_DIR, N_, _
 
 SOLUTIONS = Path(__file__).parent / "solutions"
@@ -50,6 +50,8 @@ class Exercise:
             return source
         for english, translated in solution_comments(lang).items():  # the starter keeps its (given) comments as
             source = source.replace(f"# {english}\n", f"# {translated}\n")  # they were: a starter stays a starter
+        if first_line := summary(self.slug, lang):
+            source = _MODULE_DOC.sub(lambda m: _docstring(first_line, "") + "\n", source, count=1)
         return self._in_language(source, lang)
 
     def _in_language(self, source: str, lang: str) -> str:

@@ -333,6 +333,28 @@ GIVEN = {
     "Step 3, given: mean cross-entropy.": "Paso 3, dado: entropía cruzada media.",
 }
 
+# The first line of each solution file (what `solution N` prints above the code), as it reads in Spanish.
+SUMMARIES = {
+    "init_params": "Constrúyelo, paso 1: los parámetros del MLP, con inicialización de He a partir de claves divididas.",
+    "forward": "Constrúyelo, paso 2: la pasada hacia delante del MLP de 3 capas.",
+    "loss_fn": "Constrúyelo, paso 3: la pérdida, una entropía cruzada media a través de log-softmax.",
+    "train_step": "Constrúyelo, paso 4: un paso de entrenamiento con value_and_grad y Optax, compilado con jit.",
+    "immutable_update": "Ideas clave: los arrays son inmutables; `.at[i].set(v)` devuelve una copia actualizada.",
+    "tree_map": "Ideas clave: una actualización de un pytree con jax.tree.map, para cualquier anidación de dicts, "
+                "listas y tuplas.",
+    "vmap_in_axes": "Ideas clave: vmap con los in_axes correctos, para un lote de una función de un ejemplo.",
+    "scan": "Ideas clave: un bucle de Python reescrito como lax.scan (un paso compilado, cualquier longitud).",
+    "cond": "Ideas clave: una bifurcación según un valor como lax.cond (un `if` de Python no ve un valor trazado).",
+    "split_keys": "Ideas clave: las claves PRNG se dividen, y cada clave se usa una vez.",
+    "dropout": "Ejercicio 1: dropout en el MLP, con una clave dividida por capa.",
+    "per_example_grads": "Ejercicio 2: gradientes por ejemplo con vmap(grad), y sus normas.",
+    "any_depth": "Ejercicio 3: la pasada hacia delante de un MLP de cualquier profundidad: cuenta las capas con "
+                 "jax.tree.leaves y recórrelas por número.",
+    "jit_timing": "Ejercicio 4: jit frente a sin jit, medido con honestidad: primero el calentamiento, y espera al "
+                  "resultado.",
+    "clipping": "Ejercicio 5: recorte del gradiente con optax.chain, y la curva de las normas del gradiente.",
+}
+
 # The comments of our solutions (`solution N`), English -> Spanish.
 SOLUTION_COMMENTS = {
     'By number, not in the leaves\' order: jax.tree.leaves sorts the keys as strings, "layer10" before "layer2".':
