@@ -220,11 +220,10 @@ def check_per_example_grads(ns: Learner) -> None:
     got = attempt(norms.jit(), tiny, name="grad_norms", inputs=inputs + " x 1e-4")
     if np.shape(got) == (4,) and not close(got, want := _reference_norms(tiny), tol=1e-7):
         raise CheckFailed("tiny_norms_off", _(
-            "grad_norms is right for gradients of norm near 1 and wrong for tiny ones ({got} where the norm is "
-            "{want}): an epsilon added inside the square root, \"against NaN\", outweighs a small norm; the square "
+            "grad_norms is right for gradients of norm near 1 and wrong for tiny ones ({got:.2e} where the norm is "
+            "{want:.2e}): an epsilon added inside the square root, \"against NaN\", outweighs a small norm; the square "
             "root of a sum of squares needs no guard here").format(
-            got=np.format_float_scientific(float(np.ravel(got)[0]), precision=2),
-            want=np.format_float_scientific(float(want[0]), precision=2)))
+            got=float(np.ravel(got)[0]), want=float(want[0])))
     params = make_params(0, (5, 4, 6, 3))
     sizes = [per_example.program_size(params, *make_batch(0, b, 5, 3)) for b in (2, 6)]
     if sizes[0] != sizes[1]:
@@ -500,8 +499,8 @@ def _check_clipped(clipped: Function, first_updates: Function) -> None:
                 "clipped({inputs}) on gradients of norm {small:.2f}, below max_norm: the update is not the optimizer's "
                 "{why}").format(inputs=inputs, small=float(optax.tree.norm(small)), why=_(
                     "(clipping only shrinks the big ones)") if key == "clipped_small_grads" else _(
-                    "(-{lr} x the gradient): use the optimizer clipped() is given, chained after the clip, not one "
-                    "built inside").format(lr=Code(lr))))
+                    "(-{lr:g} x the gradient): use the optimizer clipped() is given, chained after the clip, not one "
+                    "built inside").format(lr=lr)))
         updates = attempt(first_updates, tx, grads, name="clipped", inputs=inputs)
         require_finite(updates, "clipped", inputs)
         want = jax.tree.map(lambda g: -lr * np.asarray(g, np.float64) * min(1.0, max_norm / norm), grads)
@@ -513,8 +512,8 @@ def _clip_mistake(updates, grads, lr: float, max_norm: float, inputs: str) -> tu
     """The key and message of clipped updates that differ from the reference's (all of them finite)."""
     norm, got = float(optax.tree.norm(grads)), float(optax.tree.norm(updates))
     said = _("clipped({inputs}) on gradients of global norm {norm:.1f}: the update's norm is {got:.3f}, expected "
-             "{lr} x {max_norm} = {want:.3f}").format(inputs=inputs, norm=norm, got=got, lr=Code(lr),
-                                                       max_norm=Code(max_norm), want=lr * max_norm)
+             "{lr:g} x {max_norm:g} = {want:.3f}").format(inputs=inputs, norm=norm, got=got, lr=lr, max_norm=max_norm,
+                                                         want=lr * max_norm)
     elementwise = jax.tree.map(lambda g: -lr * np.clip(np.asarray(g, np.float64), -max_norm, max_norm), grads)
     if close(updates, elementwise):
         return "clipped_elementwise", said + _(
