@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,14 @@ def test_predict_classifies_every_readable_image_and_names_each_other_one(digits
     rows = [json.loads(line) for line in out.splitlines()[2:]]
     assert [r["file"] for r in rows] == [str(good), str(blank), str(other)]
     assert "error" in rows[1] and "top3" in rows[0] and "top3" in rows[2]
+
+
+@pytest.mark.parametrize("lang, shape", [("es", r": \d  \(\d: \d,\d{3}; \d: \d,\d{3}; \d: \d,\d{3}\)$"),
+                                         ("en", r": \d  \(\d: \d\.\d{3}, \d: \d\.\d{3}, \d: \d\.\d{3}\)$")])
+def test_predict_writes_its_confidences_as_the_language_does(lang, shape, digits_run, tmp_path, capsys):
+    """In Spanish a comma is the decimal mark, so the three classes are parted by "; " (0,550; 0,091)."""
+    image = tmp_path / "a.png"
+    drawing(strokes=SEVEN).save(image, format="PNG")
+    capsys.readouterr()
+    assert main(["--lang", lang, "predict", str(digits_run), str(image)]) == 0
+    assert re.search(shape, capsys.readouterr().out.strip()), shape

@@ -104,6 +104,11 @@ class Code:
         return format(self.value, format_spec)
 
 
+def list_separator() -> str:
+    """What goes between the numbers of a list: "; " where a comma is the decimal mark (0,55; 0,09), else ", "."""
+    return "; " if _language in DECIMAL_COMMA else ", "
+
+
 def format_number(value: Any, spec: str) -> str:
     """`format(value, spec)` as the chosen language writes numbers (0.9757 in English, 0,9757 in Spanish)."""
     return Localized("{:" + spec + "}").format(value)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from jaxintro.errors import DataError, error_line
-from jaxintro.i18n import _, format_number, printable
+from jaxintro.i18n import _, format_number, list_separator, printable
 from jaxintro.jsonio import json_text
 
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                         "top3": [[classes[int(i)], float(p[i])] for i in top]})
         # A file's name may hold escapes or newlines: shown escaped, as the image errors show it.
         name, shown = printable(path), [printable(c) for c in classes]
-        print(f"{name}: {shown[int(top[0])]}  (" + ", ".join(
+        print(f"{name}: {shown[int(top[0])]}  (" + list_separator().join(
             f"{shown[int(i)]}: {format_number(float(p[i]), '.3f')}" for i in top) + ")")
     if args.json:
         for r in results:

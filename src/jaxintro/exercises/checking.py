@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 
 from jaxintro.exercises.learner import Function, LearnerRaised
-from jaxintro.i18n import DECIMAL_COMMA, _, current_language
+from jaxintro.i18n import DECIMAL_COMMA, _, current_language, list_separator
 
 
 class CheckFailed(Exception):
@@ -253,7 +253,7 @@ def numbers(value: Any) -> str:
     """An array's values for a message, 3 decimals, as the learner's language writes numbers (a decimal comma, and
     then "; " between values, in Spanish)."""
     comma = current_language() in DECIMAL_COMMA
-    text = np.array2string(np.asarray(value, np.float64), separator="; " if comma else ", ", threshold=12, formatter={
+    text = np.array2string(np.asarray(value, np.float64), separator=list_separator(), threshold=12, formatter={
         "float_kind": lambda v: np.format_float_positional(v, precision=3, trim="-").replace(".", "," if comma else ".")})
     return " ".join(text.split())  # one line, whatever the shape
 
