@@ -48,7 +48,7 @@ from jaxintro.models import mlp
 from jaxintro.lesson import cross_entropy, scale_images
 from jaxintro.lesson import train_step as jaxintro_train_step
 
-print("jax", jax.__version__, "optax", optax.__version__, "on", jax.devices()[0].platform)
+print("jax", jax.__version__, "optax", optax.__version__, "en", jax.devices()[0].platform)
 
 # %% [markdown]
 # ## 1. Funciones puras
@@ -61,7 +61,7 @@ print("jax", jax.__version__, "optax", optax.__version__, "on", jax.devices()[0]
 
 # %%
 def add_one(x):
-    print("  tracing add_one with x =", x)
+    print("  trazando add_one con x =", x)
     return x + 1.0
 
 
@@ -102,7 +102,7 @@ import numpy as np
 
 x = jnp.arange(5.0)
 print("x =", x, x.dtype)
-print("NumPy's default:", np.arange(5.0).dtype)
+print("por defecto en NumPy:", np.arange(5.0).dtype)
 try:
     x[0] = 10.0
 except TypeError as error:
@@ -118,7 +118,7 @@ y = x.at[0].set(10.0)
 z = x.at[1:3].add(100.0)
 print("x.at[0].set(10.0)   ->", y)
 print("x.at[1:3].add(100.0) ->", z)
-print("x is unchanged:       ", x)
+print("x no ha cambiado:     ", x)
 
 # %% [markdown]
 # ## 3. `grad` y sus composiciones
@@ -145,7 +145,7 @@ def g(x, y):
 
 
 dg_dx, dg_dy = jax.grad(g, argnums=(0, 1))(0.0, 2.0)
-print("at (0, 2): dg/dx =", dg_dx, " dg/dy =", dg_dy)
+print("en (0, 2): dg/dx =", dg_dx, " dg/dy =", dg_dy)
 value, slope = jax.value_and_grad(f)(3.0)
 print("value_and_grad(f)(3.0) =", (float(value), float(slope)))
 
@@ -175,7 +175,7 @@ b = jnp.zeros(2)
 batch_x = jnp.ones((4, 3))
 jaxpr = jax.make_jaxpr(dense)(w, b, batch_x)
 print(jaxpr)
-print("primitives:", sorted({eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}))
+print("primitivas:", sorted({eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}))
 
 # %% [markdown]
 # El producto de matrices se ha convertido en `dot_general`, y las formas forman parte del
@@ -195,7 +195,7 @@ def double(x):
 for _ in range(3):
     double(jnp.ones(3))
 double(jnp.ones(4))
-print("calls: 4, traces:", len(traced_shapes), traced_shapes)
+print("llamadas: 4, trazas:", len(traced_shapes), traced_shapes)
 
 # %% [markdown]
 # Al trazar, `x` tiene forma pero no valor, así que un `if` de Python sobre él no se puede decidir.
@@ -232,7 +232,7 @@ batch_x = jnp.arange(12.0).reshape(4, 3)
 batch_y = jnp.array([1.0, 0.0, -1.0, 2.0])
 batched_predict = jax.vmap(predict, in_axes=(None, None, 0))
 print("batched_predict(w, b, batch_x) =", batched_predict(w, b, batch_x))
-print("equals batch_x @ w + b:", bool(jnp.allclose(batched_predict(w, b, batch_x), batch_x @ w + b)))
+print("igual a batch_x @ w + b:", bool(jnp.allclose(batched_predict(w, b, batch_x), batch_x @ w + b)))
 
 # %% [markdown]
 # El mismo truco da lo que un simple `grad` de la pérdida del lote no puede dar: un gradiente *por
@@ -251,10 +251,10 @@ def batch_loss(w, xs, ys):
 
 per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(w, batch_x, batch_y)
 by_hand = 2 * (batch_x @ w - batch_y)[:, None] * batch_x
-print("per-example gradients:", per_example.shape)
-print("equal to 2 (x·w - y) x by hand:", bool(jnp.allclose(per_example, by_hand)))
+print("gradientes por ejemplo:", per_example.shape)
+print("iguales a 2 (x·w - y) x a mano:", bool(jnp.allclose(per_example, by_hand)))
 batch_grad = jax.grad(batch_loss)(w, batch_x, batch_y)
-print("their mean equals the batch gradient:", bool(jnp.allclose(per_example.mean(axis=0), batch_grad)))
+print("su media es el gradiente del lote:", bool(jnp.allclose(per_example.mean(axis=0), batch_grad)))
 
 # %% [markdown]
 # `jaxintro grads` hace esto con el MLP de la lección (ejercicio 2) y lo compara con un bucle de
@@ -274,10 +274,10 @@ tree = {
 }
 print(jax.tree.map(jnp.shape, tree))
 leaves = jax.tree.leaves(tree)
-print("leaves:", len(leaves), " scalars:", sum(leaf.size for leaf in leaves))
+print("hojas:", len(leaves), " escalares:", sum(leaf.size for leaf in leaves))
 grads = jax.tree.map(jnp.ones_like, tree)
 stepped = jax.tree.map(lambda p, g: p - 0.1 * g, tree, grads)
-print("one SGD step, lr 0.1: layer1 w[0, 0] =", stepped["layer1"]["w"][0, 0])
+print("un paso de SGD, lr 0.1: layer1 w[0, 0] =", stepped["layer1"]["w"][0, 0])
 
 # %% [markdown]
 # ## 7. Números aleatorios: claves, `split`, nunca reutilizadas
@@ -290,11 +290,11 @@ print("one SGD step, lr 0.1: layer1 w[0, 0] =", stepped["layer1"]["w"][0, 0])
 key = jax.random.key(SEED)
 a = jax.random.normal(key, (3,))
 b = jax.random.normal(key, (3,))
-print("same key, same numbers:", bool(jnp.array_equal(a, b)))
+print("misma clave, mismos números:", bool(jnp.array_equal(a, b)))
 key, subkey = jax.random.split(key)
 c = jax.random.normal(subkey, (3,))
-print("a split-off key, other numbers:", not bool(jnp.array_equal(a, c)))
-print("three keys at once:", jax.random.split(key, 3).shape)
+print("una clave dividida, otros números:", not bool(jnp.array_equal(a, c)))
+print("tres claves a la vez:", jax.random.split(key, 3).shape)
 
 # %% [markdown]
 # ## 8. El MLP, paso a paso
@@ -306,8 +306,9 @@ print("three keys at once:", jax.random.split(key, 3).shape)
 # %%
 data = load_dataset(DATASET, DATA_DIR)
 x_train, y_train = data.x_train[:TRAIN_SIZE], data.y_train[:TRAIN_SIZE]
-print(f"{data.name}: {len(x_train)} training and {len(data.x_test)} test images of {data.num_features} pixels")
-print("from:", data.source)
+print(f"{data.name}: {len(x_train)} imágenes de entrenamiento y {len(data.x_test)} de prueba,"
+      f" de {data.num_features} píxeles")
+print("origen:", data.source)
 
 fig, axes = plt.subplots(1, 8, figsize=(8, 1.4))
 for ax, image, label in zip(axes, x_train, y_train):
@@ -339,8 +340,9 @@ init_key, shuffle_key = jax.random.split(jax.random.key(SEED))
 sizes = (data.num_features, 256, 128, data.num_classes)
 params = init_params(init_key, sizes)
 print(jax.tree.map(jnp.shape, params))
-print("parameters:", sum(p.size for p in jax.tree.leaves(params)))
-print(f"std of layer1 w: {float(params['layer1']['w'].std()):.4f}, sqrt(2 / fan_in) = {(2 / sizes[0]) ** 0.5:.4f}")
+print("parámetros:", sum(p.size for p in jax.tree.leaves(params)))
+print(f"desviación típica de layer1 w: {float(params['layer1']['w'].std()):.4f},"
+      f" sqrt(2 / fan_in) = {(2 / sizes[0]) ** 0.5:.4f}")
 
 # %% [markdown]
 # **Pasada hacia delante.** Dos capas ocultas con ReLU y una última capa que devuelve *logits*: una
@@ -357,7 +359,7 @@ x_batch, y_batch = x_train[:BATCH_SIZE], y_train[:BATCH_SIZE]
 logits = forward(params, scale_images(x_batch))
 print("logits:", logits.shape)
 package_logits = mlp.mlp_forward(params, scale_images(x_batch))
-print("same as jaxintro's mlp_forward:", bool(jnp.allclose(logits, package_logits, atol=1e-5)))
+print("igual que mlp_forward de jaxintro:", bool(jnp.allclose(logits, package_logits, atol=1e-5)))
 
 # %% [markdown]
 # **Pérdida.** Entropía cruzada a partir de `log_softmax`, que resta el logit más grande antes de
@@ -371,8 +373,8 @@ def loss_fn(params, x, y):
 
 
 loss_before = loss_fn(params, scale_images(x_batch), y_batch)
-print(f"loss before training: {float(loss_before):.4f}")
-print("same as jaxintro's cross_entropy:", bool(jnp.allclose(loss_before, cross_entropy(logits, y_batch))))
+print(f"pérdida antes de entrenar: {float(loss_before):.4f}")
+print("igual que cross_entropy de jaxintro:", bool(jnp.allclose(loss_before, cross_entropy(logits, y_batch))))
 
 # %% [markdown]
 # **Un paso de entrenamiento.** `value_and_grad` da la pérdida y su gradiente respecto a cada
@@ -391,7 +393,7 @@ adam = optax.adam(1e-3)
 step = jax.jit(functools.partial(train_step, optimizer=adam))
 stepped_params, _, loss = step(params, adam.init(params), x_batch, y_batch)
 loss_after = loss_fn(stepped_params, scale_images(x_batch), y_batch)
-print(f"loss of the first batch: {float(loss):.4f}, after one step: {float(loss_after):.4f}")
+print(f"pérdida del primer lote: {float(loss):.4f}, tras un paso: {float(loss_after):.4f}")
 
 # %% [markdown]
 # `jaxintro train` ejecuta este mismo paso (`jaxintro.lesson.train_step`, que además cuenta los
@@ -400,14 +402,14 @@ print(f"loss of the first batch: {float(loss):.4f}, after one step: {float(loss_
 # %%
 package_step = jax.jit(functools.partial(jaxintro_train_step, model=mlp.build(sizes), tx=adam))
 package_params, _, metrics = package_step(params, adam.init(params), (x_batch, y_batch), None)
-print("same parameters as jaxintro.lesson.train_step:",
+print("mismos parámetros que jaxintro.lesson.train_step:",
       jax.tree.all(jax.tree.map(lambda p, q: jnp.allclose(p, q, atol=1e-6), stepped_params, package_params)))
 
 # %% [markdown]
 # **Entrenamiento.** Cada época saca una permutación nueva de una clave nueva, la corta en lotes de
 # 128 (descartando el último lote incompleto) y ejecuta el paso compilado en cada uno; después
 # evalúa todo el conjunto de prueba. Cada época imprime una línea al estilo de la lección: la pérdida
-# media de entrenamiento y la precisión en test.
+# media de entrenamiento y la exactitud en prueba.
 
 # %%
 x_train_device, y_train_device = jnp.asarray(x_train), jnp.asarray(y_train)
@@ -432,7 +434,7 @@ def train(params, optimizer, key, epochs):
             params, opt_state, loss = step(params, opt_state, x_train_device[idx], y_train_device[idx])
             losses.append(loss)
         history.append((float(jnp.mean(jnp.stack(losses))), float(accuracy(params, x_test, y_test))))
-        print(f"Epoch {epoch:3d} | Loss: {history[-1][0]:.4f} | Test Acc: {history[-1][1]:.4f}")
+        print(f"Época {epoch:3d} | Pérdida: {history[-1][0]:.4f} | Exact. prueba: {history[-1][1]:.4f}")
     return params, history
 
 
@@ -442,9 +444,9 @@ params, history = train(params, adam, shuffle_key, EPOCHS)
 epochs = range(1, len(history) + 1)
 fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(9, 3))
 loss_ax.plot(epochs, [loss for loss, _ in history], marker="o")
-loss_ax.set(xlabel="epoch", ylabel="training loss")
+loss_ax.set(xlabel="época", ylabel="pérdida de entrenamiento")
 acc_ax.plot(epochs, [acc for _, acc in history], marker="o", color="tab:green")
-acc_ax.set(xlabel="epoch", ylabel="test accuracy")
+acc_ax.set(xlabel="época", ylabel="exactitud en prueba")
 plt.show()
 
 # %% [markdown]
@@ -459,8 +461,8 @@ for ax, image, label, guess in zip(axes, data.x_test, data.y_test, predictions):
     ax.set_title(str(int(guess)), color="black" if guess == label else "red")
     ax.axis("off")
 plt.show()
-print("predictions:", predictions.tolist())
-print("labels:     ", data.y_test[:8].tolist())
+print("predicciones:", predictions.tolist())
+print("etiquetas:   ", data.y_test[:8].tolist())
 
 # %% [markdown]
 # ## 9. Cadenas de Optax
@@ -476,13 +478,13 @@ warmup_steps = max(1, total_steps // 10)
 schedule = optax.warmup_cosine_decay_schedule(
     init_value=0.0, peak_value=1e-3, warmup_steps=warmup_steps, decay_steps=total_steps, end_value=1e-5)
 for at in (0, warmup_steps, total_steps):
-    print(f"learning rate at step {at}: {float(schedule(at)):.2e}")
+    print(f"tasa de aprendizaje en el paso {at}: {float(schedule(at)):.2e}")
 
 clip = optax.clip_by_global_norm(1.0)
 huge = jax.tree.map(lambda p: jnp.full_like(p, 100.0), params)
 clipped, _ = clip.update(huge, clip.init(params))
-print(f"global norm before clipping: {float(optax.tree.norm(huge)):.1f},",
-      f"after: {float(optax.tree.norm(clipped)):.4f}")
+print(f"norma global antes del recorte: {float(optax.tree.norm(huge)):.1f},",
+      f"después: {float(optax.tree.norm(clipped)):.4f}")
 
 # %% [markdown]
 # La cadena es un optimizador como cualquier otro, así que la misma `train` la ejecuta, desde el
@@ -513,8 +515,8 @@ with tempfile.TemporaryDirectory() as folder:
     restored = checkpointer.restore(path, abstract)
     checkpointer.close()
 
-print("restored equals saved:", jax.tree.all(jax.tree.map(jnp.array_equal, params, restored)))
-print(f"test accuracy of the restored parameters: {float(accuracy(restored, x_test, y_test)):.4f}")
+print("lo restaurado es igual a lo guardado:", jax.tree.all(jax.tree.map(jnp.array_equal, params, restored)))
+print(f"exactitud en prueba de los parámetros restaurados: {float(accuracy(restored, x_test, y_test)):.4f}")
 
 # %% [markdown]
 # `jaxintro train` guarda el estado completo del entrenamiento (parámetros, el estado de Adam, la

@@ -1,13 +1,14 @@
 """The lesson's notebooks: in step with their jupytext sources, without outputs, and run with their numbers checked.
 
-The English notebook runs top to bottom in a real Jupyter kernel (nbclient, ipykernel) on this interpreter
-(the Spanish one's code is checked to be the same, token for token),
-with small values injected after its `parameters` cell (papermill's convention): a few epochs on a
-subset of MNIST from ../shared/data/mnist, or scikit-learn's bundled digits when that is absent.
+Both notebooks run top to bottom in a real Jupyter kernel (nbclient, ipykernel) on this interpreter, with small
+values injected after their `parameters` cell (papermill's convention): a few epochs on a subset of MNIST from
+../shared/data/mnist, or scikit-learn's bundled digits when that is absent. The English one's numbers are checked;
+the Spanish one runs the same code (only the texts it shows differ) and prints the same numbers in Spanish words.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -87,20 +88,36 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 EPOCH_LINE = re.compile(rf"Epoch +(\d+) \| Loss: ({FLOAT}) \| Test Acc: ({FLOAT})")
 
 
-@pytest.fixture
-def kernel_env(tmp_path, monkeypatch) -> Path:
-    """A kernelspec named like the notebooks' that runs this interpreter, and Jupyter's folders all under tmp_path."""
-    spec = tmp_path / "jupyter" / "kernels" / KERNEL
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
+    """Both notebooks, run once for the module's tests with `small_run()`'s values, by language."""
+    folder = tmp_path_factory.mktemp("kernel")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        kernel_env(folder, monkeypatch)
+        values = small_run()
+        runs = {}
+        for lang, stem in LANGUAGES.items():
+            notebook = jupytext.read(NOTEBOOKS / f"{stem}.py")
+            inject(notebook, values)
+            client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL,
+                                    resources={"metadata": {"path": str(folder)}})
+            client.execute()  # raises CellExecutionError, with the cell and its traceback, when a cell fails
+            runs[lang] = notebook
+        return runs
+
+
+def kernel_env(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernelspec named like the notebooks' that runs this interpreter, and Jupyter's folders all under `folder`."""
+    spec = folder / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "jaxintro (test)", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_PATH", str(folder / "jupyter"))
     for name in ("JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "JUPYTER_CONFIG_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+        monkeypatch.setenv(name, str(folder / name.lower()))
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    return tmp_path
 
 
 def small_run() -> dict[str, object]:
@@ -128,18 +145,16 @@ def text_of(cell: nbformat.NotebookNode) -> str:
     return ANSI.sub("", printed)
 
 
+def plots(cell: nbformat.NotebookNode) -> int:
+    """How many images a code cell drew inline."""
+    return sum("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
+
+
 def cell_with(notebook: nbformat.NotebookNode, line: str) -> nbformat.NotebookNode:
     """The one code cell whose source contains `line`."""
     cells = [cell for cell in notebook.cells if cell.cell_type == "code" and line in cell.source]
     assert len(cells) == 1, f"{len(cells)} code cells contain {line!r}"
     return cells[0]
-
-
-def code_tokens(source: str) -> list[tuple[int, str]]:
-    """A code cell's tokens without its comments: what runs, whatever language the comments are in."""
-    skip = {tokenize.COMMENT, tokenize.NL}
-    return [(tok.type, tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-            if tok.type not in skip]
 
 
 def comparable(notebook: nbformat.NotebookNode) -> dict:
@@ -170,25 +185,77 @@ def test_committed_notebook_is_its_source_without_outputs(stem):
                 f"notebooks/{stem}.ipynb holds outputs: run make notebooks (it clears them) before committing"
 
 
-def test_both_languages_run_the_same_code():
+SHOWN_KEYWORDS = {"xlabel", "ylabel", "title"}  # a plot's words, translated like a print's
+
+
+class _WithoutShownText(ast.NodeTransformer):
+    """A cell's syntax tree with the texts it shows (a print's strings, an f-string's words, a plot's labels)
+    blanked, and those texts kept in order in `shown`: what may differ between the languages."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    def _blank(self, node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            self.shown.append(node.value)
+            return ast.Constant("")
+        if isinstance(node, ast.JoinedStr):  # an f-string: its words blanked, its values kept, in order
+            self.shown.append("".join(v.value for v in node.values if isinstance(v, ast.Constant)))
+            return ast.JoinedStr([self.visit(v) for v in node.values if isinstance(v, ast.FormattedValue)])
+        return self.visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        printed = isinstance(node.func, ast.Name) and node.func.id == "print"
+        node.func = self.visit(node.func)
+        node.args = [self._blank(arg) if printed else self.visit(arg) for arg in node.args]
+        for keyword in node.keywords:
+            keyword.value = self._blank(keyword.value) if keyword.arg in SHOWN_KEYWORDS else self.visit(keyword.value)
+        return node
+
+
+def without_shown_text(source: str) -> tuple[str, list[str]]:
+    """A code cell's syntax tree, as text, without the texts it shows; and those texts."""
+    blanker = _WithoutShownText()
+    return ast.dump(blanker.visit(ast.parse(source))), blanker.shown
+
+
+def prose(text: str, source: str) -> bool:
+    """True when a shown text holds a word that is not a name of its cell's code ("same key" is, "x =" is not)."""
+    names = {tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.NAME}
+    return any(word not in names for word in re.findall(r"[A-Za-z_]\w*", text) if len(word) >= 3)
+
+
+def test_both_languages_run_the_same_code_and_show_their_own_words():
     english, spanish = (jupytext.read(NOTEBOOKS / f"{stem}.py") for stem in LANGUAGES.values())
     assert english.metadata == spanish.metadata  # the same kernel
     assert [c.cell_type for c in english.cells] == [c.cell_type for c in spanish.cells]
     for en, es in zip(english.cells, spanish.cells):
         if en.cell_type == "code":
-            assert code_tokens(en.source) == code_tokens(es.source), (en.source, es.source)
+            (en_code, en_shown), (es_code, es_shown) = without_shown_text(en.source), without_shown_text(es.source)
+            assert en_code == es_code, (en.source, es.source)
             assert en.metadata == es.metadata
+            assert len(en_shown) == len(es_shown), (en_shown, es_shown)
+            untranslated = [e for e, s in zip(en_shown, es_shown) if e == s and prose(e, en.source)]
+            assert not untranslated, f"the Spanish notebook shows English: {untranslated}"
 
 
-# The Spanish notebook's code and cell metadata are the English one's, token for token (the test above): running
-# the English notebook runs the code of both.
-def test_notebook_runs_and_prints_the_lessons_numbers(kernel_env):
-    notebook = jupytext.read(NOTEBOOKS / f"{LANGUAGES['en']}.py")
-    values = small_run()
-    inject(notebook, values)
-    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL,
-                            resources={"metadata": {"path": str(kernel_env)}})
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, when a cell fails
+def test_the_spanish_notebook_prints_the_english_ones_numbers_in_spanish(executed):
+    """Cell by cell the same numbers (the same code, the same seeds), the same plots, and none of the English words."""
+    english_words = [text.strip() for cell in jupytext.read(NOTEBOOKS / f"{LANGUAGES['en']}.py").cells
+                     if cell.cell_type == "code" for text in without_shown_text(cell.source)[1]
+                     if prose(text, cell.source)]
+    number = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+    for en, es in zip(executed["en"].cells, executed["es"].cells):
+        if en.cell_type != "code":
+            continue
+        assert number.findall(text_of(es)) == number.findall(text_of(en)), (text_of(en), text_of(es))
+        assert plots(es) == plots(en), es.source
+        shown = [word for word in english_words if word and word in text_of(es)]
+        assert not shown, (shown, text_of(es))
+
+
+def test_notebook_runs_and_prints_the_lessons_numbers(executed):
+    notebook, values = executed["en"], small_run()
     wrong = []
     versions = text_of(cell_with(notebook, "import orbax.checkpoint as ocp"))
     if not re.fullmatch(rf"jax {re.escape(jax.__version__)} optax {re.escape(optax.__version__)} on \w+\n", versions):
@@ -199,7 +266,7 @@ def test_notebook_runs_and_prints_the_lessons_numbers(kernel_env):
             wrong.append(f"the cell with {line!r} printed:\n{printed}\nexpected (regex): {pattern}")
     for line in ("data = load_dataset(DATASET, DATA_DIR)", "fig, (loss_ax, acc_ax) = plt.subplots(",
                  'print("predictions:", predictions.tolist())'):
-        if not any("image/png" in out.get("data", {}) for out in cell_with(notebook, line).outputs):
+        if not plots(cell_with(notebook, line)):
             wrong.append(f"the cell with {line!r} drew no inline plot")
     assert not wrong, "\n\n".join(wrong)
     check_training(notebook, values)
