@@ -53,7 +53,7 @@ def test_the_command_line_imports_only_what_help_needs():
 
 
 def test_foundations_import_no_layer_above_them():
-    foundations = {"argtypes", "config", "errors", "i18n", "jsonio", "data", "idx", "runs", "listing", "faults", "images", "grid",
+    foundations = {"argtypes", "claims", "config", "errors", "i18n", "jsonio", "data", "idx", "runs", "listing", "faults", "images", "grid",
                    "record"}
     for name in foundations:
         above = {m for m in top_level_imports(PACKAGE / f"{name}.py")

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxintro import checkpoint, runs
+from jaxintro import checkpoint, claims
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import load_dataset
 from jaxintro.idx import parse_idx
 from jaxintro.errors import DataError
-from jaxintro.runs import claim_run_dir
+from jaxintro.claims import claim_run_dir
 from jaxintro.train import Trainer
 
 # ---------------------------------------------------------------- data files (each fault's message: test_data.py)
@@ -122,7 +122,7 @@ def test_a_claim_waits_while_another_holds_the_folders_lock(tmp_path):
     folder.mkdir()
     claimed = threading.Event()
     claimer = threading.Thread(target=lambda: (claim_run_dir(folder), claimed.set()))
-    with runs.locked(folder):  # what claim_run_dir takes: flock on the folder
+    with claims.locked(folder):  # what claim_run_dir takes: flock on the folder
         claimer.start()
         assert not claimed.wait(0.5), "the claim went ahead while another process held the folder's lock"
     assert claimed.wait(10)

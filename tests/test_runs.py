@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxintro import jsonio, listing, runs
+from jaxintro import claims, jsonio, listing, runs
 from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
@@ -192,7 +192,7 @@ def test_each_folder_is_described_from_its_files_alone(tmp_path):
         "member_count": 0, "diverged": 0, "test_accuracy": None, "status": "unreadable", "result": None,
         "reason": "config.json: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"}
     # Claimed by this live process, before its config is written: running.
-    starting = runs.claim_run_dir(tmp_path / "starting")
+    starting = claims.claim_run_dir(tmp_path / "starting")
     assert listing.describe_run(starting) == {
         "run_dir": str(starting), "dataset": "?", "model": "?", "epochs": 0, "planned_epochs": 0, "kind": "single",
         "member_count": 1, "diverged": 0, "test_accuracy": None, "status": "running", "result": None}
@@ -288,11 +288,11 @@ def test_a_freed_run_folder_is_empty_and_a_vanished_one_is_no_error(tmp_path):
     (folder / runs.CHECKPOINT_DIR).mkdir(parents=True)  # a first checkpoint was being written, none finished
     for name in (runs.CLAIM_FILE, runs.CONFIG_FILE, runs.METRICS_FILE, "curves.png"):
         (folder / name).write_text("x")
-    runs.discard_run_dir(folder, created=False)  # the user named it: keep the folder, free it
+    claims.discard_run_dir(folder, created=False)  # the user named it: keep the folder, free it
     assert folder.is_dir() and list(folder.iterdir()) == []
-    runs.discard_run_dir(folder, created=True)
+    claims.discard_run_dir(folder, created=True)
     assert not folder.exists()
-    runs.discard_run_dir(folder, created=True)  # removed meanwhile (by the user): nothing to do, no traceback
+    claims.discard_run_dir(folder, created=True)  # removed meanwhile (by the user): nothing to do, no traceback
 
 
 def test_a_default_run_folder_is_named_by_the_time_then_numbered_and_holds_the_claim(tmp_path, monkeypatch):
@@ -303,11 +303,11 @@ def test_a_default_run_folder_is_named_by_the_time_then_numbered_and_holds_the_c
         def now() -> dt.datetime:
             return noon
 
-    monkeypatch.setattr(runs.dt, "datetime", Clock)
+    monkeypatch.setattr(claims.dt, "datetime", Clock)
     root = tmp_path / "new" / "runs"  # made, parents too
     umask = os.umask(0o022)
     try:
-        first, second = runs.claim_run_dir(None, root), runs.claim_run_dir(None, root)
+        first, second = claims.claim_run_dir(None, root), claims.claim_run_dir(None, root)
     finally:
         os.umask(umask)
     assert (first, second) == (root / "20261204-120000", root / "20261204-120000-1")
@@ -316,11 +316,11 @@ def test_a_default_run_folder_is_named_by_the_time_then_numbered_and_holds_the_c
     for attempt in range(2, 1000):  # a thousand runs in one second: the next one gives up, with a way out
         (root / f"20261204-120000-{attempt}").mkdir()
     with pytest.raises(ConfigError) as err:
-        runs.claim_run_dir(None, root)
+        claims.claim_run_dir(None, root)
     assert str(err.value) == f"could not claim a new run folder under {root}; pass --run-dir DIR"
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ConfigError) as err:
-        runs.claim_run_dir(None, tmp_path / "file")
+        claims.claim_run_dir(None, tmp_path / "file")
     assert str(err.value) == f"cannot create the runs folder {tmp_path / 'file'}: File exists; pass --run-dir DIR"
 
 
@@ -332,12 +332,12 @@ def test_a_named_folder_that_holds_a_run_is_live_or_cannot_be_written_is_refused
     (tmp_path / "file").write_text("not a folder")
     for folder in (done, live):
         with pytest.raises(ConfigError) as err:
-            runs.claim_run_dir(folder)
+            claims.claim_run_dir(folder)
         assert str(err.value) == (f"--run-dir {folder} already holds a run; choose another folder, continue it with "
                                   f"--resume {folder}, or see `jaxintro runs`")
     assert not (done / runs.CLAIM_FILE).exists()  # the refused claim is taken back
     with pytest.raises(ConfigError) as err:
-        runs.claim_run_dir(blocked)
+        claims.claim_run_dir(blocked)
     assert str(err.value) == f"--run-dir {blocked} is not writable (Not a directory); choose another folder"
 
 
@@ -348,7 +348,7 @@ def test_a_claim_is_live_while_its_process_runs_or_when_another_host_made_it(tmp
                        (f"{finished.stdout.strip()} {socket.gethostname()}", False),
                        (f"{os.getpid()} another-host", True), ("not a pid", False)]:
         marker.write_text(text + "\n")
-        assert runs.claim_is_live(tmp_path) is live, text
+        assert claims.claim_is_live(tmp_path) is live, text
 
 
 def test_json_safe_turns_every_nan_and_infinity_into_null_at_any_depth():
@@ -386,7 +386,7 @@ def test_a_full_disk_names_the_write_it_stopped(tmp_path, monkeypatch):
         runs.write_metrics(tmp_path, [{"epoch": 1}])
     monkeypatch.setattr(os, "open", full_disk)
     with pytest.raises(WriteFault) as claim:
-        runs._write_claim(tmp_path / runs.CLAIM_FILE)
+        claims._write_claim(tmp_path / runs.CLAIM_FILE)
     assert str(metrics.value) == "metrics.jsonl: No space left on device [ENOSPC]"
     assert str(claim.value) == "the claim of the run folder: No space left on device [ENOSPC]"
     assert os.listdir(tmp_path) == []  # neither left a file behind
@@ -399,7 +399,7 @@ def test_a_claim_by_another_users_process_is_live(tmp_path, monkeypatch):
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(os, "kill", not_yours)
-    assert runs.claim_is_live(tmp_path)
+    assert claims.claim_is_live(tmp_path)
 
 
 # ---------------------------------------------------------------- what `jaxintro runs` prints, one function each
@@ -623,7 +623,7 @@ def test_asking_whether_a_claim_is_live_leaves_its_process_running(tmp_path, mon
     try:
         child.stdout.readline()  # its handler is in place
         (tmp_path / runs.CLAIM_FILE).write_text(f"{child.pid} {socket.gethostname()}\n")
-        assert runs.claim_is_live(tmp_path) is True
+        assert claims.claim_is_live(tmp_path) is True
         assert sent == [(child.pid, 0)]  # asked, whatever the machine's speed
         with pytest.raises(subprocess.TimeoutExpired):
             child.wait(timeout=0.5)

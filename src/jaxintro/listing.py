@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxintro.claims import claim_is_live, locked, read_claim
 from jaxintro.config import TrainConfig
 from jaxintro.errors import ConfigError
 from jaxintro.grid import diverged_in, headline_accuracy, kind_of
 from jaxintro.i18n import N_, _, ngettext, printable
-from jaxintro.runs import (CLAIM_FILE, CONFIG_FILE, RESOLVED_DATASET, RESULT_FILE, claim_is_live, committed_epochs,
-                           foreign_entries, has_checkpoint, is_finished, is_own_config, locked, read_claim,
-                           read_config, read_metrics, read_result, remove_own_files)
+from jaxintro.runs import (CLAIM_FILE, CONFIG_FILE, RESOLVED_DATASET, RESULT_FILE, committed_epochs, foreign_entries,
+                           has_checkpoint, is_finished, is_own_config, read_config, read_metrics, read_result,
+                           remove_own_files)
 
 
 def describe_run(run_dir: Path) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from jaxintro import report, runs
+from jaxintro.claims import claim_run_dir, discard_run_dir
 from jaxintro.config import TrainConfig, config_from_flags
 from jaxintro.data import DatasetInfo, load_dataset
 from jaxintro.errors import ConfigError, JaxintroError, TrainingDivergedError
@@ -24,7 +25,7 @@ from jaxintro.grid import diverged_in
 from jaxintro.i18n import _, ngettext
 from jaxintro.jsonio import json_safe, json_text
 from jaxintro.memory import held_copy_fits
-from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, claim_run_dir, committed_epochs, discard_run_dir, read_json
+from jaxintro.runs import CONFIG_FILE, RESOLVED_DATASET, committed_epochs, read_json
 from jaxintro.signals import GracefulStop
 
 

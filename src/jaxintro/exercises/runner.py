@@ -39,7 +39,8 @@ REAP_SECONDS = 5  # after the child is killed: how long its pipes may take to cl
 # loop would otherwise sit silent until the time limit).
 STILL_RUNNING_SECONDS = 10
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of this process's descendants are re-parented to it, not to init
-_CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 16): "checks_lesson"}
+_CHECK_MODULES = {range(1, 5): "checks_build", range(5, 11): "checks_puzzles", range(11, 15): "checks_lesson",
+                  range(15, 16): "checks_optax"}
 
 
 @dataclasses.dataclass
