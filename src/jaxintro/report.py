@@ -9,7 +9,9 @@ its best setting's seeds), so every field means the same thing for every kind of
 
 from __future__ import annotations
 
+import importlib
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,18 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
     return spread
 
 
+def preload_plots() -> None:
+    """Import matplotlib in a thread, while the devices start and the data loads: the plot then costs only its drawing.
+
+    An import in the main thread waits for this one (Python locks a module while it loads); a thread that is still
+    loading when the run ends does not hold the process (daemon)."""
+    threading.Thread(target=importlib.import_module, args=("jaxintro.plots",), name="preload-plots",
+                     daemon=True).start()
+
+
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:
     """`curves.png`: loss and accuracy per epoch (several members: each faint, their mean bold)."""
-    from jaxintro.plots import plot_curves as plot  # matplotlib loads after training, off the memory peak
+    from jaxintro.plots import plot_curves as plot  # loaded by `preload_plots` where the run began it
 
     with run_write("curves.png", run_dir):
         plot(rows, run_dir / "curves.png", title=curves_title(config, dataset))
