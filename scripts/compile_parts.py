@@ -4,9 +4,9 @@
 
 Run it in a fresh process without the persistent cache (every compile cold). It prints the seconds of:
 the first tiny program (opening the device), the initialisation op by op and as one jitted program,
-`jax.random.permutation` of the training set, the epoch's plan, one step, the epoch on 1,280, 6,000
-and all training images, and the scoring program; then the longest host events of the traced compile
-of the whole epoch (the XLA passes, by name). docs/accelerators.md quotes its output on a TPU.
+`jax.random.permutation` of the training set, the epoch's plan (the shuffle, its own program), one step,
+the epoch (without the shuffle) on 1,280, 6,000 and all training images, and the scoring program; then the
+longest host events of the traced compile of the whole epoch (the XLA passes, by name). docs/accelerators.md quotes its output on a TPU.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from jaxintro.config import TrainConfig
 from jaxintro.data import load_dataset
-from jaxintro.lesson import plan_epoch
+from jaxintro.layout import compile_plan
 from jaxintro.scoring import jit_count_correct
 from jaxintro.train import Trainer
 
@@ -62,17 +62,16 @@ def main() -> None:
     init_once = jax.jit(trainer._init_member)  # noqa: SLF001: the same initialisation, as one program
     timed("init as one jit (cold)", lambda: init_once(0))
     state, train, test = trainer.place(state, dataset)
-    params, opt_state, key = state.params, state.opt_state, state.key
+    params, key = state.params, state.key
     timed("permutation of the training set", lambda: jax.jit(
         lambda k: jax.random.permutation(k, len(train[0]))).lower(key).compile())
-    timed("plan_epoch", lambda: jax.jit(plan_epoch, static_argnums=(1, 2)).lower(key, len(train[0]), 128).compile())
+    timed("plan_epoch (the shuffle's own program)", lambda: compile_plan(trainer.layout.plan_fn(len(train[0])), key))
     timed("step (batch 128)", lambda: trainer.compile_step(state, (train[0][:128], train[1][:128])))
     for n in (1280, 6000):
-        timed(f"epoch on {n} images", lambda: trainer.jit_epoch().lower(params, opt_state, key, train[0][:n],
-                                                                        train[1][:n]).compile())
+        timed(f"epoch on {n} images (without the shuffle)", lambda: trainer.lower_epoch(
+            state, (train[0][:n], train[1][:n])).compile())
     with jax.profiler.trace(str(args.trace_dir), create_perfetto_trace=True):
-        timed("epoch on every image (traced)", lambda: trainer.jit_epoch().lower(params, opt_state, key,
-                                                                                  *train).compile())
+        timed("epoch on every image (traced, without the shuffle)", lambda: trainer.lower_epoch(state, train).compile())
     timed("scoring (count_correct)", lambda: jit_count_correct(trainer.model).lower(params, *test).compile())
     print("longest host events of the traced compile (ms in all, occurrences):")
     for name, ms, occurrences in longest_events(args.trace_dir):

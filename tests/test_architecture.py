@@ -61,14 +61,19 @@ def test_foundations_import_no_layer_above_them():
         assert not above, (name, above)
 
 
-def test_an_epoch_is_compiled_in_one_place():
-    """`lower(...).compile()` of an epoch only in `Trainer.compile_epoch`: train, bench and profile cannot drift."""
-    places = []
+def test_an_epoch_and_its_shuffle_are_compiled_in_one_place_each():
+    """The epoch program is lowered only in `Trainer.lower_epoch`, the shuffle jitted only in `layout.compile_plan`:
+    train, bench, profile and the speedrun cannot drift, and share the shuffle's cache entry."""
+    epochs, plans = [], []
     for path in PACKAGE.rglob("*.py"):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if ".lower(" in line and ("jit_epoch()" in line or "plan_epoch" in line):
-                places.append(f"{path.relative_to(PACKAGE)}:{number}")
-    assert len(places) == 2 and all(p.startswith("train.py") for p in places), places  # compile_epoch's two loops
+            where = f"{path.relative_to(PACKAGE)}:{number}"
+            if ".lower(" in line and "jit_epoch()" in line:
+                epochs.append(where)
+            if "jax.jit(" in line and "plan" in line:
+                plans.append(where)
+    assert len(epochs) == 1 and epochs[0].startswith("train.py"), epochs
+    assert len(plans) == 1 and plans[0].startswith("layout.py"), plans
 
 
 # ---------------------------------------------------------------- the import graph

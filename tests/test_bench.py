@@ -287,7 +287,7 @@ def test_the_vmap_row_vmaps_all_its_models_whatever_trains_default_group(plan):
     # `train --seeds` runs members one at a time on a CPU; the row named vmap-seeds-8 must batch all 8.
     def epoch_text(trainer: Trainer) -> str:
         state = trainer.init_state()
-        return trainer.jit_epoch().lower(state.params, state.opt_state, state.key, plan.x, plan.y).as_text()
+        return trainer.lower_epoch(state, (plan.x, plan.y)).as_text()
 
     # A member-batched matmul, e.g. h1[8,b,256] @ W2[8,256,128], batches the dot over the members' axis.
     member_batched = re.compile(r"dot_general[^\n]*batching_dims = \[0\] x \[0\]")

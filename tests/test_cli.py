@@ -157,7 +157,7 @@ def test_matmul_precision_is_a_runs_own_and_reaches_its_compiled_dots(tmp_path, 
         set_matmul_precision(precision)
         trainer = Trainer.create(TrainConfig(dataset="digits", matmul_precision=precision), digits)
         state, train, _test = trainer.place(trainer.init_state(), digits)
-        text = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, *train).as_text()
+        text = trainer.lower_epoch(state, train).as_text()
         assert (dots in text) if dots else ("HIGHEST" not in text), precision
 
 

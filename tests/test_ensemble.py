@@ -108,7 +108,7 @@ SPREAD_CHECK = textwrap.dedent("""
     trainer = Trainer.create(TrainConfig(**small, seeds=4), data)
     state = trainer.init_state()
     x = jax.device_put(data.x_train)
-    hlo = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x, jax.device_put(data.y_train))
+    hlo = trainer.lower_epoch(state, (x, jax.device_put(data.y_train)))
     compiled = hlo.compile()
     out["program"] = {"devices": len(jax.tree.leaves(compiled.input_shardings[0][0])[0].device_set),
                       "collectives": [op for op in ("all-reduce", "all-gather", "all-to-all", "collective-permute",
@@ -241,7 +241,7 @@ def test_a_sweep_compiles_its_epoch_once(data):
     def epoch_text(config: TrainConfig) -> str:
         trainer = Trainer.create(config, data)
         state = trainer.init_state()
-        return trainer.jit_epoch().lower(state.params, state.opt_state, state.key, data.x_train, data.y_train).as_text()
+        return trainer.lower_epoch(state, (data.x_train, data.y_train)).as_text()
 
     assert epoch_text(TrainConfig(**SMALL, lr_grid=(1e-4, 1e-3))) == epoch_text(TrainConfig(**SMALL, lr_grid=(0.5, 0.7)))
     assert epoch_text(TrainConfig(**SMALL, lr=1e-4)) == epoch_text(TrainConfig(**SMALL, lr=1e-3))

@@ -254,16 +254,18 @@ def test_the_abstract_carry_is_one_models_own_or_every_leaf_with_a_member_axis()
     assert abstract_carry(2, params, opt_state)[0]["layer1"]["w"].shape == (2, 3, 4)
 
 
-def toy_epoch(params, opt_state, key, x_u8, y):
+def toy_epoch(params, opt_state, batches, dropout_key, x_u8, y):
     """An epoch whose every output depends on its every input, elementwise: mapped, it is exact."""
-    noise = jax.random.uniform(key, params["w"].shape)
-    return ({"w": params["w"] * 2 + x_u8.astype(jnp.float32).sum() + noise}, opt_state + y.sum(),
-            jax.random.split(key)[0], {"loss": params["w"].sum()})
+    noise = jax.random.uniform(dropout_key, params["w"].shape)
+    return ({"w": params["w"] * 2 + x_u8.astype(jnp.float32).sum() + noise + batches.sum()}, opt_state + y.sum(),
+            {"loss": params["w"].sum()})
 
 
 def toy_inputs(count: int = 3) -> tuple:
+    """A member's parameters, optimizer state, batches and dropout key (each with a member axis); the shared data."""
     return ({"w": jnp.arange(4 * count, dtype=jnp.float32).reshape(count, 4)}, jnp.arange(count, dtype=jnp.int32),
-            jax.random.split(jax.random.key(1), count), jnp.ones((5, 2), jnp.uint8), jnp.arange(5, dtype=jnp.int32))
+            jnp.arange(2 * count, dtype=jnp.int32).reshape(count, 2), jax.random.split(jax.random.key(1), count),
+            jnp.ones((5, 2), jnp.uint8), jnp.arange(5, dtype=jnp.int32))
 
 
 @pytest.mark.parametrize("group, scans, reshapes", [(0, ["3"], 0), (2, ["1"], 7)], ids=["one-at-a-time", "vmap-2"])
@@ -275,16 +277,15 @@ def test_the_mapped_epoch_is_each_members_own_epoch_in_groups_with_its_state_don
     text = str(jax.make_jaxpr(mapped)(*toy_inputs()))
     assert (re.findall(r"length=(\d+)", text), text.count("reshape")) == (scans, reshapes)
     inputs = toy_inputs()
-    expected = [toy_epoch(*member(inputs[:3], k), *inputs[3:]) for k in range(3)]
-    params, opt_state, keys, metrics = mapped(*inputs)
+    expected = [toy_epoch(*member(inputs[:4], k), *inputs[4:]) for k in range(3)]
+    params, opt_state, metrics = mapped(*inputs)
     for k in range(3):
-        want_params, want_opt_state, want_key, want_metrics = expected[k]
+        want_params, want_opt_state, want_metrics = expected[k]
         np.testing.assert_array_equal(params["w"][k], want_params["w"])
         assert int(opt_state[k]) == int(want_opt_state)
-        np.testing.assert_array_equal(key_data(keys[k]), key_data(want_key))
         assert float(metrics["loss"][k]) == float(want_metrics["loss"])
-    # The parameters and optimizer states are donated; the keys and the shared data are not.
-    assert [leaf.is_deleted() for leaf in jax.tree.leaves(inputs)] == [True, True, False, False, False]
+    # The parameters and optimizer states are donated; the plan (batches, keys) and the shared data are not.
+    assert [leaf.is_deleted() for leaf in jax.tree.leaves(inputs)] == [True, True, False, False, False, False]
 
 
 def test_spread_members_are_each_devices_share_mapped_in_a_group_of_that_share_on_an_accelerator(monkeypatch):
@@ -295,10 +296,10 @@ def test_spread_members_are_each_devices_share_mapped_in_a_group_of_that_share_o
     mapped = map_epoch(toy_epoch, TrainConfig(seeds=4), AbstractMesh((2,), (MEMBERS,)))
     text = str(jax.make_jaxpr(mapped)(*toy_inputs(4)))
     spread = "P('members',)"
-    assert f"in_specs=({spread}, {spread}, {spread}, P(), P())" in text
-    assert f"out_specs=({spread}, {spread}, {spread}, {spread})" in text
+    assert f"in_specs=({spread}, {spread}, {spread}, {spread}, P(), P())" in text
+    assert f"out_specs=({spread}, {spread}, {spread})" in text
     assert re.findall(r"length=(\d+)", text) == ["1"]
-    assert re.findall(r"new_sizes=\(([\d, ]*)\)", text)[:3] == ["1, 2, 4", "1, 2", "1, 2"]
+    assert re.findall(r"new_sizes=\(([\d, ]*)\)", text)[:4] == ["1, 2, 4", "1, 2", "1, 2, 2", "1, 2"]
 
 
 def linear_members(config: TrainConfig = TrainConfig(seeds=3)) -> Members:

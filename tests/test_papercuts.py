@@ -165,7 +165,7 @@ def test_one_model_on_one_device_compiles_no_collective():
     data = synthetic_dataset(256, 64)
     trainer = Trainer.create(TrainConfig(dataset="digits", hidden=(16,), batch_size=32), data)
     state, (x, y), _ = trainer.place(trainer.init_state(), data)
-    hlo = trainer.jit_epoch().lower(state.params, state.opt_state, state.key, x, y).compile().as_text()
+    hlo = trainer.lower_epoch(state, (x, y)).compile().as_text()
     assert "all-reduce" not in hlo and "dot" in hlo
 
 

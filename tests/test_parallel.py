@@ -462,12 +462,13 @@ def test_each_parallel_flag_compiles_its_own_program_and_donates_the_state(paral
     trainer = Trainer.create(config, dataset)
     state, (x, y), _test = trainer.place(trainer.init_state(), dataset)
     epoch = layout.split_epoch(config, trainer.model, trainer.tx, trainer.mesh)
-    program = epoch.lower(state.params, state.opt_state, state.key, x, y).as_text()
+    _key, batches, dropout_key = jax.jit(trainer.layout.plan_fn(len(x)))(state.key)
+    program = epoch.lower(state.params, state.opt_state, batches, dropout_key, x, y).as_text()
     assert program.startswith(f"module @{module} ")
     assert ('<@mesh, [{"data"}' in program) is batch_split
-    epoch(state.params, state.opt_state, state.key, x, y)
+    epoch(state.params, state.opt_state, batches, dropout_key, x, y)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves((state.params, state.opt_state)))  # donated
-    assert not state.key.is_deleted() and not x.is_deleted() and not y.is_deleted()
+    assert not any(a.is_deleted() for a in (batches, dropout_key, x, y))
 
 
 # ---------------------------------------------------------------- where the state and the data are placed

@@ -375,10 +375,36 @@ def test_a_compiled_epoch_counts_the_epoch_and_names_the_programs_it_runs(loop, 
     trainer = Trainer.create(config, tiny)
     state, train, _test = trainer.place(trainer.init_state(), tiny)
     epoch = trainer.compile_epoch(state, train)
-    assert len(epoch.programs) == (1 if loop == "scan" else 2)  # the epoch; or the lesson's step and shuffle
     assert all(isinstance(program, jax.stages.Compiled) for program in epoch.programs)
+    # The shuffle, its own small program in both loops, then the epoch or the lesson's step.
+    names = [program.as_text().split(",")[0].removeprefix("HloModule ") for program in epoch.programs]
+    assert names == ["jit_plan_epoch", "jit_train_epoch" if loop == "scan" else "jit_train_step"]
+    assert "sort" in epoch.programs[0].as_text() and "sort" not in epoch.programs[1].as_text()
     after = epoch.run(state)[0]  # (the scan epoch donates the state it is given)
     assert after.epoch == 1 and epoch.run(after._replace(epoch=4))[0].epoch == 5  # what a checkpoint is numbered by
+
+
+def test_the_shuffle_is_one_program_another_model_or_rate_finds_in_the_cache(tiny, tmp_path):
+    """Another model, width, optimizer or rate compiles another epoch, never the shuffle again (on a TPU its sort is
+    most of the epoch's compile): the shuffle is its own program, which depends on the data's size and the batch."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from jaxintro.layout import compile_plan
+    from jaxintro.runtime import compile_cache_counts, enable_compile_cache
+
+    compilation_cache.reset_cache()
+    jax.config.update("jax_enable_compilation_cache", True)
+    enable_compile_cache(tmp_path / "xla")
+    misses = []
+    for config in (TrainConfig(dataset="digits"), TrainConfig(dataset="digits", hidden=(16,), lr=0.01),
+                   TrainConfig(dataset="digits", model="linen", optimizer="sgd")):
+        trainer = Trainer.create(config, tiny)
+        state, train, _test = trainer.place(trainer.init_state(), tiny)
+        before = compile_cache_counts()
+        compile_plan(trainer.layout.plan_fn(len(train[0])), state.key)
+        after = compile_cache_counts()
+        misses.append((after["misses"] - before["misses"], after["hits"] - before["hits"]))
+    assert misses == [(1, 0), (0, 1), (0, 1)]
 
 
 def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):

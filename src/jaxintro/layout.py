@@ -7,7 +7,7 @@ trainer calls its layout and the layout never calls back: both are built from th
 and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
 
 A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
-estimate); `init(init_one)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
+estimate); `init(init_one)`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
 `check_epoch(metrics, epoch, steps, diverged)` and `epoch_row(...)`.
 """
 
@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxintro.config import TrainConfig, check_batch_split
-from jaxintro.lesson import plan_epoch, scan_batches, train_epoch, train_step
+from jaxintro.lesson import plan_epoch, train_epoch, train_step
 from jaxintro.models.base import Model
 from jaxintro.parallel import AXIS, make_mesh, replicate
 from jaxintro.record import EpochMetrics, Scores, check_finite, one_model_row
@@ -35,27 +35,40 @@ def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | 
     return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name)
 
 
+def bound_plan(num_examples: int, batch_size: int) -> Callable:
+    """The lesson's shuffle of `num_examples` images into batches: `key -> (next key, batches, dropout key)`."""
+    return functools.partial(plan_epoch, num_examples=num_examples, batch_size=batch_size)
+
+
+def compile_plan(plan: Callable, key: jax.Array) -> Any:
+    """An epoch's shuffle (`bound_plan`, or every member's) compiled where `key` lives, its outputs left there: one
+    small program per data size and batch, found in the persistent cache by any model, rate or loop."""
+    return jax.jit(plan, out_shardings=placed(key)).lower(key).compile()
+
+
+def placed(key: jax.Array) -> Any:
+    """Where an array was put (`place`: its sharding), or None for one left wherever JAX runs (not committed)."""
+    return key.sharding if key.committed else None
+
+
 def bound_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> Callable:
-    """The lesson's epoch with the step bound: `(params, opt_state, key, x_u8, y) -> (..., metrics)`."""
-    return functools.partial(train_epoch, step=bound_step(model, tx), batch_size=config.batch_size,
-                             use_dropout=config.use_dropout)
+    """The lesson's epoch with the step bound: `(params, opt_state, batches, dropout_key, x_u8, y) -> (params,
+    opt_state, metrics)`."""
+    return functools.partial(train_epoch, step=bound_step(model, tx), use_dropout=config.use_dropout)
 
 
-def data_parallel_epoch(params, opt_state, key, x_u8, y, *, step: Callable, batch_size: int, use_dropout: bool):
+def data_parallel_epoch(params, opt_state, batches, dropout_key, x_u8, y, *, step: Callable, use_dropout: bool):
     """The lesson's epoch inside `shard_map`: the same plan on every device, each taking its slice of every batch.
 
     On several devices each slice holds other examples, so each device folds its index into the dropout key.
     """
-    key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
     devices = jax.lax.axis_size(AXIS)
     index = jax.lax.axis_index(AXIS)
-    local = batch_size // devices
-    perm = jax.lax.dynamic_slice_in_dim(perm, index * local, local, axis=1)
+    local = batches.shape[1] // devices
+    batches = jax.lax.dynamic_slice_in_dim(batches, index * local, local, axis=1)
     if devices > 1:  # other examples on each device: other dropout masks
         dropout_key = jax.random.fold_in(dropout_key, index)
-    params, opt_state, metrics = scan_batches(params, opt_state, perm, dropout_key, x_u8, y, step=step,
-                                              use_dropout=use_dropout)
-    return params, opt_state, key, metrics
+    return train_epoch(params, opt_state, batches, dropout_key, x_u8, y, step=step, use_dropout=use_dropout)
 
 
 def laid_out(step: Callable, sharding: NamedSharding) -> Callable:
@@ -70,13 +83,12 @@ def laid_out(step: Callable, sharding: NamedSharding) -> Callable:
 def split_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation, mesh: Any) -> Callable:
     """The epoch with every batch split over `mesh`'s devices (`shard_map` with `pmean`, or sharded `jit`), compiled,
     parameters and optimizer state donated."""
-    common = dict(batch_size=config.batch_size, use_dropout=config.use_dropout)
     if config.parallel == "sharding":
         step = laid_out(bound_step(model, tx), NamedSharding(mesh, P(AXIS)))
-        return jax.jit(functools.partial(train_epoch, step=step, **common), donate_argnums=(0, 1))
-    epoch = functools.partial(data_parallel_epoch, step=bound_step(model, tx, AXIS), **common)
+        return jax.jit(functools.partial(train_epoch, step=step, use_dropout=config.use_dropout), donate_argnums=(0, 1))
+    epoch = functools.partial(data_parallel_epoch, step=bound_step(model, tx, AXIS), use_dropout=config.use_dropout)
     replicated = P()
-    sharded = jax.shard_map(epoch, mesh=mesh, in_specs=(replicated,) * 5, out_specs=(replicated,) * 4)
+    sharded = jax.shard_map(epoch, mesh=mesh, in_specs=(replicated,) * 6, out_specs=(replicated,) * 3)
     return jax.jit(sharded, donate_argnums=(0, 1))
 
 
@@ -93,6 +105,10 @@ class OneModel:
     def init(self, init_one: Callable[[int], tuple]) -> tuple:
         """`(params, opt_state, key)` of the run's seed."""
         return init_one(self.config.seed)
+
+    def plan_fn(self, num_examples: int) -> Callable:
+        """The epoch's shuffle of the run's one key (`bound_plan`)."""
+        return bound_plan(num_examples, self.config.batch_size)
 
     def jit_epoch(self) -> Callable:
         """The whole epoch compiled as one program, parameters and optimizer state donated.

@@ -11,8 +11,10 @@ takes these functions from here (the engine in `train.py` adds meshes, members, 
    jitted with the model and optimizer bound (`functools.partial`); with an `axis_name`, the
    lesson's data parallelism: `pcast` the parameters, `pmean` the gradients.
 5. The epoch: `plan_epoch` splits the epoch's keys and reshuffles, `step_key` gives each step its
-   dropout key, `scan_batches` runs every batch as one `lax.scan`, and `train_epoch` is the two
-   (the lesson's Python loop is `train.python_epoch`, over the same plan).
+   dropout key, and `train_epoch` runs every batch of the plan as one `lax.scan` (the lesson's Python
+   loop is `train.python_epoch`, over the same plan). The plan is its own small program: it depends
+   on the data's size and the batch alone, so a new model or learning rate never compiles the shuffle
+   again (on a TPU its sort is most of an epoch's compile).
 6. Evaluation: `correct_count`, how many argmax predictions equal the labels (the rule every score
    of jaxintro counts with), and `accuracy`, their share.
 """
@@ -124,7 +126,7 @@ def step_key(dropout_key: jax.Array, step: Array | int, use_dropout: bool) -> ja
     return jax.random.fold_in(dropout_key, step) if use_dropout else None
 
 
-def scan_batches(
+def train_epoch(
     params: Params,
     opt_state: optax.OptState,
     batches: Int[Array, "steps batch"],
@@ -135,7 +137,8 @@ def scan_batches(
     step: Callable,
     use_dropout: bool,
 ) -> tuple[Params, optax.OptState, dict[str, Array]]:
-    """`step` on every batch (rows of indices into `x_u8`, `y`) as one `lax.scan`; the per-step metrics stacked."""
+    """A whole epoch: `step` on every batch of the plan (rows of indices into `x_u8`, `y`) as one `lax.scan`, the
+    per-step metrics stacked."""
 
     def body(carry, inputs):
         params, opt_state = carry
@@ -145,21 +148,3 @@ def scan_batches(
 
     (params, opt_state), metrics = jax.lax.scan(body, (params, opt_state), (jnp.arange(batches.shape[0]), batches))
     return params, opt_state, metrics
-
-
-def train_epoch(
-    params: Params,
-    opt_state: optax.OptState,
-    key: jax.Array,
-    x_u8: Array,
-    y: Array,
-    *,
-    step: Callable,
-    batch_size: int,
-    use_dropout: bool,
-) -> tuple[Params, optax.OptState, jax.Array, dict[str, Array]]:
-    """A whole epoch: shuffle on device (`plan_epoch`), then `step` on every batch (`scan_batches`)."""
-    key, perm, dropout_key = plan_epoch(key, x_u8.shape[0], batch_size)
-    params, opt_state, metrics = scan_batches(params, opt_state, perm, dropout_key, x_u8, y, step=step,
-                                              use_dropout=use_dropout)
-    return params, opt_state, key, metrics

@@ -31,7 +31,7 @@ from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
 from jaxintro.grid import Choice, choose_members, diverged_in, judged_by, member_grid, setting_name
 from jaxintro.i18n import _
-from jaxintro.layout import bound_epoch
+from jaxintro.layout import bound_epoch, bound_plan
 from jaxintro.models.base import Model
 from jaxintro.optim import with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
@@ -112,16 +112,16 @@ def map_epoch(epoch: Callable, config: TrainConfig, mesh: Any) -> Callable:
     """
     group = group_size(config, mesh.shape[MEMBERS])
 
-    def members_epoch(params, opt_state, key, x_u8, y):
+    def members_epoch(params, opt_state, batches, dropout_key, x_u8, y):
         # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,
         # the groups in turn. A group of 1 is a plain lax.map, no `vmap`: each member runs the single
         # run's own program.
-        return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, key),
+        return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, batches, dropout_key),
                            batch_size=group if group > 1 else None)
 
     spread, shared = P(MEMBERS), P()
-    members_epoch = jax.shard_map(members_epoch, mesh=mesh, in_specs=(spread,) * 3 + (shared,) * 2,
-                                  out_specs=(spread,) * 4)
+    members_epoch = jax.shard_map(members_epoch, mesh=mesh, in_specs=(spread,) * 4 + (shared,) * 2,
+                                  out_specs=(spread,) * 3)
     return jax.jit(members_epoch, donate_argnums=(0, 1))
 
 
@@ -136,6 +136,10 @@ class Members:
     def init(self, init_one: Callable[[int], tuple]) -> tuple:
         """Every member as its single run starts (`init_members`)."""
         return init_members(self.config, init_one)
+
+    def plan_fn(self, num_examples: int) -> Callable:
+        """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, mapped)."""
+        return jax.vmap(bound_plan(num_examples, self.config.batch_size))
 
     def jit_epoch(self) -> Callable:
         """The lesson's epoch mapped over the members (`map_epoch`)."""

@@ -398,8 +398,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
                      matmul_n: int | None = None, bandwidth_mib: int = 64) -> ProfileReport:
     """Compile `config`'s training program for `steps` batches, warm it, time it, trace it; measure the machine.
 
-    `--loop scan` runs the program `jaxintro train` runs (`Trainer.compile_epoch`, a `lax.scan` of
-    `train_step` with the shuffle in front), given exactly `steps` batches of images, so one call is
+    `--loop scan` runs the programs `jaxintro train` runs (`Trainer.compile_epoch`: the shuffle, then a
+    `lax.scan` of `train_step`), given exactly `steps` batches of images, so one call is
     one traced window; `--loop python` runs `python_epoch`, the lesson's loop of jitted steps, on
     the same images. Either way "per step" below is the window's time over `steps`.
     """
@@ -417,7 +417,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     epoch = trainer.compile_epoch(state, window)
     programs = list(epoch.programs)
     # The step alone, for its cost analysis (with `--loop python` it is the program the loop runs).
-    step_program = programs[0] if config.loop == "python" else trainer.compile_step(state, (x[:batch], y[:batch]))
+    step_program = programs[1] if config.loop == "python" else trainer.compile_step(state, (x[:batch], y[:batch]))
 
     def run_window(state: TrainState) -> TrainState:
         state, metrics = epoch.run(state)

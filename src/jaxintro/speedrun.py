@@ -30,6 +30,7 @@ from jaxintro.bench_plan import make_plan
 from jaxintro.bench_torch import torch_mlp
 from jaxintro.config import LESSON_SIZES
 from jaxintro.data import Dataset
+from jaxintro.layout import bound_plan, compile_plan
 from jaxintro.lesson import correct_count, plan_epoch, scale_images
 from jaxintro.models.mlp import dense_layers, init_params, mlp_forward
 
@@ -192,18 +193,17 @@ def _step_by_step(program: dict, recipe: Recipe, dataset: Dataset, carry: tuple,
     """The lesson's loop: one jitted step per batch, each batch sliced from host memory; the first call compiles."""
     step = jax.jit(program["step"])
     evaluate = jax.jit(program["evaluate"])
-    shuffle = jax.jit(plan_epoch, static_argnums=(1, 2))
     state, key = carry
     x, y = dataset.x_train, dataset.y_train
     start = time.perf_counter()
     jax.block_until_ready(step(state, (x[: recipe.batch_size], y[: recipe.batch_size])))  # compile, result unused
     evaluate(state, dataset.x_test, dataset.y_test).block_until_ready()
-    jax.block_until_ready(shuffle(key, len(x), recipe.batch_size))
+    shuffle = compile_plan(bound_plan(len(x), recipe.batch_size), key)  # `jaxintro train`'s own shuffle program
     compile_seconds = time.perf_counter() - start
     curve = []
     start = time.perf_counter()
     for _ in range(recipe.epochs):
-        key, perm, _ = shuffle(key, len(x), recipe.batch_size)
+        key, perm, _ = shuffle(key)
         for idx in np.asarray(perm):
             state, _loss = step(state, (x[idx], y[idx]))
         curve.append(evaluate(state, dataset.x_test, dataset.y_test))

@@ -1,7 +1,7 @@
 """The engine: the lesson's step and epoch (`jaxintro.lesson`) compiled, placed on devices, and run by `fit`.
 
 `Trainer` builds the model and optimizer a config describes and compiles them: the whole epoch as
-one XLA program (`--loop scan`, the default, shuffle included), or the lesson's jitted step, one
+one XLA program after the shuffle's own (`--loop scan`, the default), or the lesson's jitted step, one
 call per batch from Python (`--loop python`, `python_epoch`). Both draw the same permutation and
 dropout keys, so they train the same function. The last partial batch of each epoch is dropped, as
 in the lesson (468 steps of 128 on MNIST's 60,000 images); the permutation changes each epoch, so
@@ -27,8 +27,8 @@ from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
-from jaxintro.layout import OneModel, bound_step
-from jaxintro.lesson import plan_epoch, step_key
+from jaxintro.layout import OneModel, bound_step, compile_plan, placed
+from jaxintro.lesson import step_key
 from jaxintro.members import Members
 from jaxintro.memory import check_memory
 from jaxintro.models import Model, Params, model_for, param_count
@@ -52,7 +52,8 @@ class TrainState(NamedTuple):
 
 class CompiledEpoch(NamedTuple):
     """One epoch of training, compiled: `run(state, on_step)` trains it (`on_step(1)` after each of the lesson's
-    loop's steps) and returns the next state and the per-step metrics; `programs` are the XLA executables it runs."""
+    loop's steps) and returns the next state and the per-step metrics; `programs` are the XLA executables it runs,
+    the shuffle (`compile_plan`) first."""
 
     run: Callable[..., tuple["TrainState", dict[str, Array]]]
     programs: tuple[Any, ...]
@@ -124,28 +125,37 @@ class Trainer:
         """One epoch of training on `train` (placed by `place`), compiled: the one place an epoch is compiled, for
         `fit`, every `bench` row that trains, and `profile`.
 
-        `--loop scan`: the whole epoch, shuffle included, as one program. `--loop python`: the lesson's loop,
-        a compiled shuffle, then the compiled step once per batch from Python.
+        Both loops shuffle first, with the plan's own small program (`compile_plan`). `--loop scan`: then the
+        whole epoch as one program. `--loop python`: the lesson's loop, the compiled step once per batch from Python.
         """
         x, y = train
+        plan = compile_plan(self.layout.plan_fn(len(x)), state.key)
         if self.config.loop == "scan":
-            program = self.jit_epoch().lower(state.params, state.opt_state, state.key, x, y).compile()
+            program = self.lower_epoch(state, train).compile()
 
             def run(state: TrainState, on_step: Callable[[int], Any] = lambda n: None):
-                params, opt_state, key, metrics = program(state.params, state.opt_state, state.key, x, y)
+                key, batches, dropout_key = plan(state.key)
+                params, opt_state, metrics = program(state.params, state.opt_state, batches, dropout_key, x, y)
                 return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
-            return CompiledEpoch(run, (program,))
+            return CompiledEpoch(run, (plan, program))
         batch = self.config.batch_size
         step = self.compile_step(state, (x[:batch], y[:batch]))
-        plan = jax.jit(plan_epoch, static_argnums=(1, 2)).lower(state.key, len(x), batch).compile()
 
         def run(state: TrainState, on_step: Callable[[int], Any] = lambda n: None):
             params, opt_state, key, metrics = python_epoch(state, step, plan, x, y, use_dropout=self.config.use_dropout,
                                                            on_step=on_step)
             return TrainState(params, opt_state, key, state.epoch + 1), metrics
 
-        return CompiledEpoch(run, (step, plan))
+        return CompiledEpoch(run, (plan, step))
+
+    def lower_epoch(self, state: TrainState, train: tuple[Array, Array]) -> Any:
+        """The epoch program (`jit_epoch`) lowered for `state` and `train`, and for the plan its keys give (shapes
+        only: no shuffle runs); what `compile_epoch` compiles, and what a test reads the HLO of."""
+        x, y = train
+        planned = jax.eval_shape(self.layout.plan_fn(len(x)), state.key)
+        planned = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=placed(state.key)) for a in planned[1:]]
+        return self.jit_epoch().lower(state.params, state.opt_state, *planned, x, y)
 
     def jit_epoch(self) -> Callable:
         """The whole epoch compiled as one program over the layout's mesh, parameters and optimizer state donated."""
@@ -297,7 +307,10 @@ def compile_timed(trainer: Trainer, state: TrainState, train: tuple[Array, Array
     release_free_memory()  # before the first epoch, not after the run
     seconds = time.perf_counter() - start
     cache_on = jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir
-    cache = "off" if not cache_on else "hit" if compile_cache_counts()["hits"] > before["hits"] else "miss"
+    # Its programs (the shuffle, the epoch or the step) all found: a hit; any one compiled anew: a miss.
+    after = compile_cache_counts()
+    found = after["hits"] > before["hits"] and after["misses"] == before["misses"]
+    cache = "off" if not cache_on else "hit" if found else "miss"
     return program, seconds, cache
 
 

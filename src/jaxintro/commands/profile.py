@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 def report_lines(report: "ProfileReport") -> list[str]:
     """The printed report: what was traced, the op table, the cost analysis, the roofline, where the files are."""
     # What was traced, on which images: two noun phrases that the first sentence names.
-    what = (_("the training program of `jaxintro train` (one lax.scan over the batches, shuffle included), "
+    what = (_("the training program of `jaxintro train` (the shuffle, then one lax.scan over the batches), "
               "compiled for exactly these batches") if report.loop == "scan" else
             _("the lesson's loop (`python_epoch`: a shuffle, then one jitted step per batch from Python)"))
     if report.images_repeated:
