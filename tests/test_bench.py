@@ -21,6 +21,7 @@ from jaxintro.cli import main
 from jaxintro.config import TrainConfig
 from jaxintro.data import Dataset
 from jaxintro.members import cpu_devices_wanted
+from jaxintro.models.base import ACTIVATIONS
 from jaxintro.train import Trainer
 
 
@@ -310,21 +311,28 @@ def test_the_plan_child_never_opens_an_accelerator(monkeypatch, tmp_path, plan):
     assert seen == ["cpu"]
 
 
-def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot():
-    """The twin reads the activation from the model (`models.Dense`), never assumes ReLU: one it has no module for is
-    refused by name, not silently swapped for a ReLU."""
+@pytest.mark.parametrize("activation", [name for name, f in ACTIVATIONS.items() if f in bench_torch.TORCH_ACTIVATIONS])
+def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot(activation):
+    """The twin reads the activation from the model (`models.Dense`), never assumes ReLU, and its PyTorch module
+    computes the same function (gelu's exact form is not JAX's tanh one, say): one it has no module for is refused by
+    name, not silently swapped for a ReLU."""
     pytest.importorskip("torch")
     import torch
 
     from jaxintro.errors import JaxintroError
     from jaxintro.models import build_model
 
-    model = build_model("jax", 6, (5,), 3)
+    model = build_model("jax", 6, (5,), 3, activation=activation)
     params = model.init(jax.random.key(0))
+    params = {name: {"w": layer["w"], "b": layer["b"] + 0.1} for name, layer in params.items()}  # biases count
     layers = [(np.asarray(w), np.asarray(b)) for w, b in model.dense.layers(params)]
-    x = np.asarray(jax.random.normal(jax.random.key(1), (4, 6)), np.float32)
+    x = np.asarray(3 * jax.random.normal(jax.random.key(1), (64, 6)), np.float32)  # well into the curves
     with torch.no_grad():
         twin = bench_torch.torch_mlp(layers, model.dense.activation)(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(twin, model.apply(params, x), rtol=1e-5, atol=1e-6)
-    with pytest.raises(JaxintroError, match="the PyTorch twin has no tanh"):
-        bench_torch.torch_mlp(layers, jax.numpy.tanh)
+    np.testing.assert_allclose(twin, model.apply(params, x), rtol=1e-6, atol=1e-6)
+
+    def cube(v):
+        return v**3
+
+    with pytest.raises(JaxintroError, match="the PyTorch twin has no cube"):
+        bench_torch.torch_mlp(layers, cube)

@@ -15,6 +15,7 @@ from jaxintro.config import MODEL_OPTIONS
 from jaxintro.grads import (example_loss, global_norms, per_example_grad_norms_fast, per_example_grad_norms_for,
                             per_example_grad_norms_loop, per_example_grad_norms_vmap, per_example_grads)
 from jaxintro.models import build_model
+from jaxintro.models.base import ACTIVATIONS
 from jaxintro.lesson import loss_fn
 
 
@@ -71,10 +72,11 @@ def test_fast_norms_any_depth():
     np.testing.assert_allclose(per_example_grad_norms_for(model)(params, x, y), vmapped(params, x, y), rtol=1e-5)
 
 
-# Every style with each option it takes (`config.MODEL_OPTIONS`), at a value that changes the model where one does.
-OPTION_VALUES = {"dropout": (0.0, 0.5)}
-STYLE_OPTIONS = [(style, {option: value}) for style, options in MODEL_OPTIONS.items() for option in options
-                 for value in OPTION_VALUES[option]]
+# Every style with each option it takes (`config.MODEL_OPTIONS`), at a value that changes the model where one does,
+# and with each activation the models know (`models.base.ACTIVATIONS`: every style's `build` takes one by name).
+OPTION_VALUES = {"dropout": (0.0, 0.5), "activation": tuple(ACTIVATIONS)}
+STYLE_OPTIONS = [(style, {option: value}) for style, options in MODEL_OPTIONS.items()
+                 for option in sorted({*options, "activation"}) for value in OPTION_VALUES[option]]
 
 
 @pytest.mark.parametrize(("style", "options"), STYLE_OPTIONS, ids=[f"{s}-{o}" for s, o in STYLE_OPTIONS])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxintro.models import build_model, param_count
+from jaxintro.models.base import ACTIVATIONS
 from jaxintro.models.mlp import init_params, layer_names, mlp_forward
 
 STYLES = ["jax", "linen", "nnx", "equinox"]
@@ -54,6 +55,26 @@ def test_every_style_uses_untruncated_he_normal(style):
     assert all(np.all(b == 0) for b in biases)
 
 
+@pytest.mark.parametrize("activation", sorted({*ACTIVATIONS, "tanh"}))
+@pytest.mark.parametrize("style", STYLES)
+def test_every_style_runs_the_activation_it_is_given(style, activation, monkeypatch):
+    """Each style computes activation(x w1 + b1) w2 + b2 with its own weights (read back by their unique shapes: 6 in,
+    5 hidden, 3 out), for every activation the models know, and for tanh put in the table here: none hard-codes ReLU."""
+    monkeypatch.setitem(ACTIVATIONS, "tanh", ACTIVATIONS.get("tanh", jnp.tanh))
+    model = build_model(style, 6, (5,), 3, activation=activation)
+    params = model.init(jax.random.key(0))
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(1), len(leaves))  # every leaf random, the biases too: they count
+    params = jax.tree.unflatten(tree, [jax.random.normal(k, leaf.shape) for k, leaf in zip(keys, leaves)])
+    by_size = {tuple(sorted(leaf.shape)): np.asarray(leaf) for leaf in jax.tree.leaves(params)}
+    w1, w2 = (by_size[(5, 6)], by_size[(3, 5)])
+    w1, w2 = (w1 if w1.shape == (6, 5) else w1.T), (w2 if w2.shape == (5, 3) else w2.T)
+    x = np.asarray(jax.random.normal(jax.random.key(2), (4, 6)))
+    hidden = np.asarray(ACTIVATIONS[activation](jnp.asarray(x @ w1 + by_size[(5,)])))
+    np.testing.assert_allclose(model.apply(params, jnp.asarray(x), None), hidden @ w2 + by_size[(3,)], rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_mlp_forward_any_depth_keeps_layer_order():
     # 12 layers: layer10..layer12 sort before layer2 as strings. Equal widths: a layer in the wrong place still
     # fits, so only the numbers tell (and each shape compiles once, op by op).
@@ -81,3 +102,11 @@ def test_dropout_is_random_in_training_and_off_in_evaluation(style):
     train_b = model.apply(params, x, jax.random.key(2))
     assert not np.allclose(train_a, train_b)
     np.testing.assert_array_equal(train_a, model.apply(params, x, jax.random.key(1)))
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_an_activation_no_model_knows_is_refused_by_name(style):
+    from jaxintro.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="there is no activation 'swish': the models know relu"):
+        build_model(style, 6, (5,), 3, activation="swish")

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxintro.config import TrainConfig
+from jaxintro.config import DECAYS_WEIGHTS, OPTIMIZERS, TrainConfig
 from jaxintro.optim import build_optimizer, build_schedule, with_hyperparams
 
 
@@ -37,13 +37,19 @@ def test_clipping_comes_first_in_the_chain():
     np.testing.assert_allclose(updates["w"], [-0.6, -0.8], rtol=1e-6)  # clipped to norm 1, then -lr * g
 
 
-def test_adamw_decays_weights_and_adam_does_not():
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_optimizer_decays_the_weights_exactly_when_the_config_says_so(name):
+    """With zero gradients only a weight decay moves a weight: it must move by `--weight-decay` where
+    `config.DECAYS_WEIGHTS` says so, and never else (an Optax optimizer with a decay of its own by default, built
+    without passing ours, would shrink weights that the tables and the sweeps say no decay touches)."""
     params = {"w": jnp.array([10.0])}
     zero = {"w": jnp.array([0.0])}
-    for name, expect_change in (("adamw", True), ("adam", False)):
-        tx = build_optimizer(TrainConfig(optimizer=name, lr=0.1, weight_decay=0.5), 10)
+    moved = {}
+    for decay in (0.0, 0.5):
+        tx = build_optimizer(TrainConfig(optimizer=name, lr=0.1, weight_decay=decay), 10)
         updates, _ = tx.update(zero, tx.init(params), params)
-        assert (float(updates["w"][0]) != 0.0) is expect_change, name
+        moved[decay] = float(updates["w"][0]) != 0.0
+    assert moved == {0.0: False, 0.5: DECAYS_WEIGHTS[name]}
 
 
 def test_a_peak_given_as_a_value_scales_the_schedules_shape():

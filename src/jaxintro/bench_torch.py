@@ -12,7 +12,7 @@ from jaxintro.bench_plan import Plan, RowResult, plan_layers, timed_windows
 from jaxintro.config import EVAL_CHUNK
 from jaxintro.errors import JaxintroError
 from jaxintro.i18n import N_, _
-from jaxintro.models.mlp import ACTIVATION
+from jaxintro.models.base import ACTIVATIONS, LESSON_ACTIVATION
 from jaxintro.runtime import peak_rss_mb
 
 # Why a row was skipped. The row's own process, which knows no --lang, writes it in English into bench.json;
@@ -22,11 +22,12 @@ COMPILE_UNAVAILABLE = N_("torch.compile unavailable")
 COMPILE_FAILED = N_("torch.compile failed")
 
 
-# The JAX activations the twin can mirror (`models.Dense.activation`), each as the name of its PyTorch module.
-TORCH_ACTIVATIONS = {ACTIVATION: "ReLU"}
+# The JAX activations the twin can mirror (`models.Dense.activation`), each as the name of its PyTorch module (one
+# that computes the same function: `tests/test_bench.py` compares the two for every row). Another is refused by name.
+TORCH_ACTIVATIONS = {ACTIVATIONS["relu"]: "ReLU"}
 
 
-def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable = ACTIVATION):
+def torch_mlp(layers: list[tuple[np.ndarray, np.ndarray]], activation: Callable = ACTIVATIONS[LESSON_ACTIVATION]):
     """A model's dense stack (`models.Dense`) in PyTorch, with the given (w (in, out), b) per layer: Linear ->
     activation ... -> Linear (the lesson's MLP by default)."""
     import torch

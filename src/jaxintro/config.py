@@ -19,8 +19,9 @@ MODEL_OPTIONS: dict[str, tuple[str, ...]] = {"jax": ("dropout",), "linen": ("dro
 DECAYS_WEIGHTS = {"adam": False, "adamw": True, "sgd": False}
 MODELS = tuple(MODEL_OPTIONS)
 OPTIMIZERS = tuple(DECAYS_WEIGHTS)
-# The optimizers that use `--weight-decay`, as help strings and errors name them ("adamw").
-DECAYING_OPTIMIZERS = " or ".join(name for name, decays in DECAYS_WEIGHTS.items() if decays)
+# The optimizers that use `--weight-decay`, as help strings and errors name them ("adamw"; several as "adamw|lion",
+# which reads the same in every language).
+DECAYING_OPTIMIZERS = "|".join(name for name, decays in DECAYS_WEIGHTS.items() if decays)
 SCHEDULES = ("constant", "warmup-cosine")
 # `sweep`'s held-out images by default, to choose its setting with (the test set chooses nothing): the last twelfth of
 # the training set, 5,000 of MNIST's 60,000.

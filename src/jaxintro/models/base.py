@@ -1,4 +1,5 @@
-"""The contract every model style meets, and what the styles share: `Model`, the He init, `param_count`.
+"""The contract every model style meets, and what the styles share: `Model`, the He init, the activations,
+`param_count`.
 
 Below the styles and `jaxintro.models` itself, so that each style can import it without a cycle.
 """
@@ -9,7 +10,15 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
+from jaxintro.errors import ConfigError
+from jaxintro.i18n import _
+
 Params = Any  # a pytree of arrays
+
+# What a model runs between its layers, by name; the lesson's MLP runs ReLU. Every style takes its function from here
+# (`activation_named`), and code that works layer by layer reads it from the model's `Dense`: a new one is a row here.
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"relu": jax.nn.relu}
+LESSON_ACTIVATION = "relu"
 
 # He (Kaiming) normal, N(0, 2 / fan_in), the lesson's init for ReLU layers, shared by every style so that
 # they start from the same distribution. A kernel is (fan_in, fan_out); Equinox stores (fan_out, fan_in).
@@ -43,3 +52,11 @@ class Dense(NamedTuple):
 def param_count(params: Params) -> int:
     """Total number of scalars in a parameter pytree."""
     return sum(int(leaf.size) for leaf in jax.tree.leaves(params))
+
+
+def activation_named(name: str) -> Callable[[jax.Array], jax.Array]:
+    """The activation called `name` in `ACTIVATIONS`, or a ConfigError naming the known ones."""
+    if name not in ACTIVATIONS:
+        raise ConfigError(_("there is no activation {name!r}: the models know {known}").format(
+            name=name, known=", ".join(ACTIVATIONS)))
+    return ACTIVATIONS[name]
