@@ -275,3 +275,31 @@ def test_a_tuning_where_no_recipe_passes_says_so(capsys, tmp_path, monkeypatch):
     assert not any(t["reached"] for t in report["tried"]) and report["timed"] == []  # nothing to time
     assert report["chosen"] == dataclasses.asdict(grid[1])  # the highest mean: the one that learns
     assert "No recipe reached the target on the held-out images: the one with the highest mean is shown" in out
+
+
+@pytest.mark.parametrize("lang, lines", [
+    ("en", ["speedrun            2           2        9.2ms        12.3ms [9.0ms-13.1ms]          98.18%",
+            "torch-eager         2           2         1.96          1.96 [1.67-2.11]          97.95%",
+            "One model to 98.0%: 9.2ms of training (1.71s with loading the data and compiling)"]),
+    ("es", ["speedrun            2           2        9,2ms        12,3ms [9,0ms-13,1ms]          98,18%",
+            "torch-eager         2           2         1,96          1,96 [1,67-2,11]          97,95%",
+            "Un modelo hasta el 98,0%: 9,2ms de entrenamiento (1,71s con la carga"]),
+])
+def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers(lang, lines, capsys):
+    """Under a second a time is printed in ms (an accelerator's run is milliseconds: "0.01" said nothing), and every
+    number as the language writes it."""
+    from jaxintro import i18n
+    from jaxintro.commands.speedrun import print_rows
+
+    rows = {"speedrun": {"epochs": 2, "reached_epoch": 2, "train_seconds": 0.0092, "train_seconds_all_epochs": 0.0123,
+                         "train_seconds_range": [0.0090, 0.0131], "curve": [0.97, 0.9818]},
+            "torch-eager": {"epochs": 2, "reached_epoch": 2, "train_seconds": 1.96, "train_seconds_all_epochs": 1.96,
+                            "train_seconds_range": [1.67, 2.11], "curve": [0.96, 0.9795]}}
+    report = {"train_seconds": 0.0092, "seconds_with_compile": 1.71, "target": 0.98, "target_epoch": 2}
+    try:
+        i18n.set_language(lang)
+        print_rows(report, rows)
+    finally:
+        i18n.set_language("en")
+    out = capsys.readouterr().out
+    assert all(line in out for line in lines), out

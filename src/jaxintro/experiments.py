@@ -18,7 +18,7 @@ from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
 from jaxintro.errors import ConfigError
 from jaxintro.grads import per_example_grad_norms_for, per_example_grad_norms_loop, per_example_grad_norms_vmap
-from jaxintro.i18n import Code, _
+from jaxintro.i18n import Code, _, format_number
 from jaxintro.lesson import scale_images
 from jaxintro.models import Dense, model_for
 from jaxintro.plots import plot_curves_compare, plot_image_grid, plot_series
@@ -165,7 +165,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     order = np.argsort(-norms)
     wrong = preds != y
     captions = [f"#{i} y={dataset.classes[y[i]][:6]} p={dataset.classes[preds[i]][:6]}\n"
-                f"conf {conf[i]:.2f} |g| {norms[i]:.3g}" for i in order]
+                f"conf {format_number(conf[i], '.2f')} |g| {format_number(norms[i], '.3g')}" for i in order]
     png = plot_image_grid(x_u8[order].reshape(-1, *dataset.image_shape), captions, out / "grads.png",
                           marked=list(wrong[order]),
                           title=_("{n} test images sorted by per-example gradient norm (largest first)").format(n=n))
@@ -178,7 +178,7 @@ def explain_grads(run_dir: str | None, dataset_name: str, data_dir: str | None, 
     for rank, i in enumerate(order[: min(8, n)], 1):
         mark = "  <- " + _("misclassified") if wrong[i] else ""
         lines.append(f"{rank:>4} {i:>6} {dataset.classes[y[i]][:6]:>6} {dataset.classes[preds[i]][:6]:>6} "
-                     f"{conf[i]:>6.3f} {norms[i]:>10.4g}{mark}")
+                     f"{format_number(conf[i], '>6.3f')} {format_number(norms[i], '>10.4g')}{mark}")
     top = order[: max(1, n // 8)]
     lines.append(_(
         "Answer: the {top} largest gradients belong to examples with mean confidence {top_conf:.2f} "

@@ -104,6 +104,14 @@ class Code:
         return format(self.value, format_spec)
 
 
+def format_duration(seconds: float) -> str:
+    """A time as a learner reads it: seconds to 2 decimals ("1.41s"), or milliseconds under a second ("9.2ms", a
+    run an accelerator finishes in a blink), in the chosen language's numbers."""
+    if seconds < 1:
+        return format_number(seconds * 1e3, ".1f") + "ms"
+    return format_number(seconds, ".2f") + "s"
+
+
 def list_separator() -> str:
     """What goes between the numbers of a list: "; " where a comma is the decimal mark (0,55; 0,09), else ", "."""
     return "; " if _language in DECIMAL_COMMA else ", "

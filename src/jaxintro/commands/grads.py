@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxintro.i18n import _
+from jaxintro.i18n import _, format_number
 from jaxintro.jsonio import json_text
 from jaxintro.runs import writable_dir
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + _("Per-example gradient norms of {n} examples (median ms, warm, jitted):").format(n=timing["n"]))
         for name in ("loop", "vmap", "fast", "torch-func-vmap"):
             if name in timing["ms"]:
-                print(f"  {name:<16}{timing['ms'][name]:9.2f} ms   "
+                print(f"  {name:<16}{format_number(timing['ms'][name], '9.2f')} ms   "
                       + _("{speedup:7.1f}x vs loop").format(speedup=timing["ms"]["loop"] / timing["ms"][name]))
         if "torch_skipped" in timing:
             print("  " + _("torch-func-vmap skipped: {why}").format(why=timing["torch_skipped"]))

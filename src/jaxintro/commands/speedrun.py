@@ -25,7 +25,7 @@ from jaxintro.bench_torch import TORCH_MISSING
 from jaxintro.config import held_out_count
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
-from jaxintro.i18n import _
+from jaxintro.i18n import _, format_duration, format_number
 from jaxintro.jsonio import json_text
 from jaxintro.runs import writable_dir, write_json
 from jaxintro.runtime import configure_jax
@@ -238,6 +238,12 @@ def headline(report: dict[str, Any], rows: dict[str, dict[str, Any]], load_secon
     return fields
 
 
+def seconds_cell(seconds: float) -> str:
+    """A cell of the tables' seconds columns: "1.41", or the time in ms under a second ("9.2ms": the unit is written
+    where the column's own would hide the digits), as the language writes numbers."""
+    return format_duration(seconds) if seconds < 1 else format_number(seconds, ".2f")
+
+
 def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
     """The records table: each row's time to the target, its training time for all its epochs, and its curve."""
     print(_("row            epochs  reached at  to target s  all epochs s (range)       final test acc"))
@@ -246,10 +252,11 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
             print(f"{name:<14} " + _("skipped: {reason}").format(reason=row["skipped"]))
             continue
         reached = "-" if row["reached_epoch"] is None else str(row["reached_epoch"])
-        to_target = "-" if row["train_seconds"] is None else f"{row['train_seconds']:.2f}"
-        low, high = row["train_seconds_range"]
-        print(f"{name:<14} {row['epochs']:>6}  {reached:>10}  {to_target:>11}  {row['train_seconds_all_epochs']:>12.2f} "
-              f"[{low:.2f}-{high:.2f}]  {row['curve'][-1]:>14.2%}")
+        to_target = "-" if row["train_seconds"] is None else seconds_cell(row["train_seconds"])
+        low, high = map(seconds_cell, row["train_seconds_range"])
+        print(f"{name:<14} {row['epochs']:>6}  {reached:>10}  {to_target:>11}  "
+              f"{seconds_cell(row['train_seconds_all_epochs']):>12} [{low}-{high}]  "
+              f"{format_number(row['curve'][-1], '>14.2%')}")
     if "lesson-script" in rows and "skipped" not in rows["lesson-script"]:
         print(_("lesson-script: the lesson's own script timed whole, its compiles and its float32 copy of the data "
                 "included; the other rows compile before their clock starts"))
@@ -257,19 +264,19 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
         print(_("Target not reached: the seeds' mean did not pass the test in {epochs} epochs").format(
             epochs=report["epochs"]))
         return
-    print(_("One model to {target:.1%}: {train:.2f}s of training ({with_compile:.2f}s with loading the data and "
+    print(_("One model to {target:.1%}: {train} of training ({with_compile} with loading the data and "
             "compiling); its seeds passed the test at epoch {epoch}").format(
-        target=report["target"], train=report["train_seconds"], with_compile=report["seconds_with_compile"],
-        epoch=report["target_epoch"]))
+        target=report["target"], train=format_duration(report["train_seconds"]),
+        with_compile=format_duration(report["seconds_with_compile"]), epoch=report["target_epoch"]))
     if "ratio_to_lesson_recipe" in report:
-        print(_("{ratio:.2f}x the training time of the lesson's recipe ({lesson:.2f}s for its {epochs} epochs)").format(
-            ratio=report["ratio_to_lesson_recipe"], lesson=report["lesson_recipe_train_seconds"],
+        print(_("{ratio:.2f}x the training time of the lesson's recipe ({lesson} for its {epochs} epochs)").format(
+            ratio=report["ratio_to_lesson_recipe"], lesson=format_duration(report["lesson_recipe_train_seconds"]),
             epochs=report["rows"]["lesson-recipe"]["epochs"]))
         torch_seconds = report["torch_train_seconds"]
         if torch_seconds is not None and report["rows"]["speedrun"]["train_seconds"]:
             # Like with like: each one model's own time to the target, the record's row against PyTorch's.
-            print(_("PyTorch eager, the same recipe: {torch:.2f}s to the target, {ratio:.2f}x the record's").format(
-                torch=torch_seconds, ratio=torch_seconds / report["rows"]["speedrun"]["train_seconds"]))
+            print(_("PyTorch eager, the same recipe: {torch} to the target, {ratio:.2f}x the record's").format(
+                torch=format_duration(torch_seconds), ratio=torch_seconds / report["rows"]["speedrun"]["train_seconds"]))
 
 
 def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -294,9 +301,10 @@ def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dic
                "train_seconds_all_epochs": timed["train_seconds"],
                **{k: verdict[k] for k in ("reached", "target_epoch", "mean_test_accuracy", "std", "p_value")}}
         rows.append(row)
-        to_target = "-" if train is None else f"{train:.2f}"
-        print(f"{name:<46}  {row['mean_test_accuracy']:.2%} ± {row['std']:.2%}  {row['p_value']:>8.2g}  "
-              f"{verdict['target_epoch'] or '-':>7}  {to_target:>11}  {timed['train_seconds']:>12.2f}")
+        to_target = "-" if train is None else seconds_cell(train)
+        print(f"{name:<46}  {format_number(row['mean_test_accuracy'], '.2%')} ± {format_number(row['std'], '.2%')}  "
+              f"{format_number(row['p_value'], '>8.2g')}  {verdict['target_epoch'] or '-':>7}  {to_target:>11}  "
+              f"{seconds_cell(timed['train_seconds']):>12}")
     return rows
 
 
@@ -367,8 +375,8 @@ def cost_seconds(tried: list[dict[str, Any]], held: Any, rounds: int) -> dict[tu
             runs[key].append(speedrun.timed_run(recipe, held, 0)["train_seconds"])
     seconds = {key: statistics.median(values) for key, values in runs.items()}
     for (epochs, batch), value in seconds.items():
-        print(_("  {epochs} epochs of batch {batch}: {seconds:.2f}s of training (median of {rounds})").format(
-            epochs=epochs, batch=batch, seconds=value, rounds=rounds))
+        print(_("  {epochs} epochs of batch {batch}: {seconds} of training (median of {rounds})").format(
+            epochs=epochs, batch=batch, seconds=format_duration(value), rounds=rounds))
     return seconds
 
 
