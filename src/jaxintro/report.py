@@ -50,12 +50,13 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
 
 
 def preload_plots() -> None:
-    """Import matplotlib in a thread, while the devices start and the data loads: the plot then costs only its drawing.
+    """Import matplotlib in a thread, while the model is built, placed and compiled: the plot then costs only its
+    drawing.
 
-    An import in the main thread waits for this one (Python locks a module while it loads); a thread that is still
-    loading when the run ends does not hold the process (daemon)."""
-    threading.Thread(target=importlib.import_module, args=("jaxintro.plots",), name="preload-plots",
-                     daemon=True).start()
+    An import in the main thread waits for this one (Python locks a module while it loads). Not a daemon: a run that
+    ends early (a model refused for its memory, Ctrl-C) waits for the import to finish, since a daemon thread stopped
+    inside a C extension's import as the interpreter shuts down can abort the process ("terminate called ...")."""
+    threading.Thread(target=importlib.import_module, args=("jaxintro.plots",), name="preload-plots").start()
 
 
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:

@@ -186,11 +186,11 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     from jaxintro.train import Trainer, hold_out
 
     clock = {"start": time.perf_counter()}
-    report.preload_plots()  # matplotlib's import overlaps the devices' start and the data's load
     jax.devices()  # opens the devices now, where the time breakdown names it (a TPU's runtime takes seconds)
     clock["data"] = time.perf_counter()
     # `--validation N`: the last N training images are held out to choose with; the model trains on the rest.
     dataset = load_dataset(config.dataset, config.data_dir)
+    report.preload_plots()  # the data is there (a refused folder waits for no import): it overlaps init and compile
     config = dataclasses.replace(config, validation=config.validation_images(len(dataset.x_train)))
     dataset, validation = hold_out(dataset, config.validation, config.batch_size)
     clock["data_done"] = time.perf_counter()
