@@ -336,3 +336,21 @@ def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot(activa
 
     with pytest.raises(JaxintroError, match="the PyTorch twin has no cube"):
         bench_torch.torch_mlp(layers, cube)
+
+
+@pytest.mark.parametrize("lang, cells", [("en", "0.84     1.270     100,767    49.5%"),
+                                         ("es", "0,84     1,270     100.767    49,5%")])
+def test_the_table_writes_numbers_as_the_language_does(lang, cells, capsys):
+    """In Spanish a comma is the decimal mark and a point groups thousands: 100,767 samples/s would read as 100.8."""
+    from jaxintro import i18n
+    from jaxintro.bench_plan import RowResult
+    from jaxintro.commands.bench import print_table
+
+    row = RowResult("scan-epoch", compile_seconds=0.84, ms_per_step=1.27, samples_per_second=100_767,
+                    fraction_of_peak=0.495, peak_rss_mb=487)
+    try:
+        i18n.set_language(lang)
+        print_table([row], 205.1, 2048, 128.9e6)
+    finally:
+        i18n.set_language("en")
+    assert cells in capsys.readouterr().out

@@ -245,3 +245,23 @@ def test_bad_input_is_a_one_line_error(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_the_printed_table_writes_numbers_as_the_language_does(report):
+    """Spanish: a decimal comma in every number of the op table (1,00 calls a step, 17,4%), English a point."""
+    from jaxintro import i18n
+    from jaxintro.commands.profile import report_lines
+
+    def op_rows(lang: str) -> list[str]:
+        try:
+            i18n.set_language(lang)
+            return [line for line in report_lines(report) if line.split(" ", 1)[0] in {r.name for r in report.table.rows}]
+        finally:
+            i18n.set_language("en")
+
+    english, spanish = op_rows("en"), op_rows("es")
+    assert english and len(english) == len(spanish)
+    number = r"\s+(\d+[.,]\d+)"
+    for en, es in zip(english, spanish):
+        en_numbers, es_numbers = re.findall(number, en), re.findall(number, es)
+        assert en_numbers and [n.replace(".", ",") for n in en_numbers] == es_numbers, (en, es)

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from jaxintro.grid import member_values  # noqa: E402
-from jaxintro.i18n import _  # noqa: E402
+from jaxintro.i18n import _, format_number  # noqa: E402
 from jaxintro.runs import write_atomic  # noqa: E402
 
 MISTAKE = "tab:red"  # the colour that marks a misclassified image
@@ -133,7 +133,7 @@ def plot_bars(names: Sequence[str], values: Sequence[float], path: Path, *, ylab
     """A labelled bar chart (benchmark rows, model styles)."""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 3.8), layout="constrained")
     bars = ax.bar(names, values, color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+    ax.bar_label(bars, labels=[format_number(v, ",.0f") for v in values], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=20)

@@ -11,7 +11,7 @@ from jaxintro import timed
 from jaxintro.config import BENCH_ROWS
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError, JaxintroError
-from jaxintro.i18n import _, ngettext
+from jaxintro.i18n import _, format_number, ngettext
 from jaxintro.jsonio import json_safe, json_text
 from jaxintro.runs import writable_dir, write_json
 
@@ -145,9 +145,10 @@ def print_table(results: list[Any], matmul_gflops: float, matmul_n: int, flops: 
         elif r.skipped:
             print(f"{r.name:<{w[0]}}  " + _("skipped: {reason}").format(reason=bench.skip_reason(r.skipped)))
         else:
-            print(f"{r.name:<{w[0]}}{r.compile_seconds:>{w[1]}.2f}{r.ms_per_step:>{w[2]}.3f}"
-                  f"{r.samples_per_second:>{w[3]},.0f}{100 * r.fraction_of_peak:>{w[4] - 1}.1f}%"
-                  f"{r.peak_rss_mb:>{w[5]}.0f}")
+            cells = [(r.compile_seconds, f">{w[1]}.2f"), (r.ms_per_step, f">{w[2]}.3f"),
+                     (r.samples_per_second, f">{w[3]},.0f"), (100 * r.fraction_of_peak, f">{w[4] - 1}.1f")]
+            print(f"{r.name:<{w[0]}}" + "".join(format_number(value, spec) for value, spec in cells) + "%"
+                  + format_number(r.peak_rss_mb, f">{w[5]}.0f"))
 
 
 def print_ratios(done: dict[str, Any], rounds: list[list[Any]], count: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from jaxintro.config import PROFILE_MAX_STEPS, config_from_flags
 from jaxintro.data import load_dataset
 from jaxintro.errors import ConfigError
-from jaxintro.i18n import _, ngettext
+from jaxintro.i18n import _, format_number, ngettext
 from jaxintro.jsonio import json_text
 from jaxintro.profile import profile_training
 from jaxintro.runs import writable_dir, write_json
@@ -103,16 +103,19 @@ def op_table_lines(report: "ProfileReport") -> list[str]:
               + "".join(f"{head:>{col}}" for head, col in zip(heads[3:8], w)) + f"  {heads[8]}")
     lines += [header, "-" * len(header)]
     for row in table.rows[:TABLE_ROWS]:
-        rate = f"{row.gflops:{w[4]}.1f}" if row.gflops is not None else f"{'':{w[4]}}"
+        rate = format_number(row.gflops, f"{w[4]}.1f") if row.gflops is not None else f"{'':{w[4]}}"
+        numbers = [(row.calls_per_step, f">{w[0]}.2f"), (row.us_per_step, f">{w[1]}.1f"),
+                   (row.wall_us_per_step, f">{w[2]}.1f"), (100 * row.share, f">{w[3] - 1}.1f")]
         lines.append(f"{row.name:<{width}}" + (f"{row.program:<{program_col}}" if program_col else "")
-                     + f"{row.kind:<{kind_col}}{row.calls_per_step:>{w[0]}.2f}{row.us_per_step:>{w[1]}.1f}"
-                     f"{row.wall_us_per_step:>{w[2]}.1f}{100 * row.share:>{w[3] - 1}.1f}%{rate}  {row.source}")
+                     + f"{row.kind:<{kind_col}}" + "".join(format_number(v, spec) for v, spec in numbers)
+                     + f"%{rate}  {row.source}")
     rest = table.rows[TABLE_ROWS:]
     pad = width + program_col + kind_col + w[0]
 
     def summary_row(label: str, wall_us: float, own_us: float | None = None) -> str:
-        own = f"{own_us:>{w[1]}.1f}" if own_us is not None else f"{'':>{w[1]}}"
-        return f"{label:<{pad}}{own}{wall_us:>{w[2]}.1f}{100 * wall_us / table.step_us:>{w[3] - 1}.1f}%"
+        own = format_number(own_us, f">{w[1]}.1f") if own_us is not None else f"{'':>{w[1]}}"
+        return (f"{label:<{pad}}{own}{format_number(wall_us, f'>{w[2]}.1f')}"
+                f"{format_number(100 * wall_us / table.step_us, f'>{w[3] - 1}.1f')}%")
 
     if rest:
         lines.append(summary_row(ngettext("({n} more op)", "({n} more ops)", len(rest)).format(n=len(rest)),
