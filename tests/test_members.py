@@ -655,3 +655,18 @@ def test_a_sweeps_report_takes_the_held_out_choice_and_names_the_test_sets_by_it
     assert fields["best_val_accuracy"] == 0.97 and fields["ensemble_test_accuracy"] == 0.90
     assert fields["test_chosen"] == {"lr": 1e-3, "weight_decay": 1e-2, "test_accuracy": 0.95}
     assert "Chosen on the test set, lr=0.001,wd=0.01 would read 95.00%, +5.00 points" in held_out_line(config, fields)
+
+
+def test_member_k_is_its_single_run_with_the_rbg_prng_too():
+    """`JAX_DEFAULT_PRNG_IMPL=rbg` (a supported choice, docs/reliability.md): a `vmap` over rbg keys draws other bits
+    than the keys one by one, so each member's shuffle is drawn as its single run's (`members.map_plan`)."""
+    before = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        data = synthetic_dataset(n_train=256, n_test=64, side=8)
+        run = fit(TrainConfig(**SMALL, seed=5, seeds=3), data, log=lambda line: None)
+        single = fit(TrainConfig(**SMALL, seed=7), data, log=lambda line: None)
+    finally:
+        jax.config.update("jax_default_prng_impl", before)
+    assert_trees_equal(member(run.state.params, 2), single.state.params)
+    assert run.history[-1].members["loss"][2] == single.history[-1].loss

@@ -42,7 +42,7 @@ def bound_plan(num_examples: int, batch_size: int) -> Callable:
 
 def compile_plan(plan: Callable, key: jax.Array) -> Any:
     """An epoch's shuffle (`bound_plan`, or every member's) compiled where `key` lives, its outputs left there: one
-    small program per data size and batch, found in the persistent cache by any model, rate or loop."""
+    small program per data size, batch and placement, which the persistent cache gives any model, width or rate."""
     return jax.jit(plan, out_shardings=placed(key)).lower(key).compile()
 
 

@@ -12,9 +12,10 @@ takes these functions from here (the engine in `train.py` adds meshes, members, 
    lesson's data parallelism: `pcast` the parameters, `pmean` the gradients.
 5. The epoch: `plan_epoch` splits the epoch's keys and reshuffles, `step_key` gives each step its
    dropout key, and `train_epoch` runs every batch of the plan as one `lax.scan` (the lesson's Python
-   loop is `train.python_epoch`, over the same plan). The plan is its own small program: it depends
-   on the data's size and the batch alone, so a new model or learning rate never compiles the shuffle
-   again (on a TPU its sort is most of an epoch's compile).
+   loop is `train.python_epoch`, over the same plan). The engine compiles the plan as its own small
+   program (`layout.compile_plan`): it depends on the data's size and the batch alone, so with the
+   persistent cache a new model or learning rate never compiles the shuffle again (on a TPU its sort
+   is most of an epoch's compile).
 6. Evaluation: `correct_count`, how many argmax predictions equal the labels (the rule every score
    of jaxintro counts with), and `accuracy`, their share.
 """

@@ -125,6 +125,18 @@ def map_epoch(epoch: Callable, config: TrainConfig, mesh: Any) -> Callable:
     return jax.jit(members_epoch, donate_argnums=(0, 1))
 
 
+def map_plan(plan: Callable, config: TrainConfig, mesh: Any) -> Callable:
+    """The members' shuffles (`plan` of each one's key), on the devices and in the groups `map_epoch` trains them in:
+    a group of one draws its single run's shuffle exactly, whatever the PRNG (a vmap over keys is exact for
+    threefry, JAX's default, not for `rbg`)."""
+    group = group_size(config, mesh.shape[MEMBERS])
+
+    def each_devices_plans(keys):
+        return jax.lax.map(plan, keys, batch_size=group if group > 1 else None)
+
+    return jax.shard_map(each_devices_plans, mesh=mesh, in_specs=P(MEMBERS), out_specs=P(MEMBERS))
+
+
 class Members:
     """Several models: each device of the `members` mesh trains its share of them whole, with no collective."""
 
@@ -138,8 +150,8 @@ class Members:
         return init_members(self.config, init_one)
 
     def plan_fn(self, num_examples: int) -> Callable:
-        """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, mapped)."""
-        return jax.vmap(bound_plan(num_examples, self.config.batch_size))
+        """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, `map_plan`)."""
+        return map_plan(bound_plan(num_examples, self.config.batch_size), self.config, self.mesh)
 
     def jit_epoch(self) -> Callable:
         """The lesson's epoch mapped over the members (`map_epoch`)."""

@@ -9,6 +9,7 @@ its best setting's seeds), so every field means the same thing for every kind of
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import threading
@@ -56,7 +57,14 @@ def preload_plots() -> None:
     An import in the main thread waits for this one (Python locks a module while it loads). Not a daemon: a run that
     ends early (a model refused for its memory, Ctrl-C) waits for the import to finish, since a daemon thread stopped
     inside a C extension's import as the interpreter shuts down can abort the process ("terminate called ...")."""
-    threading.Thread(target=importlib.import_module, args=("jaxintro.plots",), name="preload-plots").start()
+    threading.Thread(target=_import_quietly, args=("jaxintro.plots",), name="preload-plots").start()
+
+
+def _import_quietly(module: str) -> None:
+    """Import `module`, or leave it: a failure is `plot_curves`'s to report, in the run's own words, not a thread's
+    traceback in the middle of the epochs."""
+    with contextlib.suppress(Exception):
+        importlib.import_module(module)
 
 
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:

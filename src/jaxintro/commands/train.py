@@ -190,9 +190,10 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     clock["data"] = time.perf_counter()
     # `--validation N`: the last N training images are held out to choose with; the model trains on the rest.
     dataset = load_dataset(config.dataset, config.data_dir)
-    report.preload_plots()  # the data is there (a refused folder waits for no import): it overlaps init and compile
     config = dataclasses.replace(config, validation=config.validation_images(len(dataset.x_train)))
     dataset, validation = hold_out(dataset, config.validation, config.batch_size)
+    if jax.process_index() == 0:  # the one that plots, once the data is there (a refused folder waits for no import)
+        report.preload_plots()  # matplotlib's import overlaps the init and the compile
     clock["data_done"] = time.perf_counter()
     trainer = Trainer.create(config, dataset)  # a model too big for memory is refused here, before any header
     state, rows = resumed_state(trainer, run_dir) if resuming else (None, [])

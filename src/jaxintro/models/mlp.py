@@ -14,6 +14,7 @@ from jaxintro.models.base import HE_NORMAL, LESSON_ACTIVATION, Dense, Model, act
 Layer = dict[str, Array]  # {"w": (fan_in, fan_out), "b": (fan_out,)}
 Params = dict[str, Layer]  # {"layer1": ..., "layer2": ..., ...}
 
+
 def he_normal(key: jax.Array, fan_in: int, fan_out: int) -> Float[Array, "fan_in fan_out"]:
     """He (Kaiming) normal init: N(0, 2 / fan_in), suited to ReLU (the lesson's `random.normal * sqrt(2 / fan_in)`)."""
     return HE_NORMAL(key, (fan_in, fan_out), jnp.float32)
