@@ -104,37 +104,34 @@ def abstract_carry(count: int, params: Any, opt_state: Any) -> tuple:
     return (*stacked, jax.random.split(jax.random.key(0), count))
 
 
-def map_epoch(epoch: Callable, config: TrainConfig, mesh: Any) -> Callable:
-    """Whole epochs mapped over the members' parameters, optimizer states and keys; compiled, state donated.
-
-    Each device trains its share alone, side by side with the others (no collective); the uint8 data is
-    shared by the members of a device, neither copied nor moved per member.
-    """
+def map_members(fn: Callable, config: TrainConfig, mesh: Any, *, name: str, spread: int, shared: int = 0) -> Callable:
+    """`fn` for every member: its first `spread` arguments have a leading member axis, the last `shared` are the same
+    for all (the data). Each device takes its share of the members (`shard_map` along `members`: no collective) and
+    runs them `group_size` at a time, the groups in turn (`lax.map` with a batch size: a `vmap` of each group). A
+    group of one is a plain `lax.map`, no `vmap`: each member runs its single run's own program, bit for bit. `name`
+    names the program in compile logs and profiles (`jit_members_epoch`)."""
     group = group_size(config, mesh.shape[MEMBERS])
 
-    def members_epoch(params, opt_state, batches, dropout_key, x_u8, y):
-        # Each device's own members. lax.map with batch_size: `vmap` over `group` members at a time,
-        # the groups in turn. A group of 1 is a plain lax.map, no `vmap`: each member runs the single
-        # run's own program.
-        return jax.lax.map(lambda member: epoch(*member, x_u8, y), (params, opt_state, batches, dropout_key),
-                           batch_size=group if group > 1 else None)
+    def each_devices_members(*args):
+        members, common = args[:spread], args[spread:]
+        return jax.lax.map(lambda member: fn(*member, *common), members, batch_size=group if group > 1 else None)
 
-    spread, shared = P(MEMBERS), P()
-    members_epoch = jax.shard_map(members_epoch, mesh=mesh, in_specs=(spread,) * 4 + (shared,) * 2,
-                                  out_specs=(spread,) * 3)
-    return jax.jit(members_epoch, donate_argnums=(0, 1))
+    each_devices_members.__name__ = name
+    return jax.shard_map(each_devices_members, mesh=mesh, in_specs=(P(MEMBERS),) * spread + (P(),) * shared,
+                         out_specs=P(MEMBERS))
+
+
+def map_epoch(epoch: Callable, config: TrainConfig, mesh: Any) -> Callable:
+    """Whole epochs mapped over the members' parameters, optimizer states and plans (`map_members`); compiled, state
+    donated. The uint8 data is shared by the members of a device, neither copied nor moved per member."""
+    return jax.jit(map_members(epoch, config, mesh, name="members_epoch", spread=4, shared=2), donate_argnums=(0, 1))
 
 
 def map_plan(plan: Callable, config: TrainConfig, mesh: Any) -> Callable:
-    """The members' shuffles (`plan` of each one's key), on the devices and in the groups `map_epoch` trains them in:
-    a group of one draws its single run's shuffle exactly, whatever the PRNG (a vmap over keys is exact for
-    threefry, JAX's default, not for `rbg`)."""
-    group = group_size(config, mesh.shape[MEMBERS])
-
-    def each_devices_plans(keys):
-        return jax.lax.map(plan, keys, batch_size=group if group > 1 else None)
-
-    return jax.shard_map(each_devices_plans, mesh=mesh, in_specs=P(MEMBERS), out_specs=P(MEMBERS))
+    """The members' shuffles (`plan` of each one's key), on the devices and in the groups `map_epoch` trains them in
+    (`map_members`): a group of one draws its single run's shuffle exactly, whatever the PRNG (a vmap over keys is
+    exact for threefry, JAX's default, not for `rbg`)."""
+    return map_members(plan, config, mesh, name="members_plan", spread=1)
 
 
 class Members:
