@@ -278,7 +278,7 @@ _RULES = ("tests/test_train.py", "tests/test_data.py", "tests/test_runs.py", "te
           "tests/test_optim.py", "tests/test_grid.py", "tests/test_reliability.py",
           "tests/test_parallel.py::test_split_steps_on_n_devices_equal_the_one_device_step")
 MUTATION_TESTS = {
-    **dict.fromkeys(("lesson", "optim", "data", "runs", "claims", "images", "grid", "record"), _RULES),
+    **dict.fromkeys(("lesson", "optim", "data", "idx", "runs", "claims", "images", "grid", "record"), _RULES),
     "train": ("tests/test_train.py", "tests/test_parallel.py",
               "tests/test_cli.py::test_persistent_cache_is_reported_for_the_training_program_itself"),
     "layout": ("tests/test_train.py", "tests/test_parallel.py"),
@@ -290,6 +290,7 @@ MUTATION_TESTS = {
     "faults": ("tests/test_faults.py",),
     "evaluate": ("tests/test_evaluate.py", "tests/test_evaluate_units.py"),
     "serve": ("tests/test_serve.py",),
+    "serve_model": ("tests/test_serve.py",),
 }
 
 
