@@ -311,12 +311,15 @@ def test_the_plan_child_never_opens_an_accelerator(monkeypatch, tmp_path, plan):
     assert seen == ["cpu"]
 
 
-@pytest.mark.parametrize("activation", [name for name, f in ACTIVATIONS.items() if f in bench_torch.TORCH_ACTIVATIONS])
-def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot(activation):
-    """The twin reads the activation from the model (`models.Dense`), never assumes ReLU, and its PyTorch module
-    computes the same function (gelu's exact form is not JAX's tanh one, say): one it has no module for is refused by
-    name, not silently swapped for a ReLU."""
+@pytest.mark.parametrize("activation", sorted({name for name, f in ACTIVATIONS.items()
+                                                if f in bench_torch.TORCH_ACTIVATIONS} | {"tanh"}))
+def test_the_pytorch_twin_mirrors_the_models_activation_or_says_it_cannot(activation, monkeypatch):
+    """The twin reads the activation from the model (`models.Dense`), never assumes ReLU (tanh, put in both tables
+    here, must come out as tanh), and its PyTorch module computes the same function (gelu's exact form is not JAX's
+    tanh one, say): one it has no module for is refused by name, not silently swapped for a ReLU."""
     pytest.importorskip("torch")
+    monkeypatch.setitem(ACTIVATIONS, "tanh", ACTIVATIONS.get("tanh", jax.numpy.tanh))
+    monkeypatch.setitem(bench_torch.TORCH_ACTIVATIONS, ACTIVATIONS["tanh"], "Tanh")
     import torch
 
     from jaxintro.errors import JaxintroError
