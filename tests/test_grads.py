@@ -159,3 +159,18 @@ def test_an_exploded_runs_norms_print_as_valid_json(monkeypatch, capsys, tmp_pat
         raise ValueError(f"{name} is not JSON")
 
     assert json.loads(printed, parse_constant=refuse) == {"norms": [None, 3.0], "indices": [1, 0], "loss": None}
+
+
+def test_the_benchmark_skips_the_pytorch_twin_of_an_activation_it_lacks(monkeypatch):
+    """A model whose activation PyTorch's twin does not mirror gets its norms timed and the twin's row skipped with
+    the reason, not a traceback (`bench_torch.torch_mlp` refuses it by name)."""
+    pytest.importorskip("torch")
+    from jaxintro.data import load_dataset
+    from jaxintro.experiments import GradsSubject, grads_benchmark
+
+    monkeypatch.setitem(ACTIVATIONS, "tanh", jnp.tanh)
+    data = load_dataset("digits", None)
+    model = build_model("jax", data.num_features, (8,), data.num_classes, activation="tanh")
+    report = grads_benchmark(GradsSubject(model, model.init(jax.random.key(0)), data), n=16, repeats=1)
+    assert {"loop", "vmap", "fast"} <= set(report["ms"]) and "torch-func-vmap" not in report["ms"]
+    assert report["torch_skipped"] == "the PyTorch twin has no tanh (it mirrors relu)"

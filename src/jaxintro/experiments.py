@@ -16,7 +16,7 @@ import numpy as np
 from jaxintro.bench_torch import TORCH_MISSING, torch_mlp
 from jaxintro.config import MODELS, TrainConfig
 from jaxintro.data import Dataset, load_dataset
-from jaxintro.errors import ConfigError
+from jaxintro.errors import ConfigError, JaxintroError
 from jaxintro.grads import per_example_grad_norms_for, per_example_grad_norms_loop, per_example_grad_norms_vmap
 from jaxintro.i18n import Code, _, format_number
 from jaxintro.lesson import scale_images
@@ -237,12 +237,14 @@ def grads_benchmark(subject: GradsSubject, *, n: int = 128, repeats: int = 7) ->
         report["ms"][name] = statistics.median(times) * 1e3
     if "fast" in results:
         report["fast_max_rel_diff_vs_vmap"] = float(np.max(np.abs(results["fast"] - results["vmap"]) / results["vmap"]))
-    if model.dense is not None:
+    if "fast" in results:  # a model that describes its layers: PyTorch's twin of them, where there is one
         try:
             report["ms"]["torch-func-vmap"] = _torch_func_norms_ms(model.dense, params, np.asarray(x), np.asarray(y),
                                                                    repeats)
         except ImportError:
             report["torch_skipped"] = _(TORCH_MISSING)
+        except JaxintroError as exc:  # an activation the twin does not mirror (`bench_torch.TORCH_ACTIVATIONS`)
+            report["torch_skipped"] = str(exc)
     return report
 
 
