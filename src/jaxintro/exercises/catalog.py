@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from jaxintro.errors import ConfigError
-from jaxintro.exercises.texts import docstrings, given_docstrings, solution_comments, statement, summary
+from jaxintro.exercises.texts import docstrings, given_docstrings, solution_comments, statement
 from jaxintro.i18n import DOMAIN, LOCALE_DIR, N_, _
 
 SOLUTIONS = Path(__file__).parent / "solutions"
@@ -50,14 +50,13 @@ class Exercise:
             return source
         for english, translated in solution_comments(lang).items():  # the starter keeps its (given) comments as
             source = source.replace(f"# {english}\n", f"# {translated}\n")  # they were: a starter stays a starter
-        if first_line := summary(self.slug, lang):
-            source = _MODULE_DOC.sub(lambda m: _docstring(first_line, "") + "\n", source, count=1)
         return self._in_language(source, lang)
 
     def _in_language(self, source: str, lang: str) -> str:
         """`source` with the docstrings of the given code and of the learner's functions in `lang`."""
-        for english, translated in given_docstrings(lang).items():
-            source = source.replace(f'"""{english}"""', f'"""{translated}"""')
+        for english, translated in given_docstrings(lang).items():  # each wrapped at its own indent
+            source = re.sub(rf'^( *)"""{re.escape(english)}"""', lambda m: m[1] + _docstring(translated, m[1]), source,
+                            flags=re.MULTILINE)
         for name, doc in docstrings(self.slug, lang).items():
             source = re.sub(rf'(def {name}\(.*?:\n( +))""".*?"""', lambda m: m[1] + _docstring(doc, m[2]), source,
                             count=1, flags=re.DOTALL)

@@ -320,7 +320,8 @@ DOCSTRINGS = {
                                    "estándar."},
 }
 
-# The docstrings of the code each file gives (not written by the learner), as they read in Spanish.
+# The docstrings of the code each file gives (not written by the learner) and of each solution file itself, as
+# they read in Spanish.
 GIVEN = {
     "Given: a linear model's mean squared error.": "Dado: el error cuadrático medio de un modelo lineal.",
     "Given: logits of the 3-layer MLP.": "Dado: logits del MLP de 3 capas.",
@@ -331,28 +332,39 @@ GIVEN = {
     "Step 1, given: He-normal weights, zero biases.": "Paso 1, dado: pesos He-normales, sesgos a cero.",
     "Step 2, given: logits of the 3-layer MLP.": "Paso 2, dado: logits del MLP de 3 capas.",
     "Step 3, given: mean cross-entropy.": "Paso 3, dado: entropía cruzada media.",
-}
-
-# The first line of each solution file (what `solution N` prints above the code), as it reads in Spanish.
-SUMMARIES = {
-    "init_params": "Constrúyelo, paso 1: los parámetros del MLP, con inicialización de He a partir de claves divididas.",
-    "forward": "Constrúyelo, paso 2: la pasada hacia delante del MLP de 3 capas.",
-    "loss_fn": "Constrúyelo, paso 3: la pérdida, una entropía cruzada media a través de log-softmax.",
-    "train_step": "Constrúyelo, paso 4: un paso de entrenamiento con value_and_grad y Optax, compilado con jit.",
-    "immutable_update": "Ideas clave: los arrays son inmutables; `.at[i].set(v)` devuelve una copia actualizada.",
-    "tree_map": "Ideas clave: una actualización de un pytree con jax.tree.map, para cualquier anidación de dicts, "
-                "listas y tuplas.",
-    "vmap_in_axes": "Ideas clave: vmap con los in_axes correctos, para un lote de una función de un ejemplo.",
-    "scan": "Ideas clave: un bucle de Python reescrito como lax.scan (un paso compilado, cualquier longitud).",
-    "cond": "Ideas clave: una bifurcación según un valor como lax.cond (un `if` de Python no ve un valor trazado).",
-    "split_keys": "Ideas clave: las claves PRNG se dividen, y cada clave se usa una vez.",
-    "dropout": "Ejercicio 1: dropout en el MLP, con una clave dividida por capa.",
-    "per_example_grads": "Ejercicio 2: gradientes por ejemplo con vmap(grad), y sus normas.",
-    "any_depth": "Ejercicio 3: la pasada hacia delante de un MLP de cualquier profundidad: cuenta las capas con "
-                 "jax.tree.leaves y recórrelas por número.",
-    "jit_timing": "Ejercicio 4: jit frente a sin jit, medido con honestidad: primero el calentamiento, y espera al "
-                  "resultado.",
-    "clipping": "Ejercicio 5: recorte del gradiente con optax.chain, y la curva de las normas del gradiente.",
+    # each solution file's first line
+    "Build it, step 1: the MLP's parameters, He-initialised from split keys.":
+        "Constrúyelo, paso 1: los parámetros del MLP, con inicialización de He a partir de claves divididas.",
+    "Build it, step 2: the forward pass of the 3-layer MLP.":
+        "Constrúyelo, paso 2: la pasada hacia delante del MLP de 3 capas.",
+    "Build it, step 3: the loss, a mean cross-entropy through log-softmax.":
+        "Constrúyelo, paso 3: la pérdida, una entropía cruzada media a través de log-softmax.",
+    "Build it, step 4: one training step with value_and_grad and Optax, compiled with jit.":
+        "Constrúyelo, paso 4: un paso de entrenamiento con value_and_grad y Optax, compilado con jit.",
+    "Core ideas: arrays are immutable; `.at[i].set(v)` returns an updated copy.":
+        "Ideas clave: los arrays son inmutables; `.at[i].set(v)` devuelve una copia actualizada.",
+    "Core ideas: a pytree update with jax.tree.map, for any nesting of dicts, lists and tuples.":
+        "Ideas clave: una actualización de un pytree con jax.tree.map, para cualquier anidación de dicts, listas "
+        "y tuplas.",
+    "Core ideas: vmap with the right in_axes, batching a one-example function.":
+        "Ideas clave: vmap con los in_axes correctos, para un lote de una función de un ejemplo.",
+    "Core ideas: a Python loop rewritten as lax.scan (one compiled step, any length).":
+        "Ideas clave: un bucle de Python reescrito como lax.scan (un paso compilado, cualquier longitud).",
+    "Core ideas: a branch on a value as lax.cond (a Python `if` cannot see a traced value).":
+        "Ideas clave: una bifurcación según un valor como lax.cond (un `if` de Python no ve un valor trazado).",
+    "Core ideas: PRNG keys are split, and each key is used once.":
+        "Ideas clave: las claves PRNG se dividen, y cada clave se usa una vez.",
+    "Exercise 1: dropout in the MLP, with a key split per layer.":
+        "Ejercicio 1: dropout en el MLP, con una clave dividida por capa.",
+    "Exercise 2: per-example gradients with vmap(grad), and their norms.":
+        "Ejercicio 2: gradientes por ejemplo con vmap(grad), y sus normas.",
+    "Exercise 3: an MLP forward pass of any depth: count the layers with jax.tree.leaves, walk them by number.":
+        "Ejercicio 3: la pasada hacia delante de un MLP de cualquier profundidad: cuenta las capas con "
+        "jax.tree.leaves y recórrelas por número.",
+    "Exercise 4: jit against no jit, timed honestly: warm-up first, and wait for the result.":
+        "Ejercicio 4: jit frente a sin jit, medido con honestidad: primero el calentamiento, y espera al resultado.",
+    "Exercise 5: gradient clipping with optax.chain, and the curve of gradient norms.":
+        "Ejercicio 5: recorte del gradiente con optax.chain, y la curva de las normas del gradiente.",
 }
 
 # The comments of our solutions (`solution N`), English -> Spanish.

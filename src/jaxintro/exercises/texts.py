@@ -42,11 +42,7 @@ def solution_comments(lang: str) -> dict[str, str]:
     return getattr(text_table(lang), "SOLUTION_COMMENTS", {})
 
 
-def summary(slug: str, lang: str) -> str | None:
-    """The first line of `slug`'s solution file in `lang` (None for English: the file's own)."""
-    return getattr(text_table(lang), "SUMMARIES", {}).get(slug)
-
-
 def given_docstrings(lang: str) -> dict[str, str]:
-    """English docstring -> `lang`'s, for the code a starter file gives (empty for English)."""
+    """English docstring -> `lang`'s, for the code a starter file gives and each solution file's first line (empty for
+    English)."""
     return getattr(text_table(lang), "GIVEN", {})
