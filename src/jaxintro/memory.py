@@ -23,6 +23,7 @@ from jaxintro.i18n import _, ngettext
 # libraries, the data and XLA's own buffers.
 MEMORY_SHARE = 0.6
 BYTES = 4  # float32
+STATE_COPIES = 3  # a model's state: its parameters and Adam's two moments, each the parameters' size
 
 
 def param_total(sizes: Sequence[int]) -> int:
@@ -95,7 +96,7 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, *, d
     """
     need = estimate_memory_bytes(config, sizes, num_train, devices, copies)
     available = available_memory_bytes() if available is None else available
-    if need <= MEMORY_SHARE * available:
+    if fits(need, available):
         return need
     fit = int(config.members * MEMORY_SHARE * available / need)
     if fit < 1:  # not even one model: fewer of them would not help
@@ -113,13 +114,18 @@ def check_memory(config: TrainConfig, sizes: Sequence[int], num_train: int, *, d
              available=available / 2**30, fit=fit))
 
 
+def fits(need: int, available: int) -> bool:
+    """Whether `need` bytes fit in the share of `available` memory a run may take (`MEMORY_SHARE`)."""
+    return need <= MEMORY_SHARE * available
+
+
 def held_copy_fits(config: TrainConfig, sizes: Sequence[int], num_train: int, *, devices: int = 1, copies: int = 1,
                    available: int | None = None) -> bool:
-    """Whether training's estimate and one more copy of every member's parameters and optimizer moments (the epoch
-    `train --save-every` holds until a later one is known finite) fit where `check_memory` looks."""
-    held = BYTES * 3 * param_total(sizes) * config.members * copies
-    available = available_memory_bytes() if available is None else available
-    return estimate_memory_bytes(config, sizes, num_train, devices, copies) + held <= MEMORY_SHARE * available
+    """Whether training's estimate and one more copy of every member's state (its parameters and the optimizer's two
+    moments: the epoch `train --save-every` holds until a later one is known finite) fit where `check_memory` looks."""
+    held = BYTES * STATE_COPIES * param_total(sizes) * config.members * copies
+    need = estimate_memory_bytes(config, sizes, num_train, devices, copies) + held
+    return fits(need, available_memory_bytes() if available is None else available)
 
 
 def estimate_use_bytes(config: TrainConfig, sizes: Sequence[int]) -> int:

@@ -205,9 +205,9 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
             runs.write_json(run_dir / runs.CONFIG_FILE, {**config.to_json(), runs.RESOLVED_DATASET: dataset.name})
     # Every epoch is saved where a held copy of the state would not fit beside training (then the last finite epoch is
     # on disk without one), and with several processes (each would read its own clock, and a save is collective).
-    room = held_copy_fits(config, trainer.model.sizes, len(dataset.x_train), devices=trainer.mesh.size,
-                          copies=trainer.layout.copies)
-    every = args.save_every if room and jax.process_count() == 1 else 0.0
+    every = args.save_every if args.save_every and jax.process_count() == 1 and held_copy_fits(
+        config, trainer.model.sizes, len(dataset.x_train), devices=trainer.mesh.size, copies=trainer.layout.copies
+    ) else 0.0
     saver = EpochSaver(config, dataset, run_dir, rows, primary=primary, resumed_epoch=None if state is None else state.epoch,
                        every=every)
     spread = report.print_header(config, dataset, run_dir)
