@@ -88,7 +88,7 @@ class Localized(str):
     """A message in the chosen language whose `format` writes numbers in that language's way."""
 
     def format(self, *args: Any, **kwargs: Any) -> str:  # noqa: A003: str's own method, localized
-        if _language in DECIMAL_COMMA:
+        if decimal_comma():
             return _FORMATTER.vformat(self, args, kwargs)
         return str.format(self, *args, **kwargs)
 
@@ -112,9 +112,14 @@ def format_duration(seconds: float) -> str:
     return format_number(seconds, ".2f") + "s"
 
 
+def decimal_comma() -> bool:
+    """Whether the chosen language writes a decimal comma (0,9757)."""
+    return _language in DECIMAL_COMMA
+
+
 def list_separator() -> str:
     """What goes between the numbers of a list: "; " where a comma is the decimal mark (0,55; 0,09), else ", "."""
-    return "; " if _language in DECIMAL_COMMA else ", "
+    return "; " if decimal_comma() else ", "
 
 
 def format_number(value: Any, spec: str) -> str:

@@ -276,7 +276,8 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
         if torch_seconds is not None and report["rows"]["speedrun"]["train_seconds"]:
             # Like with like: each one model's own time to the target, the record's row against PyTorch's.
             print(_("PyTorch eager, the same recipe: {torch} to the target, {ratio:.2f}x the record's").format(
-                torch=format_duration(torch_seconds), ratio=torch_seconds / report["rows"]["speedrun"]["train_seconds"]))
+                torch=format_duration(torch_seconds),
+                ratio=torch_seconds / report["rows"]["speedrun"]["train_seconds"]))
 
 
 def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 
 from jaxintro.exercises.learner import Function, LearnerRaised
-from jaxintro.i18n import DECIMAL_COMMA, _, current_language, list_separator
+from jaxintro.i18n import _, decimal_comma, list_separator
 
 
 class CheckFailed(Exception):
@@ -252,9 +252,9 @@ def _brief(value: Any) -> str:
 def numbers(value: Any) -> str:
     """An array's values for a message, 3 decimals, as the learner's language writes numbers (a decimal comma, and
     then "; " between values, in Spanish)."""
-    comma = current_language() in DECIMAL_COMMA
+    mark = "," if decimal_comma() else "."
     text = np.array2string(np.asarray(value, np.float64), separator=list_separator(), threshold=12, formatter={
-        "float_kind": lambda v: np.format_float_positional(v, precision=3, trim="-").replace(".", "," if comma else ".")})
+        "float_kind": lambda v: np.format_float_positional(v, precision=3, trim="-").replace(".", mark)})
     return " ".join(text.split())  # one line, whatever the shape
 
 

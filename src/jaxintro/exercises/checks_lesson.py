@@ -1,4 +1,5 @@
-"""Checks of the lesson's exercises 1 to 4: dropout, per-example gradients, any depth, jit timing (5 is checks_optax)."""
+"""Checks of the lesson's exercises 1 to 4: dropout, per-example gradients, any depth, jit timing (its exercise 5 is
+`checks_optax`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, 
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.wire import Prop
-from jaxintro.i18n import Code, _, format_number
+from jaxintro.i18n import Code, _, format_number, list_separator
 
 EAGER_S = 0.02  # exercise 14: what each call of its test function costs when run without jit
 SPREAD = (0.1, 0.3, 2.6)  # exercise 14: the timed calls' costs, times work_s (mean 1, median 0.3)
@@ -377,16 +378,17 @@ def check_jit_timing(ns: Learner) -> None:
     # 0.3, 0.1 and 2.6 times work_s; a division by 10 or by repeats + 1 gives 0.3 or 0.75 too, told as the median).
     # The nearest by ratio, the mean among them: the wait around each call only adds time, so on a busy machine a
     # median measured a few ms long still reads as the median, not as a division gone wrong.
-    ratios = {"min_not_mean": min(SPREAD), "median_not_mean": sorted(SPREAD)[1], "max_not_mean": max(SPREAD), "": 1.0}
+    ratios = {"min_not_mean": min(SPREAD), "median_not_mean": sorted(SPREAD)[1], "max_not_mean": max(SPREAD), None: 1.0}
     nearest = min(ratios, key=lambda name: abs(math.log(max(seconds, 1e-12) / (ratios[name] * work_s))))
     statistic = nearest if nearest and 0.5 <= seconds / (ratios[nearest] * work_s) <= 2.0 else None
     if statistic:
         raise CheckFailed(statistic, _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call where the calls take {times} s, {work_s} s "
             "on average: that is the {which}; return the mean time per call, the timed calls' total divided by the "
-            "repeats").format(seconds=seconds, times="; ".join(format_number(k * work_s, "g") for k in SPREAD),
-                             work_s=format_number(work_s, "g"), which={"min_not_mean": _("fastest call"), "median_not_mean": _("median"),
-                                                  "max_not_mean": _("slowest call")}[statistic]))
+            "repeats").format(seconds=seconds, work_s=format_number(work_s, "g"),
+                             times=list_separator().join(format_number(k * work_s, "g") for k in SPREAD), which={
+                                 "min_not_mean": _("fastest call"), "median_not_mean": _("median"),
+                                 "max_not_mean": _("slowest call")}[statistic]))
     if not 0.85 * work_s <= seconds <= 1.3 * work_s:
         raise CheckFailed("not_per_call", _(
             "time_call(..., repeats=3) measured {seconds:.3f} s per call, where each call takes {work_s:g} s: divide "

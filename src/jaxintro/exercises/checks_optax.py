@@ -1,4 +1,5 @@
-"""Checks of the lesson's exercise 5 (exercise 15): gradient clipping in an Optax chain, and the curve of gradient norms."""
+"""Checks of the lesson's exercise 5 (exercise 15): gradient clipping in an Optax chain, and the curve of gradient
+norms."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def _clip_mistake(updates, grads, lr: float, max_norm: float, inputs: str) -> tu
 
 
 def _check_curve(curve: Function) -> None:
-    """The curve for two optimizers, each given to the learner's code as a prop and built here for the reference."""
+    """The curve for three optimizers, each given to the learner's code as a prop and built here for the reference."""
     rng = np.random.default_rng(5)
     params = {"w": jnp.asarray(rng.normal(size=(4, 1)), jnp.float32), "b": jnp.zeros(1)}
     batches = [(jnp.asarray(rng.normal(size=(8, 4)) * 3, jnp.float32), jnp.asarray(rng.normal(size=(8, 1)) * 5,
@@ -121,12 +122,11 @@ def _check_curve(curve: Function) -> None:
                for _ in range(4)]
     # Three optimizers: the curve follows the one it is given (a clip at 5.0 is not the default 1.0), Adam's state,
     # unlike SGD's, must be carried along, and AdamW's update needs the params.
-    for tx, label in ((_optimizer_prop(("clip_by_global_norm", 5.0), ("sgd", 0.05)), "clip_by_global_norm(5.0) + sgd(0.05)"),
-                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adam", 0.1)), "clip_by_global_norm(0.5) + adam(0.1)"),
-                      (_optimizer_prop(("clip_by_global_norm", 0.5), ("adamw", 0.1)),
-                       "clip_by_global_norm(0.5) + adamw(0.1)")):
-        _check_curve_with(curve, params, batches, tx, describe(params=_("w (4, 1), b (1,)"), batches=_("4 batches"),
-                                                               optimizer=label))
+    for parts in ((("clip_by_global_norm", 5.0), ("sgd", 0.05)), (("clip_by_global_norm", 0.5), ("adam", 0.1)),
+                  (("clip_by_global_norm", 0.5), ("adamw", 0.1))):
+        label = " + ".join(f"{name}({value})" for name, value in parts)  # clip_by_global_norm(5.0) + sgd(0.05)
+        _check_curve_with(curve, params, batches, _optimizer_prop(*parts), describe(
+            params=_("w (4, 1), b (1,)"), batches=_("4 batches"), optimizer=label))
 
 
 def _check_curve_with(curve: Function, params: dict, batches: list, prop: Prop, inputs: str) -> None:
