@@ -146,10 +146,11 @@ def check_tree_map(ns: Learner) -> None:
             step = jax.tree.map(lambda g: -lr * np.asarray(g, np.float64), grads)
             flat_p, flat_g, flat_got = (np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in
                                                         jax.tree.leaves(t)]) for t in (params, grads, got))
-            rate = float(np.dot(flat_p - flat_got, flat_g) / np.dot(flat_g, flat_g))  # the step's own lr, if one
+            same_sizes = flat_got.size == flat_p.size  # a leaf of another shape: no step to read a rate from
+            rate = float(np.dot(flat_p - flat_got, flat_g) / np.dot(flat_g, flat_g)) if same_sizes else math.nan
             key = ("wrong_sign" if close(got, plus) else "arguments_swapped" if close(got, swapped)
                    else "update_not_params" if close(got, step)
-                   else "lr_ignored" if close(flat_got, flat_p - rate * flat_g) else "mismatch")
+                   else "lr_ignored" if same_sizes and close(flat_got, flat_p - rate * flat_g) else "mismatch")
             why = {"wrong_sign": _(" (p + lr * g moves up the gradient, so the loss grows; a descent step subtracts "
                                    "lr * g)"),
                    "arguments_swapped": _(" (the leaves are g - lr * p: jax.tree.map(f, params, grads) calls f(p, g), "
