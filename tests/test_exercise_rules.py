@@ -150,6 +150,7 @@ REWRITTEN = [
      "chained after the clip, not one built inside", "(-0,5 x el gradiente): usa el optimizador que recibe clipped(), "
      "encadenado después del recorte, no uno creado dentro"),
     # A product or a small norm in the prose, with the language's decimal mark; code (optax.sgd(0.5)) keeps Python's.
+    ("13_fori_loop_keys.py", "raised", "was built from a traced value", "se construyó con un valor trazado"),
     ("15_clip_after.py", "clip_after_optimizer", "expected 0.5 x 2 = 1.000", "se esperaba 0,5 x 2 = 1,000"),
     ("12_norm_with_epsilon.py", "tiny_norms_off", "(1.03e-03 where the norm is 2.50e-04)",
      "(1,03e-03 donde la norma es 2,50e-04)"),
