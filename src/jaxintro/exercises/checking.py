@@ -41,6 +41,13 @@ def attempt(fn: Callable, *args: Any, name: str, inputs: str, branch_fix: str | 
         raise _classified(exc, name, inputs, branch_fix) from exc
 
 
+def raised_behind(failed: CheckFailed, *kinds: str) -> LearnerRaised | None:
+    """What the learner's code raised behind `failed` (an `attempt`'s), if it is an exception of one of `kinds`: for a
+    check that tells a known mistake by the error it makes."""
+    exc = failed.__cause__
+    return exc if isinstance(exc, LearnerRaised) and exc.kinds & set(kinds) else None
+
+
 def _classified(exc: LearnerRaised, name: str, inputs: str, branch_fix: str | None) -> CheckFailed:
     """What the learner's code raised, as the failure a learner reads: the common JAX mistakes by their key."""
     line = exc.line or "?"

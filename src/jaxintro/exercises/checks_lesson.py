@@ -12,7 +12,8 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
-                                         make_batch, make_params, numbers, require_finite, require_no_loop)
+                                         make_batch, make_params, numbers, raised_behind, require_finite,
+                                         require_no_loop)
 from jaxintro.exercises.checks_build import FORWARD_MISTAKES, _reference_forward, diagnose_forward, example_grads
 from jaxintro.exercises.learner import Function, Learner, LearnerRaised
 from jaxintro.exercises.wire import Prop
@@ -248,9 +249,8 @@ def _require_linear_work(per_example: Function, params: dict) -> None:
 
 def _failed_in_the_batch_loss(exc: CheckFailed) -> bool:
     """Whether what the learner's code raised came from inside the given `loss_fn` (a batch's loss) on bad shapes."""
-    cause = exc.__cause__
-    return isinstance(cause, LearnerRaised) and bool(cause.kinds & {"IndexError", "TypeError", "ValueError"}) \
-        and "loss_fn" in cause.functions
+    cause = raised_behind(exc, "IndexError", "TypeError", "ValueError")
+    return cause is not None and "loss_fn" in cause.functions
 
 
 def _first_line(exc: LearnerRaised) -> str:

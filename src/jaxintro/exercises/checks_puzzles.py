@@ -12,8 +12,8 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from jaxintro.exercises.checking import (CheckFailed, KeysLast, attempt, close, describe, examples, key_text,
-                                         numbers, require_dtype_kept, require_finite, require_no_loop, unchanged)
-from jaxintro.exercises.learner import Function, Learner, LearnerRaised
+                                         numbers, raised_behind, require_dtype_kept, require_finite, require_no_loop, unchanged)
+from jaxintro.exercises.learner import Function, Learner
 from jaxintro.i18n import Code, _
 
 
@@ -298,13 +298,13 @@ def check_scan(ns: Learner) -> None:
     try:
         got = attempt(moving_average.jit(), xs, 0.9, name="moving_average", inputs=inputs)
     except CheckFailed as failed:
-        exc = failed.__cause__
-        if not (isinstance(exc, LearnerRaised) and "TypeError" in exc.kinds):
+        if (exc := raised_behind(failed, "TypeError")) is None:
             raise
         raise CheckFailed("vectors", _(
-            "moving_average({inputs}): line {line} raised a TypeError ({error}); with xs of shape (6, 3) each x_t is a "
-            "vector of 3, so the average carried from step to step is one too: the carry starts as zeros with the "
-            "shape of one x_t").format(inputs=inputs, line=exc.line or "?", error=exc.first_line(120))) from exc
+            "moving_average({inputs}): line {line} raised a TypeError ({error}); with xs of shape {shape} each x_t is "
+            "a vector of {width}, so the average carried from step to step is one too: the carry starts as zeros with "
+            "the shape of one x_t").format(inputs=inputs, line=exc.line or "?", error=exc.first_line(120),
+                                           shape=xs.shape, width=xs.shape[1])) from exc
     if not close(got, want := _moving_average(np.asarray(xs, np.float64), 0.9)):
         raise CheckFailed("vectors", _("moving_average({inputs}) = {got}, expected {want}").format(
             inputs=inputs, got=numbers(got), want=numbers(want)))
