@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import optax
@@ -100,24 +102,24 @@ def _check_he_scale(init_params) -> None:
     params = attempt(init_params, jax.random.key(3), sizes, name="init_params",
                      inputs=describe(key=key_text(3), sizes=sizes))
     for (name, layer), fan_in in zip(params.items(), sizes):
-        std, want = float(np.std(np.asarray(layer["w"]))), float(np.sqrt(2.0 / fan_in))
+        w = np.asarray(layer["w"], np.float64)
+        mean, std, want = float(np.mean(w)), float(np.std(w)), float(np.sqrt(2.0 / fan_in))
         # The distribution first: a uniform's kurtosis is 1.8, a normal's 3 (a normal cut at 2 std, as
         # jax.nn.initializers.he_normal draws it, 2.4); with 5,000 weights or more it is known to +-0.1. A uniform
         # has another spread too, which would otherwise be blamed on the scale.
-        z = (np.asarray(layer["w"], np.float64) - np.mean(np.asarray(layer["w"]))) / max(std, 1e-30)
-        if std > 0 and float(np.mean(z ** 4)) < 2.1:
+        kurtosis = float(np.mean(((w - mean) / std) ** 4)) if std > 0 else math.nan
+        if kurtosis < 2.1:
             raise CheckFailed("not_normal", _(
                 "init_params with sizes={sizes}: {layer}['w'] has values that look uniform (kurtosis {kurtosis:.2f}; "
                 "a normal's is 3, a uniform's 1.8; std {std:.4f}, He wants {want:.4f}): draw them with "
                 "jax.random.normal, then scale by sqrt(2 / fan_in)").format(
-                sizes=sizes, layer=name, kurtosis=float(np.mean(z ** 4)), std=std, want=want))
-        if abs(float(np.mean(np.asarray(layer["w"])))) > 0.2 * want or not 0.9 * want < std < 1.1 * want:
+                sizes=sizes, layer=name, kurtosis=kurtosis, std=std, want=want))
+        if abs(mean) > 0.2 * want or not 0.9 * want < std < 1.1 * want:
             key = "missing_he_scale" if 0.8 < std < 1.2 else "wrong_scale"
             raise CheckFailed(key, _(
                 "init_params with sizes={sizes}: {layer}['w'] has mean {mean:.3f} and std {std:.4f}; He init "
                 "wants mean 0 and std sqrt(2 / fan_in) = sqrt(2 / {fan_in}) = {want:.4f}").format(
-                sizes=sizes, layer=name, mean=float(np.mean(np.asarray(layer["w"]))), std=std, fan_in=fan_in,
-                want=want))
+                sizes=sizes, layer=name, mean=mean, std=std, fan_in=fan_in, want=want))
 
 
 def _reference_forward(params: dict, x, *, last_relu: bool = False, relu: bool = True, bias: bool = True,
