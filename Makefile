@@ -137,7 +137,8 @@ browser:
 	fi
 
 # After adding or changing a message (_(), N_(), ngettext()): extract them all, merge them into each
-# catalog (new ones empty, changed ones fuzzy), translate those, then `make install` compiles them.
+# catalog (new ones empty, changed ones fuzzy) and compile them (what Python reads; the suite refuses to start on a
+# .po newer than its .mo); translate the new ones, then `make messages` again (or `make install`) compiles them.
 messages: $(TESTING)
 	$(BIN)/pybabel extract --project=jaxintro --version="$$($(BIN)/python -c 'import jaxintro; print(jaxintro.__version__)')" \
 		--copyright-holder="the jaxintro authors" --add-location=file --add-comments=TRANSLATORS: \
@@ -145,6 +146,7 @@ messages: $(TESTING)
 	$(BIN)/pybabel update -i $(LOCALE)/jaxintro.pot -d $(LOCALE) -D jaxintro --previous --width=100
 	@# Babel stamps each run with the time: dropped, so that an unchanged catalogue stays byte for byte the same.
 	sed -i '/^"POT-Creation-Date: /d' $(LOCALE)/jaxintro.pot $(LOCALE)/*/LC_MESSAGES/jaxintro.po
+	$(BIN)/pybabel compile -d $(LOCALE) -D jaxintro
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache site

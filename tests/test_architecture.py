@@ -74,6 +74,12 @@ def test_an_epoch_and_its_shuffle_are_compiled_in_one_place_each():
                 plans.append(where)
     assert len(epochs) == 1 and epochs[0].startswith("train.py"), epochs
     assert len(plans) == 1 and plans[0].startswith("layout.py"), plans
+    # Whatever calls the lesson's shuffle itself: the engine's plan (`layout.bound_plan`), the speedrun's whole-run
+    # program (its shuffles inside its one program) and bench's plan (the first epoch's batches, drawn op by op).
+    callers = {path.name for path in PACKAGE.rglob("*.py") if path.name != "lesson.py"
+               and any(isinstance(node, ast.Name) and node.id == "plan_epoch"
+                       for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert callers == {"layout.py", "speedrun.py", "bench_plan.py"}, callers
 
 
 # ---------------------------------------------------------------- the import graph
