@@ -351,9 +351,6 @@ def test_the_table_writes_numbers_as_the_language_does(lang, cells, capsys):
 
     row = RowResult("scan-epoch", compile_seconds=0.84, ms_per_step=1.27, samples_per_second=100_767,
                     fraction_of_peak=0.495, peak_rss_mb=487)
-    try:
-        i18n.set_language(lang)
-        print_table([row], 205.1, 2048, 128.9e6)
-    finally:
-        i18n.set_language("en")
+    i18n.set_language(lang)  # put back to English after every test (conftest's isolated_cache)
+    print_table([row], 205.1, 2048, 128.9e6)
     assert cells in capsys.readouterr().out

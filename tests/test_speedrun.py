@@ -296,10 +296,7 @@ def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers
             "torch-eager": {"epochs": 2, "reached_epoch": 2, "train_seconds": 1.96, "train_seconds_all_epochs": 1.96,
                             "train_seconds_range": [1.67, 2.11], "curve": [0.96, 0.9795]}}
     report = {"train_seconds": 0.0092, "seconds_with_compile": 1.71, "target": 0.98, "target_epoch": 2}
-    try:
-        i18n.set_language(lang)
-        print_rows(report, rows)
-    finally:
-        i18n.set_language("en")
+    i18n.set_language(lang)  # put back to English after every test (conftest's isolated_cache)
+    print_rows(report, rows)
     out = capsys.readouterr().out
     assert all(line in out for line in lines), out

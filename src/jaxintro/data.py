@@ -28,7 +28,6 @@ from jaxintro.runs import read_bounded
 DOWNLOAD_TIMEOUT_S = 30.0
 
 
-
 @dataclasses.dataclass(frozen=True)
 class FileSpec:
     """One canonical IDX file: its stem, the SHA-256 of its decompressed bytes and its shape."""
