@@ -102,9 +102,9 @@ class OneModel:
         # CPU devices share the host's memory: a model replicated over them is that many copies in it.
         self.copies = self.mesh.size if jax.default_backend() == "cpu" else 1
 
-    def init(self, init_one: Callable[[int], tuple]) -> tuple:
-        """`(params, opt_state, key)` of the run's seed."""
-        return init_one(self.config.seed)
+    def init(self, init_one: Callable[[jax.Array], tuple]) -> tuple:
+        """`(params, opt_state, key)` of the run's seed, drawn by one jitted program."""
+        return jax.jit(init_one)(np.uint32(self.config.seed))
 
     def plan_fn(self, num_examples: int) -> Callable:
         """The epoch's shuffle of the run's one key (`bound_plan`)."""

@@ -79,17 +79,18 @@ def group_size(config: TrainConfig, devices: int = 1) -> int:
 # ---------------------------------------------------------------- the members layout
 
 
-def init_members(config: TrainConfig, init_one: Callable[[int], tuple]) -> tuple:
-    """`(params, opt_state, key)` of every member, stacked on a leading axis.
+def init_members(config: TrainConfig, init_one: Callable[[Array], tuple]) -> tuple:
+    """`(params, opt_state, key)` of every member, stacked on a leading axis: one jitted program that runs
+    `init_one` for each member's seed in turn (`lax.map`).
 
-    Each member by the single run's own init, then stacked. Not jitted, like the single run's: XLA's
-    fusions would round a few initial weights one ulp apart, and member k's start would no longer be bit
-    for bit the run `--seed k`'s. Nor vmapped: op by op, a vmap compiles a batched program per op, where
-    a loop reuses the single run's programs after the first member. In a sweep each optimizer state then
-    gets its member's learning rate and weight decay.
+    Member k starts from the run `--seed k`'s bits: the He draw keeps its two roundings under jit (`he_normal`), and
+    a loop, unlike a vmap, draws each member's bits as its single run does whatever the PRNG (a vmap over `rbg` keys
+    draws others); on the CPU it also compiles in half a vmap's time. In a sweep each optimizer state then gets its
+    member's learning rate and weight decay.
     """
     members = member_grid(config)
-    params, opt_state, key = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[init_one(m.seed) for m in members])
+    seeds = np.asarray([m.seed for m in members], np.uint32)
+    params, opt_state, key = jax.jit(lambda seeds: jax.lax.map(init_one, seeds))(seeds)
     if config.sweep:
         opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
                                      jnp.asarray([m.weight_decay for m in members], jnp.float32))
@@ -142,7 +143,7 @@ class Members:
         self.mesh = make_mesh(member_devices(config), MEMBERS)
         self.copies = 1  # each member is held once, on its own device
 
-    def init(self, init_one: Callable[[int], tuple]) -> tuple:
+    def init(self, init_one: Callable[[Array], tuple]) -> tuple:
         """Every member as its single run starts (`init_members`)."""
         return init_members(self.config, init_one)
 

@@ -96,14 +96,14 @@ class Trainer:
         """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state; several
         members each start as their single run does, stacked on a leading axis (`members.init_members`).
 
-        Drawn op by op on the host's CPU, then placed on the devices by `place`: on an accelerator each of
-        the initialisation's small ops would be its own program, compiled for the chip (seconds on a TPU),
-        and the same seed gives the same initial weights, bit for bit, on every backend.
+        Drawn by one jitted program on the host's CPU (a uint32 seed in, so one program serves every seed and the
+        persistent cache keeps it), then placed on the devices by `place`: the same seed gives the same initial
+        weights, bit for bit, on every backend.
         """
         with jax.default_device(host_device()):
             return TrainState(*self.layout.init(self._init_member), 0)
 
-    def _init_member(self, seed: int | Array) -> tuple[Params, optax.OptState, jax.Array]:
+    def _init_member(self, seed: Array) -> tuple[Params, optax.OptState, jax.Array]:
         init_key, key = jax.random.split(jax.random.key(seed))
         params = self.model.init(init_key)
         return params, self.tx.init(params), key

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from jaxintro.errors import ConfigError
 from jaxintro.i18n import _
@@ -20,11 +21,23 @@ Params = Any  # a pytree of arrays
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"relu": jax.nn.relu}
 LESSON_ACTIVATION = "relu"
 
-# He (Kaiming) normal, N(0, 2 / fan_in), the lesson's init for ReLU layers, shared by every style so that
-# they start from the same distribution. A kernel is (fan_in, fan_out); Equinox stores (fan_out, fan_in).
-# (Flax's own `he_normal` is truncated, which would make the styles differ.)
-HE_NORMAL = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal")
-HE_NORMAL_OUT_IN = jax.nn.initializers.variance_scaling(2.0, "fan_in", "normal", in_axis=-1, out_axis=-2)
+
+def he_normal(in_axis: int = -2) -> Callable[..., jax.Array]:
+    """He (Kaiming) normal, N(0, 2 / fan_in), fan_in the size of `in_axis`: `random.normal(key, shape) * std`."""
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        std = jnp.sqrt(jnp.asarray(2.0 / shape[in_axis], dtype))
+        # Why the barrier: under jit XLA folds `std` into the sampler's own constant factor (one rounding where op by
+        # op there are two), and about half the weights would land an ulp from the same key's draw outside jit.
+        return jax.lax.optimization_barrier(jax.random.normal(key, shape, dtype)) * std
+
+    return init
+
+
+# The lesson's init for ReLU layers, shared by every style so that they start from the same weights. A kernel is
+# (fan_in, fan_out); Equinox stores (fan_out, fan_in). (Flax's own `he_normal` is truncated: the styles would differ.)
+HE_NORMAL = he_normal(in_axis=-2)
+HE_NORMAL_OUT_IN = he_normal(in_axis=-1)
 
 
 class Model(NamedTuple):
