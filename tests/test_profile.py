@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -213,6 +214,29 @@ def test_the_trace_is_gzip_json_with_events_and_a_tensorboard_copy(report):
     assert report.xplane_file is not None and report.xplane_file.stat().st_size > 0
 
 
+@pytest.mark.parametrize("group", [1, 3])
+def test_several_models_are_one_step_of_all_of_them_costed_and_timed_together(group, tmp_path):
+    """`profile --seeds 3`: the cost, the matmuls, the roofline and the throughput are the three models' step, in
+    groups of one (the CPU's default: the epoch maps the single run's step) or one vmapped group of three."""
+    ds = synthetic_dataset(n_train=4 * BATCH, side=8)
+    small = dict(batch_size=BATCH, hidden=(32,))
+
+    def profiled(name: str, **fields) -> Any:
+        return profile_training(TrainConfig(**small, **fields), ds, steps=4, out_dir=tmp_path / name, repeats=1,
+                                matmul_n=256, bandwidth_mib=8)
+
+    one, three = profiled("one"), profiled("three", seeds=3, member_group=group)
+    assert three.members == 3 and three.analytic_flops == 3 * one.analytic_flops
+    # XLA's count of a step: three times one model's (a loop's body is counted once: the report multiplies it back).
+    assert three.cost["flops"] == pytest.approx(3 * one.cost["flops"], rel=0.02)
+    assert three.cost["bytes accessed"] == pytest.approx(3 * one.cost["bytes accessed"], rel=0.02)
+    dots = sum(r.flops_per_call * r.calls_per_step for r in three.table.rows if r.flops_per_call)
+    assert dots == pytest.approx(three.analytic_flops, rel=1e-12)
+    assert three.roofline.flops == three.cost["flops"] and three.roofline.measured_s == three.untraced_step_s
+    assert three.samples_per_s == pytest.approx(3 * BATCH / three.untraced_step_s, rel=1e-12)
+    assert three.to_json()["members"] == 3 and one.to_json()["members"] == 1
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -229,9 +253,21 @@ def test_the_command_prints_the_report_and_writes_profile_json(tmp_path, capsys)
     assert re.search(rf"^{re.escape(top)} ", stdout, re.M)  # the table names the op as the HLO does
 
 
+def test_the_command_profiles_several_models_trained_together(tmp_path, capsys):
+    out = tmp_path / "prof"
+    assert main(["profile", "--dataset", "digits", "--steps", "2", "--seeds", "2", "--out", str(out), "--json"]) == 0
+    stdout = capsys.readouterr().out
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["members"] == 2 and summary == json.loads((out / "profile.json").read_text())
+    assert stdout.startswith("Profiling 2 warm training steps of 2 jax MLPs 64-256-128-10 trained together (--seeds)")
+    rate = f"{summary['samples_per_s']:,.0f}"
+    assert f"Throughput: {rate} training images a second, all 2 models together (untraced)." in stdout
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "0"], "--steps: expected an integer >= 1, got 0"),
     (["--dataset", "digits", "--devices", "2"], "profile traces one device; drop --devices"),
+    (["--dataset", "digits", "--seeds", "2", "--loop", "python"], "several members (--seeds > 1, or a sweep) need"),
     (["--dataset", "digits", "--batch-size", "5000"], "--batch-size 5000 is larger than the 1437"),
     (["--dataset", "digits", "--out", "FILE"], "is not writable"),
 ])

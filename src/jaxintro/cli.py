@@ -204,7 +204,7 @@ def _add_profile(sub: Commands) -> None:
     """`jaxintro profile` and its flags."""
     p = sub.add_parser("profile",
                        help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
-    add_train_flags(p, member_flags=False)
+    add_train_flags(p)
     p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace (at most {most})").format(most=PROFILE_MAX_STEPS))
     p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))

@@ -327,13 +327,20 @@ class ProfileReport:
     roofline: Roofline
     matmul_n: int  # the measured matmul's size
     bandwidth_mib: int  # the array the bandwidth was measured on
+    members: int = 1  # models trained together (`--seeds`): the step, its cost and its roofline are all of theirs
+
+    @property
+    def samples_per_s(self) -> float:
+        """Training images a second, all models together, at the untraced step time."""
+        return self.members * self.batch_size / self.untraced_step_s
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (NaN as null)."""
         table = self.table
         return json_safe({
             "dataset": self.dataset, "model": self.model, "layers": list(self.layers), "loop": self.loop,
-            "batch_size": self.batch_size, "steps": self.steps, "images": self.images,
+            "batch_size": self.batch_size, "members": self.members, "samples_per_s": self.samples_per_s,
+            "steps": self.steps, "images": self.images,
             "images_repeated": self.images_repeated, "out_dir": str(self.out_dir),
             "trace_file": str(self.trace_file), "xplane_file": str(self.xplane_file) if self.xplane_file else None,
             "hlo_files": {k: str(v) for k, v in self.hlo_files.items()},
@@ -417,7 +424,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     epoch = trainer.compile_epoch(state, window)
     programs = list(epoch.programs)
     # The step alone, for its cost analysis (with `--loop python` it is the program the loop runs).
-    step_program = programs[1] if config.loop == "python" else trainer.compile_step(state, (x[:batch], y[:batch]))
+    step_program, runs = ((programs[1], 1) if config.loop == "python" else
+                          compile_cost_step(trainer, state, (x[:batch], y[:batch])))
 
     def run_window(state: TrainState) -> TrainState:
         state, metrics = epoch.run(state)
@@ -451,7 +459,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
             path=trace_file))
     table = op_table(ops, modules, steps, traced_s / steps * 1e6)
 
-    cost = cost_numbers(step_program.cost_analysis())
+    cost = {name: value * runs for name, value in cost_numbers(step_program.cost_analysis()).items()}
     layers = trainer.model.sizes
     untraced_s = statistics.median(times) / steps
     peaks.append(bench.matmul_gflops(matmul_n))
@@ -461,7 +469,35 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         images=len(x), images_repeated=repeated, out_dir=out_dir, trace_file=trace_file, xplane_file=xplane,
         hlo_files=hlo_files, repeats=repeats, untraced_step_s=untraced_s, traced_step_s=traced_s / steps,
         table=table, cost=cost,
-        analytic_flops=bench.train_flops_per_step(layers, batch),
+        analytic_flops=config.members * bench.train_flops_per_step(layers, batch),
         roofline=roofline(cost["flops"], cost["bytes accessed"], max(peaks), max(bandwidths), untraced_s),
-        matmul_n=matmul_n, bandwidth_mib=bandwidth_mib,
+        matmul_n=matmul_n, bandwidth_mib=bandwidth_mib, members=config.members,
     )
+
+
+def compile_cost_step(trainer: Any, state: Any, batch: tuple[np.ndarray, np.ndarray]) -> tuple[Any, int]:
+    """The compiled step whose cost analysis is every model's step, and how many times each step runs it.
+
+    One model: its step (`Trainer.compile_step`), once. Several: one group's step, vmapped as `members.map_members`
+    runs a group, once per group; the members' epoch program itself would not do, as XLA's cost analysis counts the
+    body of a loop (the scan over steps, the map over groups) once.
+    """
+    import jax
+
+    from jaxintro.lesson import step_key
+    from jaxintro.members import group_size
+    from jaxintro.parallel import MEMBERS
+
+    config = trainer.config
+    if config.members == 1:
+        return trainer.compile_step(state, batch), 1
+    group = group_size(config, trainer.mesh.shape[MEMBERS])
+    params, opt_state, keys = jax.tree.map(lambda leaf: leaf[:group], (state.params, state.opt_state, state.key))
+    batches = tuple(np.broadcast_to(a, (group, *a.shape)) for a in batch)
+    step = trainer.step_fn()
+
+    def group_step(params: Any, opt_state: Any, batch: tuple, key: jax.Array) -> tuple:
+        return step(params, opt_state, batch, step_key(key, 0, config.use_dropout))
+
+    compiled = jax.jit(jax.vmap(group_step)).lower(params, opt_state, batches, keys).compile()
+    return compiled, config.members // group

@@ -19,6 +19,8 @@ from jaxintro.profile import profile_training
 from jaxintro.runs import writable_dir, write_json
 
 if TYPE_CHECKING:
+    from jaxintro.config import TrainConfig
+    from jaxintro.data import Dataset
     from jaxintro.profile import ProfileReport
 
 TABLE_ROWS = 20  # the largest ops; the rest are summed into one row, so the column still adds up
@@ -41,13 +43,7 @@ def run(args: argparse.Namespace) -> int:
     configure_jax(devices=config.devices, compile_cache=False, matmul_precision=config.matmul_precision)
 
     dataset = load_dataset(config.dataset, config.data_dir)
-    print(ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "
-                   "(batch {batch}, {optimizer}, --loop {loop}) ...",
-                   "Profiling {steps} warm training steps of the {model} MLP {layers} on {dataset} "
-                   "(batch {batch}, {optimizer}, --loop {loop}) ...", args.steps).format(
-        steps=args.steps, model=config.model, dataset=dataset.name, batch=config.batch_size,
-        optimizer=config.optimizer, loop=config.loop,
-        layers="-".join(map(str, (dataset.num_features, *config.hidden, dataset.num_classes)))), flush=True)
+    print(heading(config, dataset, args.steps), flush=True)
     report = profile_training(config, dataset, steps=args.steps, out_dir=out_dir)
     summary = report.to_json()
     write_json(out_dir / "profile.json", summary)
@@ -56,6 +52,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(summary))
     return 0
+
+
+def heading(config: "TrainConfig", dataset: "Dataset", steps: int) -> str:
+    """The line printed before anything compiles: what is profiled, on what."""
+    layers = "-".join(map(str, (dataset.num_features, *config.hidden, dataset.num_classes)))
+    if config.members > 1:
+        return ngettext("Profiling {steps} warm training step of {members} {model} MLPs {layers} trained together "
+                        "(--seeds) on {dataset} (batch {batch} each, {optimizer}) ...",
+                        "Profiling {steps} warm training steps of {members} {model} MLPs {layers} trained together "
+                        "(--seeds) on {dataset} (batch {batch} each, {optimizer}) ...", steps).format(
+            steps=steps, members=config.members, model=config.model, layers=layers, dataset=dataset.name,
+            batch=config.batch_size, optimizer=config.optimizer)
+    return ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "
+                   "(batch {batch}, {optimizer}, --loop {loop}) ...",
+                   "Profiling {steps} warm training steps of the {model} MLP {layers} on {dataset} "
+                   "(batch {batch}, {optimizer}, --loop {loop}) ...", steps).format(
+        steps=steps, model=config.model, dataset=dataset.name, batch=config.batch_size, optimizer=config.optimizer,
+        loop=config.loop, layers=layers)
 
 
 def report_lines(report: "ProfileReport") -> list[str]:
@@ -78,6 +92,10 @@ def report_lines(report: "ProfileReport") -> list[str]:
         _("Step time: {untraced:.3f} ms untraced (median of 3 windows of {steps} steps), {traced:.3f} ms in the "
           "traced window.").format(untraced=report.untraced_step_s * 1e3, steps=report.steps,
                                    traced=report.traced_step_s * 1e3),
+        _("Throughput: {rate} training images a second, all {members} models together (untraced).").format(
+            rate=format_number(report.samples_per_s, ",.0f"), members=report.members) if report.members > 1 else
+        _("Throughput: {rate} training images a second (untraced).").format(
+            rate=format_number(report.samples_per_s, ",.0f")),
         "",
         _("Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
           "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)"),
