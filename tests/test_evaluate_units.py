@@ -273,6 +273,13 @@ def test_a_seeds_runs_lines_are_each_member_a_diverged_one_so_named_their_mean_a
     ]
 
 
+def test_a_seeds_run_with_one_member_left_shows_its_accuracy_and_no_spread():
+    run = members_run(SEEDS, [None, 1, None], Choice([1], None, [0, 2], 2))
+    report = {"test_accuracy": 0.625, "member_test_accuracy": [math.nan, 0.625, math.nan]}
+    assert evaluation_lines(run, report, Path("r"), DATA, chosen=False)[4] == (
+        "Members: 62.50% (the only one that trained)")  # not "62.50 ± 0.00%": one value has no spread
+
+
 def test_every_members_accuracy_is_shown_to_two_decimals_in_a_column_of_six():
     run = members_run(SEEDS, [0, 1, 2], Choice([0, 1, 2], None, [], 0))
     report = {"test_accuracy": 0.123456, "member_test_accuracy": [1.0, 0.05, 0.98765]}
@@ -294,7 +301,7 @@ def test_every_members_accuracy_is_shown_to_two_decimals_in_a_column_of_six():
         "Setting used: lr=0.001 (chosen with --setting): its seeds 56.25 ± 8.84%",
         "Test accuracy of the setting lr=0.001, its 2 seeds averaged: 87.50%" + TAIL]),
     ([0.5, math.nan, 0.75, 1.0], [0], [1], 1, True, [
-        "Setting used: lr=0.001 (chosen with --setting): its seeds 50.00 ± 0.00%",
+        "Setting used: lr=0.001 (chosen with --setting): 50.00%",  # one seed left: no spread
         "Test accuracy of the setting lr=0.001, one model, 1 diverged member left out: 87.50%" + TAIL]),
 ])
 def test_a_sweeps_lines_name_the_setting_used_and_its_own_seeds_mean_never_a_mean_across_settings(
@@ -320,7 +327,7 @@ def test_a_weight_decay_sweeps_setting_is_named_with_its_weight_decay():
         "wd: 2 jax MLPs after 4 epochs on toy",
         "  member   0 (seed 0, lr 0.001):  25.00%",
         "  member   1 (seed 0, lr 0.001):  75.00%",
-        "Setting used: lr=0.001,wd=0.0001 (the best; choose another with --setting): its seeds 75.00 ± 0.00%",
+        "Setting used: lr=0.001,wd=0.0001 (the best; choose another with --setting): 75.00%",
         "Test accuracy of the setting lr=0.001,wd=0.0001, one model: 75.00%" + TAIL,
     ]
 

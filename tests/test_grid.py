@@ -168,14 +168,15 @@ def test_a_members_row_holds_each_member_and_their_means_without_the_diverged():
     line = row.line(9, used=[0, 1], label="best: lr=0.001")
     assert line == ("Epoch  2 | best: lr=0.001 | Loss: 1.1250 ± 0.5303 | Train Acc: 0.5500 ± 0.2121 | "
                     "Test Acc: 0.8500 ± 0.0707 | Ensemble: 0.9600 | lr 1.00e-03..3.00e-03 | 2.00s")
-    assert row.line(9, used=[1]) == ("Epoch  2 | Loss: 1.5000 ± 0.0000 | Train Acc: 0.4000 ± 0.0000 | "
-                                      "Test Acc: 0.8000 ± 0.0000 | Ensemble: 0.9600 | lr 3.00e-03 | 2.00s")
+    # One member used: its numbers, no "± 0.0000" (one value has no spread to show).
+    assert row.line(9, used=[1]) == ("Epoch  2 | Loss: 1.5000 | Train Acc: 0.4000 | Test Acc: 0.8000 | "
+                                      "Ensemble: 0.9600 | lr 3.00e-03 | 2.00s")
     assert row.line(9) == row.line(9, used=[0, 1, 2])  # every member by default (mean_std leaves out the NaN)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no mean taken over nothing
         everyone_lost = members_epoch({0, 1, 2})
     assert math.isnan(everyone_lost.test_accuracy) and math.isnan(everyone_lost.loss)
-    assert "| Loss: nan ± nan | Train Acc: nan ± nan |" in everyone_lost.line(9)
+    assert "| Loss: nan | Train Acc: nan |" in everyone_lost.line(9)  # no finite value: nothing to spread
 
 
 def test_a_sweeps_row_is_its_used_members_at_their_rate_with_no_ensemble():
@@ -183,8 +184,8 @@ def test_a_sweeps_row_is_its_used_members_at_their_rate_with_no_ensemble():
     assert (row.loss, row.test_accuracy, row.train_accuracy, row.test_loss, row.max_grad_norm) == pytest.approx(
         (0.75, 0.9, 0.7, 0.18, 5.0))
     assert row.learning_rate == 1e-3 and row.ensemble_test_accuracy is None  # its member's rate, not the highest
-    assert row.line(9, used=[0]) == ("Epoch  2 | Loss: 0.7500 ± 0.0000 | Train Acc: 0.7000 ± 0.0000 | "
-                                     "Test Acc: 0.9000 ± 0.0000 | lr 1.00e-03 | 2.00s")  # no ensemble
+    assert row.line(9, used=[0]) == ("Epoch  2 | Loss: 0.7500 | Train Acc: 0.7000 | Test Acc: 0.9000 | "
+                                     "lr 1.00e-03 | 2.00s")  # no ensemble, and one seed: no spread
     np.testing.assert_equal(row.members, members_epoch({2}).members)  # each member's numbers as they were
 
 

@@ -15,7 +15,7 @@ from jaxintro.checkpoint import abstract_state, config_from_meta, dataset_from_m
 from jaxintro.config import EVAL_CHUNK, TrainConfig
 from jaxintro.data import Dataset, DatasetInfo
 from jaxintro.errors import CheckpointError
-from jaxintro.grid import mean_std, member_grid, refuse_setting_of_no_sweep, setting_name
+from jaxintro.grid import mean_std, member_grid, refuse_setting_of_no_sweep, setting_name, spread_shown
 from jaxintro.i18n import _, format_number, ngettext
 from jaxintro.lesson import scale_images
 from jaxintro.members import member_accuracies, use_run
@@ -142,13 +142,16 @@ def evaluation_lines(run: LoadedRun, report: dict[str, Any], run_dir: Path, data
     if setting is None:
         mean, std = mean_std(accuracies)
         lines.append(_("Members: {mean:.2f} ± {std:.2f}% (mean ± std of those that trained)").format(
-            mean=100 * mean, std=100 * std))
+            mean=100 * mean, std=100 * std) if spread_shown(accuracies) else
+            _("Members: {mean:.2f}% (the only one that trained)").format(mean=100 * mean))
     else:  # a sweep: the setting it is used through, its seeds' mean (never a mean across settings)
-        mean, std = mean_std([accuracies[k] for k in run.choice.used])
+        used = [accuracies[k] for k in run.choice.used]
+        mean, std = mean_std(used)
+        how = _("chosen with --setting") if chosen else _("the best; choose another with --setting")
         lines.append(_("Setting used: {setting} ({how}): its seeds {mean:.2f} ± {std:.2f}%").format(
-            setting=setting_name(run.config, setting),
-            how=_("chosen with --setting") if chosen else _("the best; choose another with --setting"),
-            mean=100 * mean, std=100 * std))
+            setting=setting_name(run.config, setting), how=how, mean=100 * mean, std=100 * std) if spread_shown(used)
+            else _("Setting used: {setting} ({how}): {mean:.2f}%").format(
+            setting=setting_name(run.config, setting), how=how, mean=100 * mean))
     lines.append(_("Test accuracy of {what}: {accuracy:.2f}% ({count} images; the per-class figures and the confusion "
                    "matrix below are its)").format(what=run.describe_use(), accuracy=100 * report["test_accuracy"],
                                                    count=len(dataset.x_test)))

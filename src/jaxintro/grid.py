@@ -66,6 +66,11 @@ def mean_std(values: Sequence[float | None]) -> tuple[float, float]:
     return float(finite.mean()), float(finite.std(ddof=1)) if finite.size > 1 else 0.0
 
 
+def spread_shown(values: Sequence[float | None]) -> bool:
+    """Whether `values` have a spread to print: two finite values or more (one model's "± 0" measures nothing)."""
+    return sum(v is not None and math.isfinite(v) for v in values) > 1
+
+
 class Setting(NamedTuple):
     """One point of a sweep's grid, summarised over its seeds."""
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from jaxintro.errors import TrainingDivergedError
-from jaxintro.grid import mean_std
+from jaxintro.grid import mean_std, spread_shown
 from jaxintro.i18n import _, format_number
 from jaxintro.jsonio import json_safe
 
@@ -67,7 +67,10 @@ class EpochMetrics(NamedTuple):
         chosen = range(len(self.members["loss"])) if used is None else used
 
         def mean_and_std(name: str) -> str:
-            mean, std = mean_std([self.members[name][k] for k in chosen])
+            values = [self.members[name][k] for k in chosen]
+            mean, std = mean_std(values)
+            if not spread_shown(values):  # a sweep's setting of one seed
+                return format_number(mean, ".4f")
             return f"{format_number(mean, '.4f')} ± {format_number(std, '.4f')}"
 
         lrs = [self.members["learning_rate"][k] for k in chosen]

@@ -248,11 +248,12 @@ class SeedsReport(SingleReport):
         """The mean ± std of the members that trained, and their ensemble's accuracy."""
         members = self.config.members
         trained = sum(member["test_accuracy"] is not None for member in summary["members"])
+        if trained == 1:  # no spread to show, and the ensemble is that member
+            return _("{mean:.2f}% (the only one of {members} members that trained; it is also their ensemble)").format(
+                mean=100 * summary["test_accuracy"], members=members)
         if trained < members:  # the numbers are those of the members that trained: say how many
-            return ngettext("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
-                            "its own accuracy is the ensemble's, {ensemble:.2f}%)",
-                            "{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; "
-                            "their ensemble {ensemble:.2f}%)", trained).format(
+            return _("{mean:.2f} ± {std:.2f}% (mean ± std of the {trained} of {members} members that trained; their "
+                     "ensemble {ensemble:.2f}%)").format(
                 mean=100 * summary["test_accuracy"], std=100 * summary["test_accuracy_std"], trained=trained,
                 members=members, ensemble=100 * summary["ensemble_test_accuracy"])
         return _("{mean:.2f} ± {std:.2f}% (mean ± std of {members} members; their ensemble {ensemble:.2f}%)").format(
