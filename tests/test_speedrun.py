@@ -87,6 +87,23 @@ def test_one_recipe_trains_one_model_however_it_is_compiled(digits):
     assert curves["run"]["curve"][-1] > 0.8  # it learns
 
 
+@pytest.mark.parametrize("program", speedrun.PROGRAMS)
+def test_a_rows_later_rounds_time_the_executable_its_first_compiled(program, digits, monkeypatch):
+    """Rounds of one recipe share what the first compiled: one compile a row (on a TPU each was ~10 s), the same
+    curve every round, and a later round reports no compile of its own."""
+    recipe = dataclasses.replace(SMALL, program=program, epochs=1)
+    compiles = []
+    real_jit = jax.jit
+    monkeypatch.setattr(jax, "jit", lambda fn, **kw: compiles.append(fn) or real_jit(fn, **kw))
+    compiled: dict = {}
+    first = speedrun.timed_run(recipe, digits, 0, compiled)
+    made = len(compiles)
+    again = speedrun.timed_run(recipe, digits, 0, compiled)
+    assert made > 0 and len(compiles) == made  # nothing jitted anew in the second round
+    assert first["compile_seconds"] > 0 and again["compile_seconds"] is None
+    assert again["curve"] == first["curve"] and again["train_seconds"] > 0
+
+
 @pytest.mark.backend
 def test_the_initial_weights_and_the_shuffles_draw_from_different_keys(digits):
     """`init` splits its key first, as `jaxintro train` does: the weights' key is not the one the epochs split."""
@@ -173,6 +190,28 @@ def test_without_pytorch_the_row_is_skipped_once_before_the_rounds_naming_make_b
     assert "timing torch-eager" not in out and "pip install" not in out
 
 
+def test_each_rows_rounds_share_its_compiled_programs_and_the_record_reports_the_first_rounds_compile(
+        capsys, tmp_path, monkeypatch):
+    calls, timed_run = [], speedrun.timed_run
+
+    def recorded(recipe, data, seed, compiled):
+        result = timed_run(recipe, data, seed, compiled)
+        calls.append((recipe.epochs, id(compiled), result["compile_seconds"]))
+        return result
+
+    monkeypatch.setattr(speedrun, "timed_run", recorded)
+    assert main(["speedrun", "--dataset", "digits", "--seeds", "2", "--rounds", "2", "--epochs", "1",
+                 "--lesson-epochs", "2", "--batch-size", "64", "--target", "0.5", "--out", str(tmp_path)]) == 0
+    record_rounds = [c for c in calls if c[0] == 1]  # the record's recipe: 1 epoch; the lesson's: 2
+    lesson_rounds = [c for c in calls if c[0] == 2]
+    assert len(record_rounds) == len(lesson_rounds) == 2
+    for first, second in (record_rounds, lesson_rounds):
+        assert first[1] == second[1] and first[2] > 0 and second[2] is None  # one dict, one compile, a row
+    assert record_rounds[0][1] != lesson_rounds[0][1]
+    report = json.loads((tmp_path / "speedrun.json").read_text())
+    assert report["compile_seconds"] == record_rounds[0][2]
+
+
 def test_evidence_seeds_past_the_largest_seed_are_refused(capsys, tmp_path):
     """jax.random.key keeps a seed's low 32 bits: --first-seed 2**32 would train the tuning seeds 0, 1, ... again."""
     assert main(["speedrun", "--dataset", "digits", "--first-seed", str(2**32 - 4), "--seeds", "8", "--out",
@@ -229,8 +268,8 @@ def test_tune_judges_every_recipe_on_held_out_training_images_never_the_test_set
     monkeypatch.setattr(speedrun, "evidence", lambda recipe, data, seeds, first: seen.append(
         (recipe, data, seeds, first)) or evidence(recipe, data, seeds, first))
     timed, timed_run = [], speedrun.timed_run
-    monkeypatch.setattr(speedrun, "timed_run", lambda recipe, data, seed: timed.append(data) or timed_run(
-        recipe, data, seed))
+    monkeypatch.setattr(speedrun, "timed_run", lambda recipe, data, seed, compiled: timed.append(data) or timed_run(
+        recipe, data, seed, compiled))
     assert main(["speedrun", "--tune", "--dataset", "digits", "--validation", "300", "--target", "0.5",
                  "--rounds", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -280,9 +319,11 @@ def test_a_tuning_where_no_recipe_passes_says_so(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("lang, lines", [
     ("en", ["speedrun            2           2        9.2ms        12.3ms [9.0ms-13.1ms]          98.18%",
             "torch-eager         2           2         1.96          1.96 [1.67-2.11]          97.95%",
+            "lesson-recipe      10           -            -       994.0ms [0.99-1.03]          97.76%",
             "One model to 98.0%: 9.2ms of training (1.71s with loading the data and compiling)"]),
     ("es", ["speedrun            2           2        9,2ms        12,3ms [9,0ms-13,1ms]          98,18%",
             "torch-eager         2           2         1,96          1,96 [1,67-2,11]          97,95%",
+            "lesson-recipe      10           -            -       994,0ms [0,99-1,03]          97,76%",
             "Un modelo hasta el 98,0%: 9,2ms de entrenamiento (1,71s con la carga"]),
 ])
 def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers(lang, lines, capsys):
@@ -294,7 +335,10 @@ def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers
     rows = {"speedrun": {"epochs": 2, "reached_epoch": 2, "train_seconds": 0.0092, "train_seconds_all_epochs": 0.0123,
                          "train_seconds_range": [0.0090, 0.0131], "curve": [0.97, 0.9818]},
             "torch-eager": {"epochs": 2, "reached_epoch": 2, "train_seconds": 1.96, "train_seconds_all_epochs": 1.96,
-                            "train_seconds_range": [1.67, 2.11], "curve": [0.96, 0.9795]}}
+                            "train_seconds_range": [1.67, 2.11], "curve": [0.96, 0.9795]},
+            "lesson-recipe": {"epochs": 10, "reached_epoch": None, "train_seconds": None,
+                              "train_seconds_all_epochs": 0.994, "train_seconds_range": [0.9879, 1.03],
+                              "curve": [0.9, 0.9776]}}
     report = {"train_seconds": 0.0092, "seconds_with_compile": 1.71, "target": 0.98, "target_epoch": 2}
     i18n.set_language(lang)  # put back to English after every test (conftest's isolated_cache)
     print_rows(report, rows)

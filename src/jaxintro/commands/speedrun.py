@@ -172,13 +172,15 @@ def evidence_report(recipe: Recipe, dataset: Any, args: argparse.Namespace) -> d
 
 def timed_rows(recipe: Recipe, dataset: Any, args: argparse.Namespace,
                target_epoch: int | None) -> dict[str, dict[str, Any]]:
-    """One model of each row, trained `args.rounds` times in turns: its curve and training seconds per round.
+    """One model of each row, trained `args.rounds` times in turns: its curve and training seconds per round. A row's
+    program is compiled in its first round; the later rounds time the same executable (`speedrun.compile_once`).
 
     The rows of the record's recipe (JAX's and PyTorch's) reach the target where the seeds' evidence says,
     `target_epoch` (its last epoch, or never); the lesson's rows, which never pass it, where their one model
     first touches it."""
     seed = args.first_seed  # the timed models are the evidence's first seed
-    jobs = {"speedrun": lambda: speedrun.timed_run(recipe, dataset, seed)}
+    compiled: dict[str, dict[str, Any]] = {"speedrun": {}, "lesson-recipe": {}}  # each row's, kept over its rounds
+    jobs = {"speedrun": lambda: speedrun.timed_run(recipe, dataset, seed, compiled["speedrun"])}
     skipped = {}
     if args.track == "time":
         jobs["torch-eager"] = lambda: speedrun.torch_run(recipe, dataset, seed)
@@ -186,7 +188,7 @@ def timed_rows(recipe: Recipe, dataset: Any, args: argparse.Namespace,
             skipped["torch-eager"] = _(TORCH_MISSING)
             print(_("torch-eager: skipped, {why}").format(why=skipped["torch-eager"]), flush=True)
         jobs["lesson-recipe"] = lambda: speedrun.timed_run(dataclasses.replace(LESSON, epochs=args.lesson_epochs),
-                                                           dataset, seed)
+                                                           dataset, seed, compiled["lesson-recipe"])
         jobs["lesson-script"] = lambda: speedrun.lesson_script(dataset, args.lesson_epochs)
     rows: dict[str, dict[str, Any]] = {name: {"rounds": [], **({"skipped": skipped[name]} if name in skipped else {})}
                                        for name in jobs}
@@ -214,8 +216,8 @@ def row_summary(rounds: list[dict[str, Any]], epoch: int | None, record: bool) -
     row = {"epochs": len(curve), "curve": curve, "reached_epoch": epoch, "train_seconds_all_epochs": median,
            "train_seconds_range": [min(seconds), max(seconds)],
            "train_seconds": speedrun.seconds_to(median, len(curve), epoch)}
-    if record:
-        row["compile_seconds"] = statistics.median(r["compile_seconds"] for r in rounds)
+    if record:  # its compile: the round that compiled (the first; the others reused its executable)
+        row["compile_seconds"] = next(r["compile_seconds"] for r in rounds if r["compile_seconds"] is not None)
         row["setup_seconds"] = statistics.median(r["setup_seconds"] for r in rounds)
     return row
 
@@ -244,6 +246,13 @@ def seconds_cell(seconds: float) -> str:
     return format_duration(seconds) if seconds < 1 else format_number(seconds, ".2f")
 
 
+def range_cell(low: float, high: float) -> str:
+    """A range of seconds in one unit: both ends in ms when both are under a second ("[9.0ms-13.1ms]"), else both in
+    seconds ("[0.99-1.03]", not "[987.9ms-1.03]")."""
+    cell = seconds_cell if high < 1 else (lambda seconds: format_number(seconds, ".2f"))
+    return f"[{cell(low)}-{cell(high)}]"
+
+
 def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
     """The records table: each row's time to the target, its training time for all its epochs, and its curve."""
     print(_("row            epochs  reached at  to target s  all epochs s (range)       final test acc"))
@@ -253,9 +262,8 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
             continue
         reached = "-" if row["reached_epoch"] is None else str(row["reached_epoch"])
         to_target = "-" if row["train_seconds"] is None else seconds_cell(row["train_seconds"])
-        low, high = map(seconds_cell, row["train_seconds_range"])
         print(f"{name:<14} {row['epochs']:>6}  {reached:>10}  {to_target:>11}  "
-              f"{seconds_cell(row['train_seconds_all_epochs']):>12} [{low}-{high}]  "
+              f"{seconds_cell(row['train_seconds_all_epochs']):>12} {range_cell(*row['train_seconds_range'])}  "
               f"{format_number(row['curve'][-1], '>14.2%')}")
     if "lesson-script" in rows and "skipped" not in rows["lesson-script"]:
         print(_("lesson-script: the lesson's own script timed whole, its compiles and its float32 copy of the data "
@@ -371,9 +379,10 @@ def cost_seconds(tried: list[dict[str, Any]], held: Any, rounds: int) -> dict[tu
         if t["reached"]:
             stands.setdefault(cost(t["recipe"]), Recipe(**t["recipe"]))
     runs: dict[tuple[int, int], list[float]] = {key: [] for key in stands}
+    compiled: dict[tuple[int, int], dict[str, Any]] = {key: {} for key in stands}  # each compiled once
     for _round in range(rounds):
         for key, recipe in stands.items():
-            runs[key].append(speedrun.timed_run(recipe, held, 0)["train_seconds"])
+            runs[key].append(speedrun.timed_run(recipe, held, 0, compiled[key])["train_seconds"])
     seconds = {key: statistics.median(values) for key, values in runs.items()}
     for (epochs, batch), value in seconds.items():
         print(_("  {epochs} epochs of batch {batch}: {seconds} of training (median of {rounds})").format(
