@@ -192,16 +192,20 @@ def test_a_group_is_the_flag_else_a_devices_share_on_an_accelerator_and_one_on_a
 
 
 def tiny_init(config: TrainConfig):
-    """The trainer's own per-seed init (`Trainer._init_member`) for a tiny MLP."""
+    """For a tiny MLP: the trainer's own per-seed draw (`Trainer.draw`), its optimizer, and a single run's whole start
+    taken op by op, the reference (`one(seed)`: the draw, then the optimizer's state)."""
     model = build_model("jax", 3, (4,), 2)
     tx = build_optimizer(config, 10)
 
-    def init_one(seed: int | jax.Array) -> tuple:
+    def draw(seed: int | jax.Array) -> tuple:
         init_key, key = jax.random.split(jax.random.key(seed))
-        params = model.init(init_key)
+        return model.init(init_key), key
+
+    def one(seed: int) -> tuple:
+        params, key = draw(seed)
         return params, tx.init(params), key
 
-    return init_one
+    return draw, tx, one
 
 
 @pytest.mark.backend
@@ -209,10 +213,10 @@ def tiny_init(config: TrainConfig):
 def test_members_start_stacked_each_as_its_single_run_bit_for_bit(impl):
     """Member k of seeds 5, 6, 7 (drawn by one jitted program) is seed 5 + k drawn op by op, whatever the PRNG."""
     config = TrainConfig(seeds=3, seed=5)
-    init_one = tiny_init(config)
+    draw, tx, one = tiny_init(config)
     with jax.default_prng_impl(impl):
-        params, opt_state, keys = init_members(config, init_one)
-        singles = [init_one(5 + k) for k in range(3)]
+        params, opt_state, keys = init_members(config, tx, draw)
+        singles = [one(5 + k) for k in range(3)]
     assert keys.shape == (3,)
     for k, (one_params, one_opt_state, one_key) in enumerate(singles):
         assert_trees_equal(member(params, k), one_params)
@@ -223,21 +227,21 @@ def test_members_start_stacked_each_as_its_single_run_bit_for_bit(impl):
 @pytest.mark.parametrize("x64", [False, True])
 def test_a_sweeps_members_carry_their_own_learning_rate_and_weight_decay(x64):
     config = TrainConfig(lr_grid=(1e-3, 3e-3), weight_decay_grid=(0.0, 0.1), optimizer="adamw", seed=2)
-    init_one = tiny_init(config)
+    draw, tx, one = tiny_init(config)
     with jax.enable_x64(x64):  # JAX_ENABLE_X64=1 makes float64 the default: the rates stay float32, as the steps
-        params, opt_state, keys = init_members(config, init_one)
+        params, opt_state, keys = init_members(config, tx, draw)
     hyper = opt_state.hyperparams
     assert (hyper["learning_rate"].dtype, hyper["weight_decay"].dtype) == (jnp.float32, jnp.float32)
     np.testing.assert_array_equal(hyper["learning_rate"], np.float32([1e-3, 1e-3, 3e-3, 3e-3]))
     np.testing.assert_array_equal(hyper["weight_decay"], np.float32([0.0, 0.1, 0.0, 0.1]))
-    one_params, one_opt_state, _key = init_one(2)
+    one_params, one_opt_state, _key = one(2)
     for k in range(4):
         assert_trees_equal(member(params, k), one_params)
         assert_trees_equal(member(opt_state.inner_state, k), one_opt_state.inner_state)
 
 
 def test_the_abstract_carry_is_one_models_own_or_every_leaf_with_a_member_axis():
-    params, opt_state, _key = tiny_init(TrainConfig())(0)
+    params, opt_state, _key = tiny_init(TrainConfig())[2](0)
     one = abstract_carry(1, params, opt_state)
     assert len(one) == 3 and one[0] is params and one[1] is opt_state
     np.testing.assert_array_equal(key_data(one[2]), key_data(jax.random.key(0)))
@@ -311,11 +315,11 @@ def test_the_members_layout_is_a_members_mesh_holding_each_member_once():
     layout = Members(config, model, tx)
     assert (layout.config, layout.model, layout.tx) == (config, model, tx)
     assert layout.mesh.axis_names == (MEMBERS,) and layout.mesh.size == 1 and layout.copies == 1
-    init_one = tiny_init(config)
-    params = layout.init(init_one)[0]
-    assert_trees_equal(params, init_members(config, init_one)[0])
+    draw, _tx, one = tiny_init(config)
+    params = layout.init(draw)[0]
+    assert_trees_equal(params, init_members(config, tx, draw)[0])
     for k in range(3):  # seeds 0, 1, 2
-        assert_trees_equal(member(params, k), init_one(k)[0])
+        assert_trees_equal(member(params, k), one(k)[0])
 
 
 def test_members_are_placed_spread_the_training_set_replicated_and_the_test_set_on_the_first_device():

@@ -407,6 +407,28 @@ def test_the_shuffle_is_one_program_another_model_or_rate_finds_in_the_cache(tin
     assert misses == [(1, 0), (0, 1), (0, 1)]
 
 
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_a_new_rate_weight_decay_or_clip_norm_draws_the_initial_weights_with_the_cached_program(seeds, tiny, tmp_path):
+    """The initial weights' program takes a seed, not the optimizer: hyperparameters baked into it made every new
+    --lr compile it again (0.8 s on the CPU), where the epoch's own program already came from the cache."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from jaxintro.runtime import compile_cache_counts, enable_compile_cache
+
+    compilation_cache.reset_cache()
+    jax.config.update("jax_enable_compilation_cache", True)
+    enable_compile_cache(tmp_path / "xla")
+    misses = []
+    for config in (TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds),
+                   TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds, lr=0.01, weight_decay=0.1,
+                               clip_norm=1.0)):
+        trainer = Trainer.create(config, tiny)
+        before = compile_cache_counts()
+        trainer.init_state()
+        misses.append(compile_cache_counts()["misses"] - before["misses"])
+    assert misses[0] >= 1 and misses[1] == 0, misses
+
+
 def test_a_batch_larger_than_the_training_set_is_refused_with_both_sizes(tiny):
     count = len(tiny.x_train)
     with pytest.raises(ConfigError) as raised:

@@ -7,7 +7,7 @@ trainer calls its layout and the layout never calls back: both are built from th
 and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
 
 A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
-estimate); `init(init_one)`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
+estimate); `init(draw)`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
 `check_epoch(metrics, epoch, steps, diverged)` and `epoch_row(...)`.
 """
 
@@ -102,9 +102,11 @@ class OneModel:
         # CPU devices share the host's memory: a model replicated over them is that many copies in it.
         self.copies = self.mesh.size if jax.default_backend() == "cpu" else 1
 
-    def init(self, init_one: Callable[[jax.Array], tuple]) -> tuple:
-        """`(params, opt_state, key)` of the run's seed, drawn by one jitted program."""
-        return jax.jit(init_one)(np.uint32(self.config.seed))
+    def init(self, draw: Callable[[jax.Array], tuple]) -> tuple:
+        """`(params, opt_state, key)` of the run's seed: `draw` jitted, then the optimizer's state built outside that
+        program, whose constants its hyperparameters would be (a new rate: a new program to compile)."""
+        params, key = jax.jit(draw)(np.uint32(self.config.seed))
+        return params, self.tx.init(params), key
 
     def plan_fn(self, num_examples: int) -> Callable:
         """The epoch's shuffle of the run's one key (`bound_plan`)."""

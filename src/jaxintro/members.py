@@ -79,9 +79,9 @@ def group_size(config: TrainConfig, devices: int = 1) -> int:
 # ---------------------------------------------------------------- the members layout
 
 
-def init_members(config: TrainConfig, init_one: Callable[[Array], tuple]) -> tuple:
-    """`(params, opt_state, key)` of every member, stacked on a leading axis: one jitted program that runs
-    `init_one` for each member's seed in turn (`lax.map`).
+def init_members(config: TrainConfig, tx: optax.GradientTransformation, draw: Callable[[Array], tuple]) -> tuple:
+    """`(params, opt_state, key)` of every member, stacked on a leading axis: one jitted program that runs `draw` for
+    each member's seed in turn (`lax.map`), then the optimizer's states, outside it (a new rate reuses the program).
 
     Member k starts from the run `--seed k`'s bits: the He draw keeps its two roundings under jit (`he_normal`), and
     a loop, unlike a vmap, draws each member's bits as its single run does whatever the PRNG (a vmap over `rbg` keys
@@ -90,7 +90,8 @@ def init_members(config: TrainConfig, init_one: Callable[[Array], tuple]) -> tup
     """
     members = member_grid(config)
     seeds = np.asarray([m.seed for m in members], np.uint32)
-    params, opt_state, key = jax.jit(lambda seeds: jax.lax.map(init_one, seeds))(seeds)
+    params, key = jax.jit(lambda seeds: jax.lax.map(draw, seeds))(seeds)
+    opt_state = jax.vmap(tx.init)(params)
     if config.sweep:
         opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
                                      jnp.asarray([m.weight_decay for m in members], jnp.float32))
@@ -143,9 +144,9 @@ class Members:
         self.mesh = make_mesh(member_devices(config), MEMBERS)
         self.copies = 1  # each member is held once, on its own device
 
-    def init(self, init_one: Callable[[Array], tuple]) -> tuple:
+    def init(self, draw: Callable[[Array], tuple]) -> tuple:
         """Every member as its single run starts (`init_members`)."""
-        return init_members(self.config, init_one)
+        return init_members(self.config, self.tx, draw)
 
     def plan_fn(self, num_examples: int) -> Callable:
         """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, `map_plan`)."""
