@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 FLOOR = "import jax, jax.numpy as jnp; jnp.ones(3).block_until_ready()"
 BENCH_ROWS = "nojit,jit-step,scan-epoch,vmap-seeds-8,matmul-only"
