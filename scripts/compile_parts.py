@@ -58,9 +58,7 @@ def main() -> None:
     timed("device start (first tiny program)", lambda: jnp.ones(3))
     dataset = timed("load mnist", lambda: load_dataset("mnist", args.data_dir))
     trainer = Trainer.create(TrainConfig(), dataset)
-    state = timed("init op by op (cold)", trainer.init_state)
-    init_once = jax.jit(trainer._init_member)  # noqa: SLF001: the same initialisation, as one program
-    timed("init as one jit (cold)", lambda: init_once(0))
+    state = timed("init (the initial weights' jitted draw, cold)", trainer.init_state)
     state, train, test = trainer.place(state, dataset)
     params, key = state.params, state.key
     timed("permutation of the training set", lambda: jax.jit(

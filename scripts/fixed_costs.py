@@ -1,9 +1,9 @@
 """A backend's fixed costs as the floor plus seconds: each command in a fresh process, in one run, beside the floor.
 
-    python scripts/fixed_costs.py --data-dir DIR [--bench] [--speedrun] [--floors 3]
+    python scripts/fixed_costs.py --data-dir DIR [--bench] [--speedrun]
 
-The floor is a process that imports JAX, opens the device and runs one tiny program (`--floors` times, spread over
-the run). Then `train` on MNIST (10 epochs) with a fresh compile cache (cold), again twice (warm), with a new
+The floor is a process that imports JAX, opens the device and runs one tiny program, measured three times: before
+the first command, after the warm runs and after the last. Then `train` on MNIST (10 epochs) with a fresh compile cache (cold), again twice (warm), with a new
 `--lr` and with a new width (both after the warm runs, in the same cache); with `--bench`, `bench`'s five rows of
 docs/accelerators.md; with `--speedrun`, `speedrun`. Prints one JSON line per command as it ends (its wall clock,
 and for `train` its `Time:` phases and whether its programs came from the cache), then a last line: each command's
@@ -42,7 +42,6 @@ def timed(name: str, args: list[str], env: dict[str, str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", required=True, help="MNIST's folder")
-    parser.add_argument("--floors", type=int, default=3, help="floor measurements, spread over the run")
     parser.add_argument("--bench", action="store_true", help="also time bench's five rows")
     parser.add_argument("--speedrun", action="store_true", help="also time speedrun")
     args = parser.parse_args()
@@ -63,7 +62,7 @@ def main() -> None:
         if args.speedrun:
             rows.append(timed("speedrun", [*jaxintro, "speedrun", "--data-dir", args.data_dir, "--out",
                                            f"{tmp}/speedrun"], env))
-        floors += [timed("floor", ["-c", FLOOR], env) for _ in range(max(args.floors - 2, 0))]
+        floors.append(timed("floor", ["-c", FLOOR], env))
     floor = statistics.median(f["wall_s"] for f in floors)
     print(json.dumps({"floor_s": [f["wall_s"] for f in floors], "floor_median_s": floor,
                       "over_floor_s": {row["name"]: round(row["wall_s"] - floor, 2) for row in rows}}))

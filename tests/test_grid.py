@@ -236,7 +236,7 @@ def test_the_done_line_names_the_whole_best_setting():
     """Two settings of a weight-decay grid share a learning rate: the Done line names the weight decay too."""
     from jaxintro.report import accuracy_text
 
-    best = {"lr": 1e-3, "weight_decay": 1e-4, "test_accuracy": 0.97, "test_accuracy_std": 0.001}
+    best = {"lr": 1e-3, "weight_decay": 1e-4, "test_accuracy": 0.97, "test_accuracy_std": 0.001, "diverged": 0}
     summary = {"best": best, "ensemble_test_accuracy": 0.975}
     assert accuracy_text(SWEEP_WD, summary) == ("97.00 ± 0.10% at the best setting (lr 0.001, wd 0.0001; its 2 "
                                                 "seeds' ensemble 97.50%)")

@@ -4,6 +4,7 @@ members.py should fail a test here within seconds; the slow end-to-end checks ar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import warnings
@@ -192,20 +193,17 @@ def test_a_group_is_the_flag_else_a_devices_share_on_an_accelerator_and_one_on_a
 
 
 def tiny_init(config: TrainConfig):
-    """For a tiny MLP: the trainer's own per-seed draw (`Trainer.draw`), its optimizer, and a single run's whole start
-    taken op by op, the reference (`one(seed)`: the draw, then the optimizer's state)."""
+    """A tiny MLP, its optimizer, and its single run's whole start taken op by op, the reference (`one(seed)`: the
+    key split as `train` splits it, the weights, then the optimizer's state)."""
     model = build_model("jax", 3, (4,), 2)
     tx = build_optimizer(config, 10)
 
-    def draw(seed: int | jax.Array) -> tuple:
-        init_key, key = jax.random.split(jax.random.key(seed))
-        return model.init(init_key), key
-
     def one(seed: int) -> tuple:
-        params, key = draw(seed)
+        init_key, key = jax.random.split(jax.random.key(seed))
+        params = model.init(init_key)
         return params, tx.init(params), key
 
-    return draw, tx, one
+    return model, tx, one
 
 
 @pytest.mark.backend
@@ -213,9 +211,9 @@ def tiny_init(config: TrainConfig):
 def test_members_start_stacked_each_as_its_single_run_bit_for_bit(impl):
     """Member k of seeds 5, 6, 7 (drawn by one jitted program) is seed 5 + k drawn op by op, whatever the PRNG."""
     config = TrainConfig(seeds=3, seed=5)
-    draw, tx, one = tiny_init(config)
+    model, tx, one = tiny_init(config)
     with jax.default_prng_impl(impl):
-        params, opt_state, keys = init_members(config, tx, draw)
+        params, opt_state, keys = init_members(config, model, tx)
         singles = [one(5 + k) for k in range(3)]
     assert keys.shape == (3,)
     for k, (one_params, one_opt_state, one_key) in enumerate(singles):
@@ -224,12 +222,38 @@ def test_members_start_stacked_each_as_its_single_run_bit_for_bit(impl):
         np.testing.assert_array_equal(key_data(keys[k]), key_data(one_key))
 
 
+def test_the_draw_compiles_once_a_process_per_model_and_prng():
+    """A second run of the same model in one process (a test, a notebook) compiles no initial-weights program, even
+    with the persistent cache off; a new PRNG is traced anew (jit alone would keep the first one's keys)."""
+    from jaxintro.layout import jitted_draw
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: compiles.append(event) if event.endswith("backend_compile_duration") else None)
+    cache_on = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        config = TrainConfig(dataset="digits", hidden=(7,))
+        first = model_for(config, 5, 3)
+        jitted_draw(first)(np.uint32(1))
+        before = len(compiles)
+        again = model_for(dataclasses.replace(config, lr=0.5), 5, 3)  # another run's config, the same model
+        assert again is first
+        params, _key = jitted_draw(again)(np.uint32(2))
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache_on)
+    assert len(compiles) == before and params["layer1"]["w"].shape == (5, 7)
+    with jax.default_prng_impl("rbg"):
+        _params, key = jitted_draw(again)(np.uint32(2))
+    assert jax.random.key_impl(key) == jax.random.key_impl(jax.random.key(0, impl="rbg"))
+
+
 @pytest.mark.parametrize("x64", [False, True])
 def test_a_sweeps_members_carry_their_own_learning_rate_and_weight_decay(x64):
     config = TrainConfig(lr_grid=(1e-3, 3e-3), weight_decay_grid=(0.0, 0.1), optimizer="adamw", seed=2)
-    draw, tx, one = tiny_init(config)
+    model, tx, one = tiny_init(config)
     with jax.enable_x64(x64):  # JAX_ENABLE_X64=1 makes float64 the default: the rates stay float32, as the steps
-        params, opt_state, keys = init_members(config, tx, draw)
+        params, opt_state, keys = init_members(config, model, tx)
     hyper = opt_state.hyperparams
     assert (hyper["learning_rate"].dtype, hyper["weight_decay"].dtype) == (jnp.float32, jnp.float32)
     np.testing.assert_array_equal(hyper["learning_rate"], np.float32([1e-3, 1e-3, 3e-3, 3e-3]))
@@ -310,14 +334,12 @@ def linear_members(config: TrainConfig = TrainConfig(seeds=3)) -> Members:
 
 def test_the_members_layout_is_a_members_mesh_holding_each_member_once():
     config = TrainConfig(seeds=3)
-    model = linear_model()
-    tx = build_optimizer(config, 10)
+    model, tx, one = tiny_init(config)
     layout = Members(config, model, tx)
     assert (layout.config, layout.model, layout.tx) == (config, model, tx)
     assert layout.mesh.axis_names == (MEMBERS,) and layout.mesh.size == 1 and layout.copies == 1
-    draw, _tx, one = tiny_init(config)
-    params = layout.init(draw)[0]
-    assert_trees_equal(params, init_members(config, tx, draw)[0])
+    params = layout.init()[0]
+    assert_trees_equal(params, init_members(config, model, tx)[0])
     for k in range(3):  # seeds 0, 1, 2
         assert_trees_equal(member(params, k), one(k)[0])
 
@@ -658,6 +680,15 @@ def test_a_sweeps_report_takes_the_held_out_choice_and_names_the_test_sets_by_it
     assert fields["best_val_accuracy"] == 0.97 and fields["ensemble_test_accuracy"] == 0.90
     assert fields["test_chosen"] == {"lr": 1e-3, "weight_decay": 1e-2, "test_accuracy": 0.95}
     assert "Chosen on the test set, lr=0.001,wd=0.01 would read 95.00%, +5.00 points" in held_out_line(config, fields)
+
+
+def test_a_setting_with_one_seed_left_shows_its_accuracy_and_no_spread():
+    from jaxintro.report import SweepReport
+
+    report = SweepReport(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3))
+    cell = {"test_accuracy": 0.9, "test_accuracy_std": 0.0}
+    assert report.setting_cell({**cell, "diverged": 2}) == "90.00%"
+    assert report.setting_cell({**cell, "diverged": 0}) == "90.00 ± 0.00%"  # three seeds that agree: a spread
 
 
 def test_member_k_is_its_single_run_with_the_rbg_prng_too():

@@ -58,7 +58,8 @@ def test_every_style_uses_untruncated_he_normal(style):
 @pytest.mark.parametrize("style", STYLES)
 def test_every_styles_init_under_jit_is_its_op_by_op_draw_bit_for_bit(style):
     """`train` draws the initial weights in one jitted program; the numbers on the lesson's pages were drawn op by
-    op. XLA folds the He scale into the sampler's constant unless kept apart (`he_normal`): half the weights moved."""
+    op. XLA folds the He scale into the sampler's constant unless kept apart (`untruncated_he_normal`): half the
+    weights moved."""
     model = build_model(style, 784, (256, 128), 10)
     key = jax.random.key(3)
     for eager, jitted in zip(jax.tree.leaves(model.init(key)), jax.tree.leaves(jax.jit(model.init)(key))):

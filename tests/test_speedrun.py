@@ -319,11 +319,11 @@ def test_a_tuning_where_no_recipe_passes_says_so(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("lang, lines", [
     ("en", ["speedrun            2           2        9.2ms        12.3ms [9.0ms-13.1ms]          98.18%",
             "torch-eager         2           2         1.96          1.96 [1.67-2.11]          97.95%",
-            "lesson-recipe      10           -            -       994.0ms [0.99-1.03]          97.76%",
+            "lesson-recipe      10           -            -          0.99 [0.99-1.03]          97.76%",
             "One model to 98.0%: 9.2ms of training (1.71s with loading the data and compiling)"]),
     ("es", ["speedrun            2           2        9,2ms        12,3ms [9,0ms-13,1ms]          98,18%",
             "torch-eager         2           2         1,96          1,96 [1,67-2,11]          97,95%",
-            "lesson-recipe      10           -            -       994,0ms [0,99-1,03]          97,76%",
+            "lesson-recipe      10           -            -          0,99 [0,99-1,03]          97,76%",
             "Un modelo hasta el 98,0%: 9,2ms de entrenamiento (1,71s con la carga"]),
 ])
 def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers(lang, lines, capsys):

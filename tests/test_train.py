@@ -413,11 +413,13 @@ def test_a_new_rate_weight_decay_or_clip_norm_draws_the_initial_weights_with_the
     --lr compile it again (0.8 s on the CPU), where the epoch's own program already came from the cache."""
     from jax.experimental.compilation_cache import compilation_cache
 
+    from jaxintro.layout import _draw_program
     from jaxintro.runtime import compile_cache_counts, enable_compile_cache
 
     compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", True)
     enable_compile_cache(tmp_path / "xla")
+    _draw_program.cache_clear()  # this process's own copy would answer first: the persistent cache is what is tested
     misses = []
     for config in (TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds),
                    TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds, lr=0.01, weight_decay=0.1,

@@ -105,8 +105,10 @@ def add_setting_flag(p: argparse.ArgumentParser) -> None:
                    help=_("a sweep's run: use this setting's models (default: the best setting's)"))
 
 
-def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_flags: bool = True) -> None:
-    """Every `TrainConfig` field as a flag, 1:1 (`grid`: `--lr` and `--weight-decay` take lists, for `sweep`)."""
+def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_flags: bool = True,
+                    one_device: bool = False) -> None:
+    """Every `TrainConfig` field as a flag, 1:1 (`grid`: `--lr` and `--weight-decay` take lists, for `sweep`;
+    `one_device`: a command that runs on one device, whose members do not spread)."""
     d = TrainConfig()
     add_data_flags(p)
     p.add_argument("--model", default=d.model, choices=MODELS, help=_("model style"))
@@ -143,7 +145,7 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_fl
     p.add_argument("--devices", type=positive_int, default=d.devices,
                    help=_("data-parallel devices; with several members, the devices they spread over "
                           "(default: on a CPU one per core, as many as split them evenly; on an accelerator one)")
-                   if member_flags
+                   if member_flags and not one_device
                    else _("data-parallel devices"))
     p.add_argument("--parallel", default=d.parallel, choices=PARALLEL, help=_("how the batch is split over devices"))
     p.add_argument("--matmul-precision", default=d.matmul_precision, choices=MATMUL_PRECISIONS,
@@ -204,7 +206,7 @@ def _add_profile(sub: Commands) -> None:
     """`jaxintro profile` and its flags."""
     p = sub.add_parser("profile",
                        help=_("trace warm training steps with jax.profiler: op table, roofline, Perfetto trace"))
-    add_train_flags(p)
+    add_train_flags(p, one_device=True)
     p.add_argument("--steps", type=positive_int, default=20, help=_("warm training steps to trace (at most {most})").format(most=PROFILE_MAX_STEPS))
     p.add_argument("--out", default="runs/profile", help=_("folder for the trace and profile.json"))
     p.add_argument("--json", action="store_true", help=_("print the report as JSON"))

@@ -7,7 +7,7 @@ trainer calls its layout and the layout never calls back: both are built from th
 and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
 
 A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
-estimate); `init(draw)`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
+estimate); `init()`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
 `check_epoch(metrics, epoch, steps, diverged)` and `epoch_row(...)`.
 """
 
@@ -33,6 +33,27 @@ from jaxintro.scoring import jit_count_correct
 def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | None = None) -> Callable:
     """The lesson's pure `train_step` with the model and optimizer bound (and the device axis it averages over)."""
     return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name)
+
+
+def jitted_draw(model: Model) -> Callable[[jax.Array], tuple]:
+    """`seeds -> (params, key)`: a model's initial weights and the key its epochs split, from a uint32 seed (the
+    single run's `split`), or from each seed of a vector in turn; one jitted program per model in a process.
+
+    In turn (`lax.map`), not vmapped: each member's bits are then its single run's whatever the PRNG (a vmap over
+    `rbg` keys draws others). The optimizer's state is left out: inside, its hyperparameters would be constants of
+    the program, and a new `--lr` would compile it again.
+    """
+    # The PRNG is read when the draw is traced, and jit does not trace again when it changes: a key of the cache.
+    return _draw_program(model, jax.config.jax_default_prng_impl)
+
+
+@functools.cache
+def _draw_program(model: Model, prng_impl: str) -> Callable[[jax.Array], tuple]:
+    def draw(seed: jax.Array) -> tuple:
+        init_key, key = jax.random.split(jax.random.key(seed))
+        return model.init(init_key), key
+
+    return jax.jit(lambda seeds: draw(seeds) if seeds.ndim == 0 else jax.lax.map(draw, seeds))
 
 
 def bound_plan(num_examples: int, batch_size: int) -> Callable:
@@ -102,10 +123,9 @@ class OneModel:
         # CPU devices share the host's memory: a model replicated over them is that many copies in it.
         self.copies = self.mesh.size if jax.default_backend() == "cpu" else 1
 
-    def init(self, draw: Callable[[jax.Array], tuple]) -> tuple:
-        """`(params, opt_state, key)` of the run's seed: `draw` jitted, then the optimizer's state built outside that
-        program, whose constants its hyperparameters would be (a new rate: a new program to compile)."""
-        params, key = jax.jit(draw)(np.uint32(self.config.seed))
+    def init(self) -> tuple:
+        """`(params, opt_state, key)` of the run's seed: the weights by `jitted_draw`, then the optimizer's state."""
+        params, key = jitted_draw(self.model)(np.uint32(self.config.seed))
         return params, self.tx.init(params), key
 
     def plan_fn(self, num_examples: int) -> Callable:

@@ -31,7 +31,7 @@ from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
 from jaxintro.grid import Choice, choose_members, diverged_in, judged_by, member_grid, setting_name
 from jaxintro.i18n import _
-from jaxintro.layout import bound_epoch, bound_plan
+from jaxintro.layout import bound_epoch, bound_plan, jitted_draw
 from jaxintro.models.base import Model
 from jaxintro.optim import with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
@@ -79,18 +79,16 @@ def group_size(config: TrainConfig, devices: int = 1) -> int:
 # ---------------------------------------------------------------- the members layout
 
 
-def init_members(config: TrainConfig, tx: optax.GradientTransformation, draw: Callable[[Array], tuple]) -> tuple:
-    """`(params, opt_state, key)` of every member, stacked on a leading axis: one jitted program that runs `draw` for
-    each member's seed in turn (`lax.map`), then the optimizer's states, outside it (a new rate reuses the program).
+def init_members(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> tuple:
+    """`(params, opt_state, key)` of every member, stacked on a leading axis: the weights of every member's seed
+    drawn in turn by one program (`layout.jitted_draw`), then the optimizer's states.
 
-    Member k starts from the run `--seed k`'s bits: the He draw keeps its two roundings under jit (`he_normal`), and
-    a loop, unlike a vmap, draws each member's bits as its single run does whatever the PRNG (a vmap over `rbg` keys
-    draws others); on the CPU it also compiles in half a vmap's time. In a sweep each optimizer state then gets its
-    member's learning rate and weight decay.
+    Member k starts from the run `--seed k`'s bits (the He draw keeps its two roundings under jit,
+    `models.base.untruncated_he_normal`). In a sweep each optimizer state then gets its member's learning rate and
+    weight decay.
     """
     members = member_grid(config)
-    seeds = np.asarray([m.seed for m in members], np.uint32)
-    params, key = jax.jit(lambda seeds: jax.lax.map(draw, seeds))(seeds)
+    params, key = jitted_draw(model)(np.asarray([m.seed for m in members], np.uint32))
     opt_state = jax.vmap(tx.init)(params)
     if config.sweep:
         opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
@@ -144,9 +142,9 @@ class Members:
         self.mesh = make_mesh(member_devices(config), MEMBERS)
         self.copies = 1  # each member is held once, on its own device
 
-    def init(self, draw: Callable[[Array], tuple]) -> tuple:
+    def init(self) -> tuple:
         """Every member as its single run starts (`init_members`)."""
-        return init_members(self.config, self.tx, draw)
+        return init_members(self.config, self.model, self.tx)
 
     def plan_fn(self, num_examples: int) -> Callable:
         """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, `map_plan`)."""

@@ -424,8 +424,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     epoch = trainer.compile_epoch(state, window)
     programs = list(epoch.programs)
     # The step alone, for its cost analysis (with `--loop python` it is the program the loop runs).
-    step_program, runs = ((programs[1], 1) if config.loop == "python" else
-                          compile_cost_step(trainer, state, (x[:batch], y[:batch])))
+    steps_run = ([(programs[1], 1)] if config.loop == "python" else
+                 compile_cost_steps(trainer, state, (x[:batch], y[:batch])))
 
     def run_window(state: TrainState) -> TrainState:
         state, metrics = epoch.run(state)
@@ -459,7 +459,8 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
             path=trace_file))
     table = op_table(ops, modules, steps, traced_s / steps * 1e6)
 
-    cost = {name: value * runs for name, value in cost_numbers(step_program.cost_analysis()).items()}
+    costs = [(cost_numbers(program.cost_analysis()), runs) for program, runs in steps_run]
+    cost = {name: sum(each[name] * runs for each, runs in costs) for name in costs[0][0]}
     layers = trainer.model.sizes
     untraced_s = statistics.median(times) / steps
     peaks.append(bench.matmul_gflops(matmul_n))
@@ -475,12 +476,13 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     )
 
 
-def compile_cost_step(trainer: Any, state: Any, batch: tuple[np.ndarray, np.ndarray]) -> tuple[Any, int]:
-    """The compiled step whose cost analysis is every model's step, and how many times each step runs it.
+def compile_cost_steps(trainer: Any, state: Any, batch: tuple[np.ndarray, np.ndarray]) -> list[tuple[Any, int]]:
+    """The compiled steps whose cost analyses add up to one step of every model, each with how many times it runs.
 
-    One model: its step (`Trainer.compile_step`), once. Several: one group's step, vmapped as `members.map_members`
-    runs a group, once per group; the members' epoch program itself would not do, as XLA's cost analysis counts the
-    body of a loop (the scan over steps, the map over groups) once.
+    One model: its step (`Trainer.compile_step`), once. Several, as `members.map_members` runs them: in groups of
+    one, each member's own single-run step, once a member; in larger groups, one group's step vmapped, once a full
+    group, and the remainder's. The members' epoch program itself would not do: XLA's cost analysis counts the body
+    of a loop (the scan over steps, the map over groups) once.
     """
     import jax
 
@@ -490,14 +492,23 @@ def compile_cost_step(trainer: Any, state: Any, batch: tuple[np.ndarray, np.ndar
 
     config = trainer.config
     if config.members == 1:
-        return trainer.compile_step(state, batch), 1
+        return [(trainer.compile_step(state, batch), 1)]
     group = group_size(config, trainer.mesh.shape[MEMBERS])
-    params, opt_state, keys = jax.tree.map(lambda leaf: leaf[:group], (state.params, state.opt_state, state.key))
-    batches = tuple(np.broadcast_to(a, (group, *a.shape)) for a in batch)
+    def first(count: int) -> tuple:  # the first `count` members' parameters, optimizer states and keys
+        return jax.tree.map(lambda leaf: leaf[:count], (state.params, state.opt_state, state.key))
+
+    if group == 1:
+        params, opt_state, key = jax.tree.map(lambda leaf: leaf[0], first(1))
+        member = state._replace(params=params, opt_state=opt_state, key=key)
+        return [(trainer.compile_step(member, batch), config.members)]
     step = trainer.step_fn()
 
     def group_step(params: Any, opt_state: Any, batch: tuple, key: jax.Array) -> tuple:
         return step(params, opt_state, batch, step_key(key, 0, config.use_dropout))
 
-    compiled = jax.jit(jax.vmap(group_step)).lower(params, opt_state, batches, keys).compile()
-    return compiled, config.members // group
+    def compiled(size: int) -> Any:
+        batches = tuple(np.broadcast_to(a, (size, *a.shape)) for a in batch)
+        return jax.jit(jax.vmap(group_step)).lower(*first(size)[:2], batches, first(size)[2]).compile()
+
+    full, rest = divmod(config.members, group)
+    return [(compiled(group), full)] + ([(compiled(rest), 1)] if rest else [])

@@ -69,7 +69,7 @@ class EpochMetrics(NamedTuple):
         def mean_and_std(name: str) -> str:
             values = [self.members[name][k] for k in chosen]
             mean, std = mean_std(values)
-            if not spread_shown(values):  # a sweep's setting of one seed
+            if not spread_shown(values):  # one value (a setting of one seed, one member left) or none
                 return format_number(mean, ".4f")
             return f"{format_number(mean, '.4f')} ± {format_number(std, '.4f')}"
 

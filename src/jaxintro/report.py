@@ -344,7 +344,7 @@ class SweepReport(SeedsReport):
                                "test_accuracy_std": s.std, "diverged": s.diverged} for s in settings]
         best = chosen_setting(config, last)
         fields["best"] = {"lr": best.lr, "weight_decay": best.weight_decay if decays else None,
-                          "test_accuracy": best.mean, "test_accuracy_std": best.std}
+                          "test_accuracy": best.mean, "test_accuracy_std": best.std, "diverged": best.diverged}
         if judged_by(last["members"]) == "val_accuracy":
             fields.update(held_out_fields(config, last, settings))
         start = time.perf_counter()
@@ -389,12 +389,12 @@ class SweepReport(SeedsReport):
                 print(verdict)
 
     def setting_cell(self, setting: dict[str, Any]) -> str:
-        """A setting's test accuracy: its seeds' mean ± std, the one number of one seed (no spread to show), or
-        "diverged"."""
+        """A setting's test accuracy: its seeds' mean ± std, the one number of one seed or of the one left (no spread
+        to show), or "diverged"."""
         if setting["test_accuracy"] is None or not math.isfinite(setting["test_accuracy"]):
             return _("diverged")
         mean = format_number(100 * setting["test_accuracy"], ".2f")
-        if not seeds_compared(self.config):
+        if self.config.seeds - setting["diverged"] < 2:
             return f"{mean}%"
         return f"{mean} ± {format_number(100 * setting['test_accuracy_std'], '.2f')}%"
 

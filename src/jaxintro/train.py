@@ -96,17 +96,12 @@ class Trainer:
         """Parameters from the seed's key (split for init, the rest carried) and a fresh optimizer state; several
         members each start as their single run does, stacked on a leading axis (`members.init_members`).
 
-        The weights are drawn by one jitted program on the host's CPU (`draw`: a uint32 seed in, so one program
-        serves every seed and the persistent cache keeps it), then placed on the devices by `place`: the same seed
-        gives the same initial weights, bit for bit, on every backend.
+        The weights are drawn by one jitted program on the host's CPU (`layout.jitted_draw`: a uint32 seed in, so
+        one program serves every seed and the persistent cache keeps it), then placed on the devices by `place`: the
+        same seed gives the same initial weights, bit for bit, on every backend.
         """
         with jax.default_device(host_device()):
-            return TrainState(*self.layout.init(self.draw), 0)
-
-    def draw(self, seed: Array) -> tuple[Params, jax.Array]:
-        """One model's initial weights and the key its epochs split, from its seed (its single run's split)."""
-        init_key, key = jax.random.split(jax.random.key(seed))
-        return self.model.init(init_key), key
+            return TrainState(*self.layout.init(), 0)
 
     def step_fn(self) -> Callable:
         """The pure train step with the model and optimizer bound."""

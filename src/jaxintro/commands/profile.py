@@ -92,14 +92,12 @@ def report_lines(report: "ProfileReport") -> list[str]:
         _("Step time: {untraced:.3f} ms untraced (median of 3 windows of {steps} steps), {traced:.3f} ms in the "
           "traced window.").format(untraced=report.untraced_step_s * 1e3, steps=report.steps,
                                    traced=report.traced_step_s * 1e3),
-        _("Throughput: {rate} training images a second, all {members} models together (untraced).").format(
-            rate=format_number(report.samples_per_s, ",.0f"), members=report.members) if report.members > 1 else
-        _("Throughput: {rate} training images a second (untraced).").format(
-            rate=format_number(report.samples_per_s, ",.0f")),
-        "",
-        _("Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
-          "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)"),
     ]
+    if report.members > 1:  # one model's is its batch over the step time above; several models' is the point
+        lines.append(_("Throughput: {rate} training images a second, all {members} models together (untraced).")
+                     .format(rate=format_number(report.samples_per_s, ",.0f"), members=report.members))
+    lines += ["", _("Ops per step, from the trace (us: the op's own time; wall us: its part of the step's wall clock, "
+                    "shared with ops running at the same time on other threads; GFLOP/s: dots, over their own time)")]
     return lines + op_table_lines(report) + roofline_lines(report)
 
 

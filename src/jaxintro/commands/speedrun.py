@@ -16,7 +16,7 @@ import importlib.util
 import itertools
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -246,11 +246,10 @@ def seconds_cell(seconds: float) -> str:
     return format_duration(seconds) if seconds < 1 else format_number(seconds, ".2f")
 
 
-def range_cell(low: float, high: float) -> str:
-    """A range of seconds in one unit: both ends in ms when both are under a second ("[9.0ms-13.1ms]"), else both in
-    seconds ("[0.99-1.03]", not "[987.9ms-1.03]")."""
-    cell = seconds_cell if high < 1 else (lambda seconds: format_number(seconds, ".2f"))
-    return f"[{cell(low)}-{cell(high)}]"
+def row_cell(longest: float) -> Callable[[float], str]:
+    """How a row of the records table writes its times, in one unit: ms when even its longest is under a second
+    ("9.2ms [9.0ms-13.1ms]"), else seconds ("0.99 [0.99-1.03]", not "994.0ms [987.9ms-1.03]")."""
+    return seconds_cell if longest < 1 else (lambda seconds: format_number(seconds, ".2f"))
 
 
 def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
@@ -261,9 +260,11 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
             print(f"{name:<14} " + _("skipped: {reason}").format(reason=row["skipped"]))
             continue
         reached = "-" if row["reached_epoch"] is None else str(row["reached_epoch"])
-        to_target = "-" if row["train_seconds"] is None else seconds_cell(row["train_seconds"])
+        low, high = row["train_seconds_range"]
+        cell = row_cell(high)
+        to_target = "-" if row["train_seconds"] is None else cell(row["train_seconds"])
         print(f"{name:<14} {row['epochs']:>6}  {reached:>10}  {to_target:>11}  "
-              f"{seconds_cell(row['train_seconds_all_epochs']):>12} {range_cell(*row['train_seconds_range'])}  "
+              f"{cell(row['train_seconds_all_epochs']):>12} [{cell(low)}-{cell(high)}]  "
               f"{format_number(row['curve'][-1], '>14.2%')}")
     if "lesson-script" in rows and "skipped" not in rows["lesson-script"]:
         print(_("lesson-script: the lesson's own script timed whole, its compiles and its float32 copy of the data "

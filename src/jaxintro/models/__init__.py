@@ -9,6 +9,7 @@ A `Model` is two pure functions over a pytree of parameters, so one training loo
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from jaxintro.config import MODELS
@@ -38,5 +39,15 @@ def build_model(style: str, in_dim: int, hidden: tuple[int, ...], num_classes: i
 
 
 def model_for(config: Any, features: int, classes: int) -> Model:
-    """The model a run's config describes for data of `features` inputs and `classes` outputs (the one rule)."""
-    return build_model(config.model, features, config.hidden, classes, **config.model_options)
+    """The model a run's config describes for data of `features` inputs and `classes` outputs (the one rule).
+
+    The same description gives the same `Model` in a process, so what is jitted per model (the initial weights'
+    draw, `layout.jitted_draw`) compiles once however many runs the process makes (tests, notebooks).
+    """
+    return _described(config.model, features, tuple(config.hidden), classes, tuple(sorted(config.model_options.items())))
+
+
+@functools.cache
+def _described(style: str, features: int, hidden: tuple[int, ...], classes: int,
+               options: tuple[tuple[str, Any], ...]) -> Model:
+    return build_model(style, features, hidden, classes, **dict(options))

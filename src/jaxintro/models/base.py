@@ -22,22 +22,24 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"relu": jax.nn.relu}
 LESSON_ACTIVATION = "relu"
 
 
-def he_normal(in_axis: int = -2) -> Callable[..., jax.Array]:
+def untruncated_he_normal(in_axis: int = -2) -> Callable[..., jax.Array]:
     """He (Kaiming) normal, N(0, 2 / fan_in), fan_in the size of `in_axis`: `random.normal(key, shape) * std`."""
 
     def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
         std = jnp.sqrt(jnp.asarray(2.0 / shape[in_axis], dtype))
-        # Why the barrier: under jit XLA folds `std` into the sampler's own constant factor (one rounding where op by
-        # op there are two), and about half the weights would land an ulp from the same key's draw outside jit.
+        # `random.normal` returns sqrt(2) * erfinv(u); under jit XLA rewrites (sqrt(2) * e) * std as e * (sqrt(2) *
+        # std), one rounding for two, and half the weights would land an ulp from the same key's draw outside jit.
+        # The barrier keeps the two products apart (op by op it is the identity).
         return jax.lax.optimization_barrier(jax.random.normal(key, shape, dtype)) * std
 
     return init
 
 
 # The lesson's init for ReLU layers, shared by every style so that they start from the same weights. A kernel is
-# (fan_in, fan_out); Equinox stores (fan_out, fan_in). (Flax's own `he_normal` is truncated: the styles would differ.)
-HE_NORMAL = he_normal(in_axis=-2)
-HE_NORMAL_OUT_IN = he_normal(in_axis=-1)
+# (fan_in, fan_out); Equinox stores (fan_out, fan_in). (Flax's and JAX's own `he_normal` are truncated: the styles
+# would differ.)
+HE_NORMAL = untruncated_he_normal(in_axis=-2)
+HE_NORMAL_OUT_IN = untruncated_he_normal(in_axis=-1)
 
 
 class Model(NamedTuple):
