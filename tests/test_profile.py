@@ -262,7 +262,8 @@ def test_the_command_profiles_several_models_trained_together(tmp_path, capsys):
     stdout = capsys.readouterr().out
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["members"] == 2 and summary == json.loads((out / "profile.json").read_text())
-    assert stdout.startswith("Profiling 2 warm training steps of 2 jax MLPs 64-256-128-10 trained together (--seeds)")
+    assert stdout.startswith("Profiling 2 warm training steps of 2 jax MLPs 64-256-128-10 trained together (--seeds) "
+                             "on digits (batch 128 each, adam, --loop scan) ...\n")
     rate = f"{summary['samples_per_s']:,.0f}"
     assert f"Throughput: {rate} training images a second, all 2 models together (untraced)." in stdout
 

@@ -128,6 +128,10 @@ class OneModel:
         params, key = jitted_draw(self.model)(np.uint32(self.config.seed))
         return params, self.tx.init(params), key
 
+    def cost_steps(self, state: Any, batch: tuple, compile_step: Callable) -> list[tuple[Any, int]]:
+        """The step whose cost analysis is one step of the run: its own (`compile_step`), once."""
+        return [(compile_step(state, batch), 1)]
+
     def plan_fn(self, num_examples: int) -> Callable:
         """The epoch's shuffle of the run's one key (`bound_plan`)."""
         return bound_plan(num_examples, self.config.batch_size)

@@ -31,7 +31,8 @@ from jaxintro.config import CPU_MEMBER_GROUP, TrainConfig
 from jaxintro.errors import ConfigError
 from jaxintro.grid import Choice, choose_members, diverged_in, judged_by, member_grid, setting_name
 from jaxintro.i18n import _
-from jaxintro.layout import bound_epoch, bound_plan, jitted_draw
+from jaxintro.layout import bound_epoch, bound_plan, bound_step, jitted_draw
+from jaxintro.lesson import step_key
 from jaxintro.models.base import Model
 from jaxintro.optim import with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
@@ -145,6 +146,33 @@ class Members:
     def init(self) -> tuple:
         """Every member as its single run starts (`init_members`)."""
         return init_members(self.config, self.model, self.tx)
+
+    def cost_steps(self, state: Any, batch: tuple, compile_step: Callable) -> list[tuple[Any, int]]:
+        """The compiled steps whose cost analyses add up to one step of every member, each with how many times it
+        runs, as `map_members` runs them: in groups of one, a member's single-run step (`compile_step`) once a member;
+        in larger groups, one group's step vmapped, once a full group, and the remainder's. The members' epoch
+        program would not do: XLA's cost analysis counts the body of a loop (the map over groups) once."""
+        group = group_size(self.config, self.mesh.shape[MEMBERS])
+
+        def first(count: int) -> tuple:  # the first `count` members' parameters, optimizer states and keys
+            return jax.tree.map(lambda leaf: leaf[:count], (state.params, state.opt_state, state.key))
+
+        if group == 1:
+            params, opt_state, key = jax.tree.map(lambda leaf: leaf[0], first(1))
+            return [(compile_step(state._replace(params=params, opt_state=opt_state, key=key), batch),
+                     self.config.members)]
+        step, use_dropout = bound_step(self.model, self.tx), self.config.use_dropout
+
+        def group_step(params: Any, opt_state: Any, batch: tuple, key: Array) -> tuple:
+            return step(params, opt_state, batch, step_key(key, 0, use_dropout))
+
+        def compiled(size: int) -> Any:
+            params, opt_state, keys = first(size)
+            batches = tuple(np.broadcast_to(a, (size, *a.shape)) for a in batch)
+            return jax.jit(jax.vmap(group_step)).lower(params, opt_state, batches, keys).compile()
+
+        full, rest = divmod(self.config.members, group)
+        return [(compiled(group), full)] + ([(compiled(rest), 1)] if rest else [])
 
     def plan_fn(self, num_examples: int) -> Callable:
         """Every member's shuffle, each from its own key, as its single run draws it (`bound_plan`, `map_plan`)."""

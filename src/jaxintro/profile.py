@@ -424,8 +424,7 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
     epoch = trainer.compile_epoch(state, window)
     programs = list(epoch.programs)
     # The step alone, for its cost analysis (with `--loop python` it is the program the loop runs).
-    steps_run = ([(programs[1], 1)] if config.loop == "python" else
-                 compile_cost_steps(trainer, state, (x[:batch], y[:batch])))
+    steps_run = [(programs[1], 1)] if config.loop == "python" else trainer.cost_steps(state, (x[:batch], y[:batch]))
 
     def run_window(state: TrainState) -> TrainState:
         state, metrics = epoch.run(state)
@@ -475,40 +474,3 @@ def profile_training(config: TrainConfig, dataset: Dataset, *, steps: int, out_d
         matmul_n=matmul_n, bandwidth_mib=bandwidth_mib, members=config.members,
     )
 
-
-def compile_cost_steps(trainer: Any, state: Any, batch: tuple[np.ndarray, np.ndarray]) -> list[tuple[Any, int]]:
-    """The compiled steps whose cost analyses add up to one step of every model, each with how many times it runs.
-
-    One model: its step (`Trainer.compile_step`), once. Several, as `members.map_members` runs them: in groups of
-    one, each member's own single-run step, once a member; in larger groups, one group's step vmapped, once a full
-    group, and the remainder's. The members' epoch program itself would not do: XLA's cost analysis counts the body
-    of a loop (the scan over steps, the map over groups) once.
-    """
-    import jax
-
-    from jaxintro.lesson import step_key
-    from jaxintro.members import group_size
-    from jaxintro.parallel import MEMBERS
-
-    config = trainer.config
-    if config.members == 1:
-        return [(trainer.compile_step(state, batch), 1)]
-    group = group_size(config, trainer.mesh.shape[MEMBERS])
-    def first(count: int) -> tuple:  # the first `count` members' parameters, optimizer states and keys
-        return jax.tree.map(lambda leaf: leaf[:count], (state.params, state.opt_state, state.key))
-
-    if group == 1:
-        params, opt_state, key = jax.tree.map(lambda leaf: leaf[0], first(1))
-        member = state._replace(params=params, opt_state=opt_state, key=key)
-        return [(trainer.compile_step(member, batch), config.members)]
-    step = trainer.step_fn()
-
-    def group_step(params: Any, opt_state: Any, batch: tuple, key: jax.Array) -> tuple:
-        return step(params, opt_state, batch, step_key(key, 0, config.use_dropout))
-
-    def compiled(size: int) -> Any:
-        batches = tuple(np.broadcast_to(a, (size, *a.shape)) for a in batch)
-        return jax.jit(jax.vmap(group_step)).lower(*first(size)[:2], batches, first(size)[2]).compile()
-
-    full, rest = divmod(config.members, group)
-    return [(compiled(group), full)] + ([(compiled(rest), 1)] if rest else [])

@@ -116,6 +116,11 @@ class Trainer:
         key = step_key(state.key, 0, self.config.use_dropout)
         return self.jit_step().lower(state.params, state.opt_state, batch, key).compile()
 
+    def cost_steps(self, state: TrainState, batch: tuple[Array, Array]) -> list[tuple[Any, int]]:
+        """The compiled steps whose cost analyses add up to one step of every model, each with how many times an
+        epoch's step runs it (the layout's; `profile` reads them)."""
+        return self.layout.cost_steps(state, batch, self.compile_step)
+
     def compile_epoch(self, state: TrainState, train: tuple[Array, Array]) -> "CompiledEpoch":
         """One epoch of training on `train` (placed by `place`), compiled: the one place an epoch is compiled, for
         `fit`, every `bench` row that trains, and `profile`.

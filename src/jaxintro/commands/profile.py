@@ -57,19 +57,14 @@ def run(args: argparse.Namespace) -> int:
 def heading(config: "TrainConfig", dataset: "Dataset", steps: int) -> str:
     """The line printed before anything compiles: what is profiled, on what."""
     layers = "-".join(map(str, (dataset.num_features, *config.hidden, dataset.num_classes)))
-    if config.members > 1:
-        return ngettext("Profiling {steps} warm training step of {members} {model} MLPs {layers} trained together "
-                        "(--seeds) on {dataset} (batch {batch} each, {optimizer}) ...",
-                        "Profiling {steps} warm training steps of {members} {model} MLPs {layers} trained together "
-                        "(--seeds) on {dataset} (batch {batch} each, {optimizer}) ...", steps).format(
-            steps=steps, members=config.members, model=config.model, layers=layers, dataset=dataset.name,
-            batch=config.batch_size, optimizer=config.optimizer)
-    return ngettext("Profiling {steps} warm training step of the {model} MLP {layers} on {dataset} "
-                   "(batch {batch}, {optimizer}, --loop {loop}) ...",
-                   "Profiling {steps} warm training steps of the {model} MLP {layers} on {dataset} "
-                   "(batch {batch}, {optimizer}, --loop {loop}) ...", steps).format(
-        steps=steps, model=config.model, dataset=dataset.name, batch=config.batch_size, optimizer=config.optimizer,
-        loop=config.loop, layers=layers)
+    warm = ngettext("{steps} warm training step", "{steps} warm training steps", steps).format(steps=steps)
+    # In the number of models: one is "the MLP", several "MLPs trained together" (each its own batch).
+    return ngettext("Profiling {warm} of the {model} MLP {layers} on {dataset} (batch {batch}, {optimizer}, "
+                    "--loop {loop}) ...",
+                    "Profiling {warm} of {members} {model} MLPs {layers} trained together (--seeds) on {dataset} "
+                    "(batch {batch} each, {optimizer}, --loop {loop}) ...", config.members).format(
+        warm=warm, members=config.members, model=config.model, layers=layers, dataset=dataset.name,
+        batch=config.batch_size, optimizer=config.optimizer, loop=config.loop)
 
 
 def report_lines(report: "ProfileReport") -> list[str]:
