@@ -3,11 +3,12 @@
     python scripts/fixed_costs.py --data-dir DIR [--bench] [--speedrun]
 
 The floor is a process that imports JAX, opens the device and runs one tiny program, measured three times: before
-the first command, after the warm runs and after the last. Then `train` on MNIST (10 epochs) with a fresh compile cache (cold), again twice (warm), with a new
-`--lr` and with a new width (both after the warm runs, in the same cache); with `--bench`, `bench`'s five rows of
-docs/accelerators.md; with `--speedrun`, `speedrun`. Prints one JSON line per command as it ends (its wall clock,
-and for `train` its `Time:` phases and whether its programs came from the cache), then a last line: each command's
-wall clock over the floor's median. docs/accelerators.md quotes it, on the CPU and on an accelerator.
+the first command, after the warm runs and after the last. The commands: `train` on MNIST (10 epochs) with a fresh
+compile cache (cold), again twice (warm), with a new `--lr` and with a new width (both after the warm runs, in the
+same cache); with `--bench`, `bench`'s five rows of docs/accelerators.md; with `--speedrun`, `speedrun`. Prints one
+JSON line per command as it ends (its wall clock, and for `train` its `Time:` phases and whether its programs came
+from the cache), then a last line: each command's wall clock over the floor's median. docs/accelerators.md quotes
+it, on the CPU and on an accelerator.
 """
 
 from __future__ import annotations

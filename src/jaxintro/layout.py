@@ -8,7 +8,7 @@ and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) with
 
 A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
 estimate); `init()`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
-`check_epoch(metrics, epoch, steps, diverged)` and `epoch_row(...)`.
+`check_epoch(metrics, epoch, steps, diverged)`, `epoch_row(...)` and `cost_steps(state, batch, compile_step)`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ def model_for(config: Any, features: int, classes: int) -> Model:
     The same description gives the same `Model` in a process, so what is jitted per model (the initial weights'
     draw, `layout.jitted_draw`) compiles once however many runs the process makes (tests, notebooks).
     """
-    return _described(config.model, features, tuple(config.hidden), classes, tuple(sorted(config.model_options.items())))
+    options = tuple(sorted(config.model_options.items()))
+    return _described(config.model, features, tuple(config.hidden), classes, options)
 
 
 @functools.cache
