@@ -228,10 +228,14 @@ def test_the_draw_compiles_once_a_process_per_model_and_prng():
     from jaxintro.layout import jitted_draw
 
     compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, seconds, **kw: compiles.append(event) if event.endswith("backend_compile_duration") else None)
+
+    def listen(event: str, seconds: float, **kwargs) -> None:
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
     cache_on = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         config = TrainConfig(dataset="digits", hidden=(7,))
         first = model_for(config, 5, 3)
@@ -241,6 +245,7 @@ def test_the_draw_compiles_once_a_process_per_model_and_prng():
         assert again is first
         params, _key = jitted_draw(again)(np.uint32(2))
     finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
         jax.config.update("jax_enable_compilation_cache", cache_on)
     assert len(compiles) == before and params["layer1"]["w"].shape == (5, 7)
     with jax.default_prng_impl("rbg"):

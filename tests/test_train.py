@@ -419,7 +419,10 @@ def test_a_new_rate_weight_decay_or_clip_norm_draws_the_initial_weights_with_the
     compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", True)
     enable_compile_cache(tmp_path / "xla")
-    _draw_program.cache_clear()  # this process's own copy would answer first: the persistent cache is what is tested
+    # Traced afresh, so that the first run's draw reaches the persistent cache (a miss there); the second run's model
+    # is the same `Model` (`model_for`), whose draw this process then holds: what a new rate must not change is that
+    # nothing of its init is compiled or looked up anew, and its optimizer state is built outside the draw.
+    _draw_program.cache_clear()
     misses = []
     for config in (TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds),
                    TrainConfig(dataset="digits", optimizer="adamw", seeds=seeds, lr=0.01, weight_decay=0.1,

@@ -154,11 +154,9 @@ class Members:
         program would not do: XLA's cost analysis counts the body of a loop (the map over groups) once."""
         group = group_size(self.config, self.mesh.shape[MEMBERS])
 
-        def first(count: int) -> tuple:  # the first `count` members' parameters, optimizer states and keys
-            return jax.tree.map(lambda leaf: leaf[:count], (state.params, state.opt_state, state.key))
-
+        carry = (state.params, state.opt_state, state.key)
         if group == 1:
-            params, opt_state, key = jax.tree.map(lambda leaf: leaf[0], first(1))
+            params, opt_state, key = self.member(carry, 0)
             return [(compile_step(state._replace(params=params, opt_state=opt_state, key=key), batch),
                      self.config.members)]
         step, use_dropout = bound_step(self.model, self.tx), self.config.use_dropout
@@ -166,8 +164,8 @@ class Members:
         def group_step(params: Any, opt_state: Any, batch: tuple, key: Array) -> tuple:
             return step(params, opt_state, batch, step_key(key, 0, use_dropout))
 
-        def compiled(size: int) -> Any:
-            params, opt_state, keys = first(size)
+        def compiled(size: int) -> Any:  # a group of the first `size` members
+            params, opt_state, keys = jax.tree.map(lambda leaf: leaf[:size], carry)
             batches = tuple(np.broadcast_to(a, (size, *a.shape)) for a in batch)
             return jax.jit(jax.vmap(group_step)).lower(params, opt_state, batches, keys).compile()
 
