@@ -693,6 +693,7 @@ def test_a_setting_with_one_seed_left_shows_its_accuracy_and_no_spread():
     report = SweepReport(TrainConfig(lr_grid=(1e-3, 3e-3), seeds=3))
     cell = {"test_accuracy": 0.9, "test_accuracy_std": 0.0}
     assert report.setting_cell({**cell, "diverged": 2}) == "90.00%"
+    assert report.setting_cell({**cell, "diverged": 1}) == "90.00 ± 0.00%"  # two seeds left: a spread
     assert report.setting_cell({**cell, "diverged": 0}) == "90.00 ± 0.00%"  # three seeds that agree: a spread
 
 

@@ -252,6 +252,7 @@ def test_the_command_prints_the_report_and_writes_profile_json(tmp_path, capsys)
     assert summary == json.loads((out / "profile.json").read_text())
     assert summary["steps"] == 4 and summary["loop"] == "python" and summary["ops"]
     assert "ui.perfetto.dev" in stdout and summary["trace_file"] in stdout
+    assert "Throughput:" not in stdout  # one model's is its batch over the step time printed above
     top = summary["ops"][0]["name"]
     assert re.search(rf"^{re.escape(top)} ", stdout, re.M)  # the table names the op as the HLO does
 

@@ -16,6 +16,7 @@ from jaxintro import speedrun
 from jaxintro.cli import main
 from jaxintro.commands import speedrun as speedrun_command
 from jaxintro.data import load_dataset
+from jaxintro.i18n import format_number
 from jaxintro.speedrun import Recipe
 
 SMALL = Recipe(epochs=3, batch_size=64, peak_lr=3e-3, warmup_steps=10, label_smoothing=0.1, average=0.9,
@@ -212,6 +213,24 @@ def test_each_rows_rounds_share_its_compiled_programs_and_the_record_reports_the
     assert report["compile_seconds"] == record_rounds[0][2]
 
 
+def test_tunings_timed_rounds_of_a_cost_share_its_compiled_program(monkeypatch, capsys):
+    """`tune` times each (epochs, batch) class `rounds` times: every round of a class gets that class's programs."""
+    seen = []
+    monkeypatch.setattr(speedrun, "timed_run", lambda recipe, data, seed, compiled: seen.append(
+        ((recipe.epochs, recipe.batch_size), compiled)) or {"train_seconds": 1.0})  # the dicts kept: ids could repeat
+    tried = [{"reached": True, "recipe": dataclasses.asdict(SMALL)},
+             {"reached": True, "recipe": dataclasses.asdict(dataclasses.replace(SMALL, epochs=5))},
+             {"reached": False, "recipe": dataclasses.asdict(dataclasses.replace(SMALL, epochs=7))}]
+    assert speedrun_command.cost_seconds(tried, None, 3) == {(3, 64): 1.0, (5, 64): 1.0}
+    by_class: dict = {}
+    for key, compiled in seen:
+        by_class.setdefault(key, []).append(compiled)
+    assert sorted(by_class) == [(3, 64), (5, 64)] and len(seen) == 6
+    for rounds in by_class.values():
+        assert len(rounds) == 3 and all(compiled is rounds[0] for compiled in rounds)
+    assert by_class[(3, 64)][0] is not by_class[(5, 64)][0]
+
+
 def test_evidence_seeds_past_the_largest_seed_are_refused(capsys, tmp_path):
     """jax.random.key keeps a seed's low 32 bits: --first-seed 2**32 would train the tuning seeds 0, 1, ... again."""
     assert main(["speedrun", "--dataset", "digits", "--first-seed", str(2**32 - 4), "--seeds", "8", "--out",
@@ -344,3 +363,5 @@ def test_the_records_table_writes_a_chips_milliseconds_and_the_languages_numbers
     print_rows(report, rows)
     out = capsys.readouterr().out
     assert all(line in out for line in lines), out
+    # The ablation's rows too: one unit a row, chosen by its longer time (to the target 0.9 s, all epochs 1.2 s).
+    assert speedrun_command.seconds_cell(0.9, 1.2) == format_number(0.9, ".2f")

@@ -57,14 +57,14 @@ def preload_plots() -> None:
     An import in the main thread waits for this one (Python locks a module while it loads). Not a daemon: a run that
     ends early (a model refused for its memory, Ctrl-C) waits for the import to finish, since a daemon thread stopped
     inside a C extension's import as the interpreter shuts down can abort the process ("terminate called ...")."""
-    threading.Thread(target=_import_quietly, args=("jaxintro.plots",), name="preload-plots").start()
+    threading.Thread(target=_import_plots, name="preload-plots").start()
 
 
-def _import_quietly(module: str) -> None:
-    """Import `module`, or leave it: a failure is `plot_curves`'s to report, in the run's own words, not a thread's
-    traceback in the middle of the epochs."""
+def _import_plots() -> None:
+    """Import `jaxintro.plots` (and so matplotlib), or leave it: a failure is `plot_curves`'s to report, in the run's
+    own words, not a thread's traceback in the middle of the epochs."""
     with contextlib.suppress(Exception):
-        importlib.import_module(module)
+        importlib.import_module("jaxintro.plots")
 
 
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:

@@ -16,7 +16,7 @@ import importlib.util
 import itertools
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -216,8 +216,8 @@ def row_summary(rounds: list[dict[str, Any]], epoch: int | None, record: bool) -
     row = {"epochs": len(curve), "curve": curve, "reached_epoch": epoch, "train_seconds_all_epochs": median,
            "train_seconds_range": [min(seconds), max(seconds)],
            "train_seconds": speedrun.seconds_to(median, len(curve), epoch)}
-    if record:  # its compile: the round that compiled (the first; the others reused its executable)
-        row["compile_seconds"] = next(r["compile_seconds"] for r in rounds if r["compile_seconds"] is not None)
+    if record:  # its compile: the first round's (the others reused its executable)
+        row["compile_seconds"] = rounds[0]["compile_seconds"]
         row["setup_seconds"] = statistics.median(r["setup_seconds"] for r in rounds)
     return row
 
@@ -240,16 +240,11 @@ def headline(report: dict[str, Any], rows: dict[str, dict[str, Any]], load_secon
     return fields
 
 
-def seconds_cell(seconds: float) -> str:
-    """A cell of the tables' seconds columns: "1.41", or the time in ms under a second ("9.2ms": the unit is written
-    where the column's own would hide the digits), as the language writes numbers."""
-    return format_duration(seconds) if seconds < 1 else format_number(seconds, ".2f")
-
-
-def row_cell(longest: float) -> Callable[[float], str]:
-    """How a row of the records table writes its times, in one unit: ms when even its longest is under a second
-    ("9.2ms [9.0ms-13.1ms]"), else seconds ("0.99 [0.99-1.03]", not "994.0ms [987.9ms-1.03]")."""
-    return seconds_cell if longest < 1 else (lambda seconds: format_number(seconds, ".2f"))
+def seconds_cell(seconds: float, longest: float | None = None) -> str:
+    """A cell of the tables' seconds columns, as the language writes numbers: "1.41", or in ms when the row's
+    `longest` time (this one's by default) is under a second ("9.2ms": the unit is written where the column's own
+    would hide the digits). One unit a row: "0.99 [0.99-1.03]", not "994.0ms [987.9ms-1.03]"."""
+    return format_duration(seconds) if (seconds if longest is None else longest) < 1 else format_number(seconds, ".2f")
 
 
 def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
@@ -261,10 +256,10 @@ def print_rows(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
             continue
         reached = "-" if row["reached_epoch"] is None else str(row["reached_epoch"])
         low, high = row["train_seconds_range"]
-        cell = row_cell(high)
-        to_target = "-" if row["train_seconds"] is None else cell(row["train_seconds"])
+        to_target = "-" if row["train_seconds"] is None else seconds_cell(row["train_seconds"], high)
         print(f"{name:<14} {row['epochs']:>6}  {reached:>10}  {to_target:>11}  "
-              f"{cell(row['train_seconds_all_epochs']):>12} [{cell(low)}-{cell(high)}]  "
+              f"{seconds_cell(row['train_seconds_all_epochs'], high):>12} "
+              f"[{seconds_cell(low, high)}-{seconds_cell(high)}]  "
               f"{format_number(row['curve'][-1], '>14.2%')}")
     if "lesson-script" in rows and "skipped" not in rows["lesson-script"]:
         print(_("lesson-script: the lesson's own script timed whole, its compiles and its float32 copy of the data "
@@ -311,7 +306,8 @@ def ablation(recipe: Recipe, dataset: Any, args: argparse.Namespace, report: dic
                "train_seconds_all_epochs": timed["train_seconds"],
                **{k: verdict[k] for k in ("reached", "target_epoch", "mean_test_accuracy", "std", "p_value")}}
         rows.append(row)
-        to_target = "-" if train is None else seconds_cell(train)
+        # One unit a row, chosen by its longer time, all its epochs.
+        to_target = "-" if train is None else seconds_cell(train, timed["train_seconds"])
         print(f"{name:<46}  {format_number(row['mean_test_accuracy'], '.2%')} ± {format_number(row['std'], '.2%')}  "
               f"{format_number(row['p_value'], '>8.2g')}  {verdict['target_epoch'] or '-':>7}  {to_target:>11}  "
               f"{seconds_cell(timed['train_seconds']):>12}")
