@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxintro.cli import main
@@ -73,7 +74,19 @@ def test_train_on_digits_writes_the_run_folder_and_json(capsys, tmp_path):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert metrics[-1]["test_accuracy"] == summary["test_accuracy"]
+    assert not any("max_grad_norm" in m for m in metrics)  # not recorded unless asked (--record-grad-norm)
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_grad_norm_writes_each_members_largest_norm(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--seeds", "2", "--run-dir", str(run),
+                 "--record-grad-norm", "--no-compile-cache"]) == 0
+    assert json.loads((run / "config.json").read_text())["record_grad_norm"] is True
+    for row in (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()):
+        norms = row["members"]["max_grad_norm"]
+        assert len(norms) == 2 and norms[0] != norms[1] and min(norms) > 0
+        assert row["max_grad_norm"] == pytest.approx(np.mean(norms))
 
 
 def test_a_used_run_folder_is_refused(capsys, tmp_path):

@@ -79,7 +79,7 @@ def test_models_experiment_covers_every_style(capsys, tmp_path):
 def test_clipping_experiment_records_every_step(capsys, monkeypatch, tmp_path):
     report, out = run_in_default_folder(capsys, monkeypatch, tmp_path, "clipping", "--clip", "0.5")
     # The fraction of all the clipped run's steps (3 epochs) whose norm before clipping exceeded 0.5.
-    clipped, _digits = refit(clip_norm=0.5)
+    clipped, _digits = refit(clip_norm=0.5, record_grad_norm=True)
     norms = np.concatenate([m["grad_norm"] for m in clipped.step_metrics])
     assert len(norms) == 3 * len(clipped.step_metrics[0]["grad_norm"]) > 3
     assert report["clipped_fraction"] == pytest.approx(np.mean(norms > 0.5), abs=1e-12)
@@ -98,7 +98,7 @@ def test_clipping_changes_the_update_but_not_the_norm_record(tiny):
     from jaxintro.config import TrainConfig
     from jaxintro.train import fit
 
-    base = TrainConfig(epochs=1, batch_size=64)
+    base = TrainConfig(epochs=1, batch_size=64, record_grad_norm=True)
     plain = fit(base, tiny, log=lambda _: None)
     loose = fit(dataclasses.replace(base, clip_norm=1e9), tiny, log=lambda _: None)
     tight = fit(dataclasses.replace(base, clip_norm=0.01), tiny, log=lambda _: None)

@@ -48,7 +48,7 @@ def run_summary(optimizer: str, devices: int, parallel: str, dropout: float = 0.
     """Two epochs of 8 global batches (sixteen steps, one reshuffle) on `devices` devices: every step's metrics and
     the final parameters, as JSON."""
     config = TrainConfig(epochs=2, batch_size=64, devices=devices, parallel=parallel, seed=5, optimizer=optimizer,
-                         lr=0.05 if optimizer == "sgd" else 1e-3, dropout=dropout)
+                         lr=0.05 if optimizer == "sgd" else 1e-3, dropout=dropout, record_grad_norm=True)
     result = fit(config, synthetic_dataset(n_train=512, side=8), log=lambda _: None)
     return {"params": [np.asarray(leaf.addressable_data(0)).tolist() for leaf in jax.tree.leaves(result.state.params)],
             **{key: np.concatenate([m[name] for m in result.step_metrics]).tolist()

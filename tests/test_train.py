@@ -108,7 +108,8 @@ def test_each_step_gets_its_own_dropout_key_and_none_without_dropout():
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_a_step_reports_its_gradients_norm_and_uses_its_dropout_key(tiny, optimizer):
-    trainer = Trainer.create(TrainConfig(dataset="digits", batch_size=64, dropout=0.5, optimizer=optimizer), tiny)
+    trainer = Trainer.create(TrainConfig(dataset="digits", batch_size=64, dropout=0.5, optimizer=optimizer,
+                                         record_grad_norm=True), tiny)
     state = trainer.init_state()
     x, y = tiny.x_train[:64], tiny.y_train[:64]
     step = jax.jit(trainer.step_fn())
@@ -147,6 +148,20 @@ def test_training_learns_the_synthetic_task(tiny):
     losses = [row.loss for row in result.history]
     assert losses[-1] < losses[0] / 3
     assert result.history[-1].test_accuracy > 0.9
+
+
+def test_the_gradient_norm_is_kept_only_where_the_run_records_it(tiny):
+    """A step keeps its loss and correct count; the gradient's norm, one more pass over every gradient, only with
+    record_grad_norm, and then each epoch's row holds its largest."""
+    config = TrainConfig(epochs=1, batch_size=64)
+    plain = fit(config, tiny, log=lambda _: None)
+    assert set(plain.step_metrics[0]) == {"loss", "correct"}
+    assert "max_grad_norm" not in plain.history[0].as_row()
+    recorded = fit(dataclasses.replace(config, record_grad_norm=True), tiny, log=lambda _: None)
+    norms = recorded.step_metrics[0]["grad_norm"]
+    assert norms.shape == plain.step_metrics[0]["loss"].shape and (norms > 0).all()
+    assert recorded.history[0].as_row()["max_grad_norm"] == pytest.approx(float(np.max(norms)))
+    assert [r.loss for r in recorded.history] == [r.loss for r in plain.history]  # the same training
 
 
 @pytest.mark.backend

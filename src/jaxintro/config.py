@@ -73,6 +73,9 @@ class TrainConfig:
     schedule: str = "constant"
     warmup_steps: int = 0
     clip_norm: float | None = None
+    # Every step's global gradient norm, before any clipping, kept: each epoch's largest is `max_grad_norm` in
+    # metrics.jsonl. Off by default: one more pass over the gradients a step, which a clipping chain makes anyway.
+    record_grad_norm: bool = False
     seed: int = 0
     seeds: int = 1  # members trained together in one program: seeds seed .. seed+seeds-1 (per setting, in a sweep)
     lr_grid: tuple[float, ...] = ()  # `jaxintro sweep`: learning rates compared (empty: just `lr`)
@@ -133,6 +136,9 @@ class TrainConfig:
         _float_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
+        if not isinstance(self.record_grad_norm, bool):  # a saved config is input: "false" would read as true
+            raise ConfigError(_("--record-grad-norm is a switch, true or false; got {value}").format(
+                value=repr(self.record_grad_norm)[:80]))
         for name in {option for options in MODEL_OPTIONS.values() for option in options} - set(self.model_options):
             if getattr(self, name) != getattr(TrainConfig, name):
                 raise ConfigError(_("--{option} is not an option of --model {model}; drop it, or use a model that "

@@ -79,6 +79,7 @@ def models_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, log: Lo
 
 def clipping_experiment(base: TrainConfig, dataset: Dataset, out: Path, *, clip: float, log: Log) -> dict[str, Any]:
     """Train with and without `clip_by_global_norm(clip)`; record every step's gradient norm before clipping."""
+    base = dataclasses.replace(base, record_grad_norm=True)  # both runs' norms, every step: the plot
     unclipped = _run(dataclasses.replace(base, clip_norm=None), dataset, _("without clipping"), log)
     clipped = _run(dataclasses.replace(base, clip_norm=clip), dataset,
                    _("with clip_by_global_norm({clip:g})").format(clip=Code(clip)), log)

@@ -30,9 +30,11 @@ from jaxintro.record import EpochMetrics, Scores, check_finite, one_model_row
 from jaxintro.scoring import jit_count_correct
 
 
-def bound_step(model: Model, tx: optax.GradientTransformation, axis_name: str | None = None) -> Callable:
-    """The lesson's pure `train_step` with the model and optimizer bound (and the device axis it averages over)."""
-    return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name)
+def bound_step(config: TrainConfig, model: Model, tx: optax.GradientTransformation,
+               axis_name: str | None = None) -> Callable:
+    """The lesson's pure `train_step` with the model and optimizer bound (and the device axis it averages over),
+    keeping the gradient's norm if the run records it."""
+    return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name, grad_norm=config.record_grad_norm)
 
 
 def jitted_draw(model: Model) -> Callable[[jax.Array], tuple]:
@@ -75,7 +77,7 @@ def placed(key: jax.Array) -> Any:
 def bound_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> Callable:
     """The lesson's epoch with the step bound: `(params, opt_state, batches, dropout_key, x_u8, y) -> (params,
     opt_state, metrics)`."""
-    return functools.partial(train_epoch, step=bound_step(model, tx), use_dropout=config.use_dropout)
+    return functools.partial(train_epoch, step=bound_step(config, model, tx), use_dropout=config.use_dropout)
 
 
 def data_parallel_epoch(params, opt_state, batches, dropout_key, x_u8, y, *, step: Callable, use_dropout: bool):
@@ -105,9 +107,10 @@ def split_epoch(config: TrainConfig, model: Model, tx: optax.GradientTransformat
     """The epoch with every batch split over `mesh`'s devices (`shard_map` with `pmean`, or sharded `jit`), compiled,
     parameters and optimizer state donated."""
     if config.parallel == "sharding":
-        step = laid_out(bound_step(model, tx), NamedSharding(mesh, P(AXIS)))
+        step = laid_out(bound_step(config, model, tx), NamedSharding(mesh, P(AXIS)))
         return jax.jit(functools.partial(train_epoch, step=step, use_dropout=config.use_dropout), donate_argnums=(0, 1))
-    epoch = functools.partial(data_parallel_epoch, step=bound_step(model, tx, AXIS), use_dropout=config.use_dropout)
+    step = bound_step(config, model, tx, AXIS)
+    epoch = functools.partial(data_parallel_epoch, step=step, use_dropout=config.use_dropout)
     replicated = P()
     sharded = jax.shard_map(epoch, mesh=mesh, in_specs=(replicated,) * 6, out_specs=(replicated,) * 3)
     return jax.jit(sharded, donate_argnums=(0, 1))

@@ -86,11 +86,15 @@ def train_step(
     model: Model,
     tx: optax.GradientTransformation,
     axis_name: str | None = None,
+    grad_norm: bool = False,
 ) -> tuple[Params, optax.OptState, dict[str, Array]]:
-    """One Adam (or other) step on a uint8 batch; returns the loss, the correct count and the gradient's norm.
+    """One Adam (or other) step on a uint8 batch; returns the loss and the correct count (and, with `grad_norm`, the
+    gradient's global norm before any clipping).
 
     The correct count comes from the logits the loss was computed from (dropout on, parameters before
-    the update), so the epoch's training accuracy costs no second forward pass.
+    the update), so the epoch's training accuracy costs no second forward pass. The gradient's norm only when
+    asked for: it is one more pass over every gradient at each step (none more in a chain that clips by it, where
+    XLA computes the norm once for both).
 
     Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
     parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
@@ -111,7 +115,10 @@ def train_step(
         correct = jax.lax.psum(correct, axis_name)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return params, opt_state, {"loss": loss, "correct": correct, "grad_norm": optax.tree.norm(grads)}
+    metrics = {"loss": loss, "correct": correct}
+    if grad_norm:
+        metrics["grad_norm"] = optax.tree.norm(grads)
+    return params, opt_state, metrics
 
 
 def plan_epoch(key: jax.Array, num_examples: int, batch_size: int) -> tuple[jax.Array, Array, jax.Array]:

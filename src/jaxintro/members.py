@@ -159,7 +159,7 @@ class Members:
             params, opt_state, key = self.member(carry, 0)
             return [(compile_step(state._replace(params=params, opt_state=opt_state, key=key), batch),
                      self.config.members)]
-        step, use_dropout = bound_step(self.model, self.tx), self.config.use_dropout
+        step, use_dropout = bound_step(self.config, self.model, self.tx), self.config.use_dropout
 
         def group_step(params: Any, opt_state: Any, batch: tuple, key: Array) -> tuple:
             return step(params, opt_state, batch, step_key(key, 0, use_dropout))

@@ -41,7 +41,7 @@ class EpochMetrics(NamedTuple):
     test_loss: float | None
     learning_rate: float
     seconds: float
-    max_grad_norm: float
+    max_grad_norm: float | None = None  # the epoch's largest gradient norm, in a run that records it
     # Several members: the fields above are means over the members the run is used through (those that have not
     # diverged; a sweep: its best setting's seeds at this epoch, `headline_over`), these are per member.
     members: dict[str, list[float]] | None = None
@@ -102,7 +102,7 @@ def one_model_row(epoch: int, metrics: dict[str, np.ndarray], test: Scores | Non
     row = EpochMetrics(epoch, float(np.mean(metrics["loss"])), int(train_correct) / n_seen,
                        None if test is None else int(test.correct) / test.count,
                        None if test is None else float(test.loss) / test.count, learning_rate, seconds,
-                       float(np.max(metrics["grad_norm"])))
+                       float(np.max(metrics["grad_norm"])) if "grad_norm" in metrics else None)
     if validation is None:
         return row
     return row._replace(val_accuracy=int(validation.correct) / validation.count,
@@ -117,8 +117,9 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test: Scores | None,
     per_member = {
         "loss": np.mean(metrics["loss"], axis=1),
         "train_accuracy": np.sum(metrics["correct"], axis=-1) / n_seen,
-        "max_grad_norm": np.max(metrics["grad_norm"], axis=1),
     }
+    if "grad_norm" in metrics:
+        per_member["max_grad_norm"] = np.max(metrics["grad_norm"], axis=1)
     if test is not None:
         per_member["test_accuracy"] = np.asarray(test.correct[:-1]) / test.count
         per_member["test_loss"] = np.asarray(test.loss[:-1]) / test.count
@@ -131,7 +132,7 @@ def members_row(epoch: int, metrics: dict[str, np.ndarray], test: Scores | None,
         per_member[name] = values
     means = {name: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for name, v in per_member.items()}
     return EpochMetrics(epoch, means["loss"], means["train_accuracy"], means.get("test_accuracy"),
-                        means.get("test_loss"), max(learning_rates), seconds, means["max_grad_norm"],
+                        means.get("test_loss"), max(learning_rates), seconds, means.get("max_grad_norm"),
                         members={**{k: [float(x) for x in v] for k, v in per_member.items()},
                                  "learning_rate": list(learning_rates)},
                         ensemble_test_accuracy=None if test is None else int(test.correct[-1]) / test.count,
@@ -147,8 +148,8 @@ def headline_over(row: EpochMetrics, used: Sequence[int]) -> EpochMetrics:
 
     validation = {} if row.val_accuracy is None else {"val_accuracy": mean("val_accuracy"), "val_loss": mean("val_loss")}
     test = {} if row.test_accuracy is None else {"test_accuracy": mean("test_accuracy"), "test_loss": mean("test_loss")}
-    return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), **test,
-                        max_grad_norm=mean("max_grad_norm"),
+    norm = {} if row.max_grad_norm is None else {"max_grad_norm": mean("max_grad_norm")}
+    return row._replace(loss=mean("loss"), train_accuracy=mean("train_accuracy"), **test, **norm,
                         learning_rate=row.members["learning_rate"][used[0]], ensemble_test_accuracy=None, **validation)
 
 

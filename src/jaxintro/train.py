@@ -105,7 +105,7 @@ class Trainer:
 
     def step_fn(self) -> Callable:
         """The pure train step with the model and optimizer bound."""
-        return bound_step(self.model, self.tx)
+        return bound_step(self.config, self.model, self.tx)
 
     def jit_step(self) -> Callable:
         """The lesson's jitted `train_step`, one call per batch."""
