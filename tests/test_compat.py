@@ -64,3 +64,5 @@ def test_an_old_run_folder_evaluates_predicts_serves_and_resumes(old_run, tmp_pa
     got = row if old_run.name == "single" else row["members"]
     for field, value in expected.items():
         assert got[field] == pytest.approx(value, rel=1e-6), field
+    # Every step kept its gradient's norm before the switch existed: the resumed epoch's row keeps it too.
+    assert np.all(np.asarray(got["max_grad_norm"]) > 0)

@@ -464,7 +464,7 @@ def test_the_newest_run_is_this_machines_by_its_recorded_time_never_a_future_one
     (lambda meta: meta["config"].update(data_dir=5), "--data-dir must be a folder's path; got 5"),
     (lambda meta: meta["config"].update(hidden=[1] * 100_000), "--hidden takes at most 64 layers; got 100000"),
     (lambda meta: meta["config"].update(record_grad_norm="false"),
-     "--record-grad-norm is a switch, true or false; got 'false'"),
+     "--record-grad-norm must be true or false (a JSON boolean); got 'false'"),
 ], ids=["rows", "data-dir", "layers", "switch"])
 def test_a_crafted_meta_is_one_line_not_a_traceback(change, message, digits_run, tmp_path, capsys):
     run = copy_run(digits_run, tmp_path / "r")

@@ -161,7 +161,8 @@ def test_the_gradient_norm_is_kept_only_where_the_run_records_it(tiny):
     norms = recorded.step_metrics[0]["grad_norm"]
     assert norms.shape == plain.step_metrics[0]["loss"].shape and (norms > 0).all()
     assert recorded.history[0].as_row()["max_grad_norm"] == pytest.approx(float(np.max(norms)))
-    assert [r.loss for r in recorded.history] == [r.loss for r in plain.history]  # the same training
+    # The same training: the norm is read off the gradients, never fed back (another program: to float32's rounding).
+    assert [r.loss for r in recorded.history] == pytest.approx([r.loss for r in plain.history], rel=1e-6)
 
 
 @pytest.mark.backend

@@ -133,7 +133,8 @@ def add_train_flags(p: argparse.ArgumentParser, *, grid: bool = False, member_fl
     p.add_argument("--clip-norm", type=number, default=None, help=_("clip_by_global_norm before the optimizer (off)"))
     p.add_argument("--record-grad-norm", action="store_true",
                    help=_("keep every step's global gradient norm (before clipping): each epoch's largest is "
-                          "max_grad_norm in metrics.jsonl (off: one more pass over the gradients a step)"))
+                          "max_grad_norm in metrics.jsonl (default off: it costs one more pass over the gradients "
+                          "each step, none with --clip-norm)"))
     p.add_argument("--seed", type=natural_int, default=d.seed, help=_("seed of the init, shuffles and dropout"))
     if member_flags:
         p.add_argument("--seeds", type=positive_int, default=d.seeds,

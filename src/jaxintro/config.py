@@ -137,7 +137,7 @@ class TrainConfig:
         if self.clip_norm is not None:
             _float_range("clip-norm", self.clip_norm, 0.0, 1e12, low_open=True)
         if not isinstance(self.record_grad_norm, bool):  # a saved config is input: "false" would read as true
-            raise ConfigError(_("--record-grad-norm is a switch, true or false; got {value}").format(
+            raise ConfigError(_("--record-grad-norm must be true or false (a JSON boolean); got {value}").format(
                 value=repr(self.record_grad_norm)[:80]))
         for name in {option for options in MODEL_OPTIONS.values() for option in options} - set(self.model_options):
             if getattr(self, name) != getattr(TrainConfig, name):
@@ -211,6 +211,8 @@ class TrainConfig:
                 "retrain with this version"
             ).format(fields=unknown))
         obj = dict(obj)
+        # Written before the switch existed, when every step kept the norm: a resumed old run goes on keeping it.
+        obj.setdefault("record_grad_norm", True)
         for name in ("hidden", "lr_grid", "weight_decay_grid"):
             if name in obj:
                 obj[name] = tuple(obj[name])

@@ -34,7 +34,8 @@ def bound_step(config: TrainConfig, model: Model, tx: optax.GradientTransformati
                axis_name: str | None = None) -> Callable:
     """The lesson's pure `train_step` with the model and optimizer bound (and the device axis it averages over),
     keeping the gradient's norm if the run records it."""
-    return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name, grad_norm=config.record_grad_norm)
+    return functools.partial(train_step, model=model, tx=tx, axis_name=axis_name,
+                             record_grad_norm=config.record_grad_norm)
 
 
 def jitted_draw(model: Model) -> Callable[[jax.Array], tuple]:

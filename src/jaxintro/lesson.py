@@ -86,15 +86,16 @@ def train_step(
     model: Model,
     tx: optax.GradientTransformation,
     axis_name: str | None = None,
-    grad_norm: bool = False,
+    record_grad_norm: bool = False,
 ) -> tuple[Params, optax.OptState, dict[str, Array]]:
-    """One Adam (or other) step on a uint8 batch; returns the loss and the correct count (and, with `grad_norm`, the
-    gradient's global norm before any clipping).
+    """One Adam (or other) step on a uint8 batch; returns the loss and the correct count (and, with
+    `record_grad_norm`, the gradient's global norm before any clipping, as "grad_norm").
 
     The correct count comes from the logits the loss was computed from (dropout on, parameters before
-    the update), so the epoch's training accuracy costs no second forward pass. The gradient's norm only when
-    asked for: it is one more pass over every gradient at each step (none more in a chain that clips by it, where
-    XLA computes the norm once for both).
+    the update), so the epoch's training accuracy costs no second forward pass. The norm only when asked for
+    (a Python bool, bound before jit like the model): it is one more pass over every gradient at each step, except
+    in a chain that clips by it, whose `clip_by_global_norm` computes the same `optax.tree.norm(grads)`, and XLA
+    merges the two identical reductions into one.
 
     Inside `shard_map` (`axis_name` given) every device differentiates its own copy of the
     parameters on its slice of the batch, then `lax.pmean` averages loss and gradients: the
@@ -116,7 +117,7 @@ def train_step(
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     metrics = {"loss": loss, "correct": correct}
-    if grad_norm:
+    if record_grad_norm:
         metrics["grad_norm"] = optax.tree.norm(grads)
     return params, opt_state, metrics
 
