@@ -326,7 +326,15 @@ def check_jit_timing(ns: Learner) -> None:
     fake = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0,)})
     inputs = _("f (compiles in {compile_s:g} s, then {work_s:g} s of work per call), repeats={repeats}").format(
         compile_s=compile_s, work_s=work_s, repeats=repeats)
-    seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
+    try:
+        seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
+    except CheckFailed as exc:
+        if fake.observed.get("jit_wraps"):  # a stand-in JAX cannot trace: what it raised says nothing of the mistake
+            raise CheckFailed("jit_inside", _(
+                "time_call({inputs}) put f under jax.jit itself: time_call times the function it is given, as it "
+                "is; compare_jit gives it jax.jit(f) for the jitted time and f for the other").format(
+                inputs=inputs)) from exc
+        raise
     observed = fake.observed  # how often it was called and waited for, and whether the warm-up was
     report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
         inputs=inputs, seconds=seconds, calls=observed["calls"])
@@ -334,7 +342,8 @@ def check_jit_timing(ns: Learner) -> None:
         raise CheckFailed("no_block_until_ready", report + _(
             ": it never waits for a result; JAX returns before the work is done, so call "
             "jax.block_until_ready(result) before stopping the clock"))
-    if seconds < 0.5 * work_s:
+    # Every call waited for and still no time: the clock missed the waits (a call left running is told below).
+    if seconds < 0.5 * work_s and observed["waits"] >= observed["calls"]:
         raise CheckFailed("cpu_clock", report + _(
             ": it waits for each result, but its clock did not count the wait: time.process_time and "
             "time.thread_time count this process's CPU time, and waiting for a device is not; use "
@@ -433,6 +442,11 @@ def _check_compare_jit(compare_jit: Function) -> None:
         raise CheckFailed("repeats_ignored", _(
             "compare_jit(f, x, repeats=2) ran f {n} times without jit: one warm-up and 2 timed calls are 3; pass "
             "repeats on to time_call").format(n=runs.count(False)))
+    if f.observed.get("jit_wraps", 0) > 1:  # counted where the file calls jax.jit by that name (probe.jits_counted)
+        raise CheckFailed("jit_rewrapped", _(
+            "compare_jit(f, x, repeats=2) wrapped f in jax.jit {n} times: each jax.jit(f) is a new function, whose "
+            "first call finds the compiled program again on JAX's slow path, and that is what was timed; wrap f "
+            "once, jitted = jax.jit(f), and time that one function").format(n=f.observed["jit_wraps"]))
     if not result["jit"] < EAGER_S <= result["nojit"]:
         raise CheckFailed("times_swapped", _(
             "compare_jit returned {{\"nojit\": {nojit:.4f}, \"jit\": {jit:.4f}}} for an f that sleeps {eager:g} s "

@@ -143,7 +143,8 @@ class Prober:
                 elif op == "calls":
                     value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
-                    value = fn(*args, **kwargs)
+                    with jits_counted(built):
+                        value = fn(*args, **kwargs)
                     value = (value, args) if request["return_args"] else value
                 reply = {"value": value}
             except (Exception, SystemExit) as exc:  # the learner's code raised: described, for the checker to judge
@@ -353,6 +354,7 @@ class FakeJitted(Stand):
         self.compile_s, self.work_s, self.spread = compile_s, work_s, tuple(spread)  # call k works work_s * spread[k % n]
         self.pair = pair  # results as (array, number), as a function returning a loss and more does
         self.calls = self.waits = 0
+        self.jit_wraps = 0  # how many `jax.jit(f)` the learner's code made of it (`jits_counted`)
         self.busy_until = 0.0
         self.first: FakeResult | None = None
         self.warm_up_waited = True  # the first result was waited for before the second call
@@ -369,7 +371,8 @@ class FakeJitted(Stand):
         return (result, 0.0) if self.pair else result
 
     def observed(self) -> dict:
-        return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited}
+        return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited,
+                "jit_wraps": self.jit_wraps}
 
 
 class FakeResult:
@@ -392,6 +395,7 @@ class SlowWithoutJit(Stand):
 
     def __init__(self, eager_s: float) -> None:
         self.eager_s, self.runs = eager_s, []
+        self.jit_wraps = 0  # how many `jax.jit(f)` the learner's code made of it (`jits_counted`)
 
     def __call__(self, x):
         import jax
@@ -404,7 +408,35 @@ class SlowWithoutJit(Stand):
         return jnp.tanh(x) @ jnp.tanh(x).T
 
     def observed(self) -> dict:
-        return {"runs": self.runs}
+        return {"runs": self.runs, "jit_wraps": self.jit_wraps}
+
+
+@contextlib.contextmanager
+def jits_counted(stands: list) -> Any:
+    """For one call: `jax.jit` counting the wraps of each stand-in that counts them, then the real `jax.jit`.
+
+    The learner's `jax.jit(f)` looks `jax.jit` up when it runs, and so goes through it; a file that bound it once
+    (`from jax import jit`) keeps the real one, and counts none.
+    """
+    import jax
+
+    counting = [stand for stand in stands if hasattr(stand, "jit_wraps")]
+    if not counting:
+        yield
+        return
+    real = jax.jit
+
+    @functools.wraps(real)
+    def jit(fun: Any, *args: Any, **kwargs: Any) -> Any:
+        for stand in counting:
+            stand.jit_wraps += fun is stand
+        return real(fun, *args, **kwargs)
+
+    jax.jit = jit
+    try:
+        yield
+    finally:
+        jax.jit = real
 
 
 OPTAX_PARTS = ("sgd", "adam", "adamw", "clip_by_global_norm")  # what an optimizer prop may be built of
