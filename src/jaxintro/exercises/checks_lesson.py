@@ -326,15 +326,7 @@ def check_jit_timing(ns: Learner) -> None:
     fake = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": (1.0,)})
     inputs = _("f (compiles in {compile_s:g} s, then {work_s:g} s of work per call), repeats={repeats}").format(
         compile_s=compile_s, work_s=work_s, repeats=repeats)
-    try:
-        seconds = float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
-    except CheckFailed as exc:
-        if fake.observed.get("jit_wraps"):  # a stand-in JAX cannot trace: what it raised says nothing of the mistake
-            raise CheckFailed("jit_inside", _(
-                "time_call({inputs}) put f under jax.jit itself: time_call times the function it is given, as it "
-                "is; compare_jit gives it jax.jit(f) for the jitted time and f for the other").format(
-                inputs=inputs)) from exc
-        raise
+    seconds = _timed(time_call, fake, repeats, inputs)
     observed = fake.observed  # how often it was called and waited for, and whether the warm-up was
     report = _("time_call({inputs}) measured {seconds:.3f} s per call over {calls} calls").format(
         inputs=inputs, seconds=seconds, calls=observed["calls"])
@@ -376,8 +368,7 @@ def check_jit_timing(ns: Learner) -> None:
     # Another count of repeats, and calls that take 0.1, 0.3 and 2.6 times work_s in turn (a mean of work_s, a median
     # of 0.3): a count or a division written in the code, the fastest, the median or the slowest call shows there.
     other = Prop("fake_jitted", {"compile_s": compile_s, "work_s": work_s, "spread": SPREAD})
-    seconds = float(attempt(time_call, other, 1.0, repeats=3, name="time_call", inputs=inputs.replace(
-        f"repeats={repeats}", "repeats=3")))
+    seconds = _timed(time_call, other, 3, inputs.replace(f"repeats={repeats}", "repeats=3"))
     if other.observed["calls"] != 4:
         raise CheckFailed("repeats_ignored", _(
             "time_call(..., repeats=3) called f {calls} times: once to warm up, then the repeats it is given, "
@@ -405,6 +396,19 @@ def check_jit_timing(ns: Learner) -> None:
             seconds=seconds, work_s=work_s))
     _check_any_result(time_call)
     _check_compare_jit(compare_jit)
+
+
+def _timed(time_call: Function, fake: Prop, repeats: int, inputs: str) -> float:
+    """The seconds `time_call` measures for the stand-in `fake`; put under jax.jit by time_call itself, said so."""
+    try:
+        return float(attempt(time_call, fake, 1.0, repeats=repeats, name="time_call", inputs=inputs))
+    except CheckFailed as exc:
+        if fake.observed.get("jit_wraps"):  # a stand-in JAX cannot trace: what it raised says nothing of the mistake
+            raise CheckFailed("jit_inside", _(
+                "time_call({inputs}) put f under jax.jit itself: time_call times the function it is given, as it "
+                "is; compare_jit gives it jax.jit(f) for the jitted time and f for the other").format(
+                inputs=inputs)) from exc
+        raise
 
 
 def _check_any_result(time_call: Function) -> None:
