@@ -165,6 +165,23 @@ def test_the_gradient_norm_is_kept_only_where_the_run_records_it(tiny):
     assert [r.loss for r in recorded.history] == pytest.approx([r.loss for r in plain.history], rel=1e-6)
 
 
+def test_the_default_step_makes_no_pass_for_the_norm_and_a_clipping_step_shares_it(tiny):
+    """XLA's cost analysis of the compiled steps: the norm is one more read of the gradients (more bytes accessed), and
+    none more in a chain that clips by it, where the two identical reductions are one."""
+    from jaxintro.profile import cost_numbers
+
+    def bytes_accessed(**changes) -> float:
+        trainer = Trainer.create(TrainConfig(dataset="digits", batch_size=64, **changes), tiny)
+        compiled = trainer.compile_step(trainer.init_state(), (tiny.x_train[:64], tiny.y_train[:64]))
+        return cost_numbers(compiled.cost_analysis())["bytes accessed"]
+
+    params = 64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
+    plain, recorded = bytes_accessed(), bytes_accessed(record_grad_norm=True)
+    assert recorded - plain >= 4 * params  # at least one float32 read of every gradient
+    clipped, clipped_recorded = bytes_accessed(clip_norm=1.0), bytes_accessed(clip_norm=1.0, record_grad_norm=True)
+    assert clipped_recorded - clipped < 4 * params
+
+
 @pytest.mark.backend
 def test_same_seed_same_metrics_to_the_last_digit(tiny):
     config = TrainConfig(epochs=2, batch_size=32, seed=7)
