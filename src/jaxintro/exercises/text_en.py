@@ -174,7 +174,7 @@ HINTS = {
     ],
     "jit_timing": [
         "The first call of a jitted function compiles it, and a call returns before its result is "
-        "ready: an honest timing leaves out the first and waits for the last.",
+        "ready: an honest timing leaves out the first and waits for each result.",
         "Warm-up: jax.block_until_ready(f(*args)) once before time.perf_counter().",
         "In the loop: jax.block_until_ready(f(*args)) (a result that is ready is returned at once).",
         "Divide the elapsed time by repeats. compare_jit: time_call(f, ...) and time_call(jax.jit(f), ...).",
@@ -253,6 +253,8 @@ KEY_HINTS = {
             "compilation.",
         "no_block_until_ready": "Wait for the result with jax.block_until_ready before stopping the clock: a call returns"
             " before its work is done.",
+        "jit_rewrapped": "Wrap f once, jitted = jax.jit(f), and pass that function to time_call: a new jax.jit(f) at "
+            "every call is a new function, whose first call takes JAX's slow path.",
     },
     "clipping": {
         "clip_after_optimizer": "In optax.chain, order matters: the clip comes first, so the optimizer sees the clipped "

@@ -180,7 +180,7 @@ HINTS = {
     ],
     "jit_timing": [
         "La primera llamada a una función con jit la compila, y una llamada vuelve antes de que su "
-        "resultado esté listo: una medida honrada deja fuera la primera y espera a la última.",
+        "resultado esté listo: una medida honrada deja fuera la primera y espera cada resultado.",
         "Calentamiento: jax.block_until_ready(f(*args)) una vez antes de time.perf_counter().",
         "En el bucle: jax.block_until_ready(f(*args)) (un resultado ya listo se devuelve al instante).",
         "Divide el tiempo transcurrido por repeats. compare_jit: time_call(f, ...) y time_call(jax.jit(f), ...).",
@@ -263,6 +263,8 @@ KEY_HINTS = {
             "incluye la compilación.",
         "no_block_until_ready": "Espera el resultado con jax.block_until_ready antes de parar el reloj: una llamada "
             "vuelve antes de terminar su trabajo.",
+        "jit_rewrapped": "Envuelve f una sola vez, jitted = jax.jit(f), y pasa esa función a time_call: un jax.jit(f) "
+            "nuevo en cada llamada es una función nueva, cuya primera llamada toma el camino lento de JAX.",
     },
     "clipping": {
         "clip_after_optimizer": "En optax.chain el orden importa: el recorte va primero, para que el optimizador vea el "
