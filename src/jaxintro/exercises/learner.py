@@ -129,7 +129,8 @@ class Function:
         return [[tuple(shape) for shape in call] for call in calls]
 
     def call_returning_args(self, *args: Any) -> tuple[Any, tuple]:
-        """Call it; what it returned, and its arguments as they are after the call (a pure function changes none)."""
+        """Call it; what it returned, and its arguments as they are after the call (a pure function changes none), a
+        leaf the call swapped for another object, even of equal value, as `probe.REPLACED`."""
         return self._ask("call", args, {}, return_args=True)
 
     def is_jitted(self) -> bool:

@@ -143,9 +143,10 @@ class Prober:
                 elif op == "calls":
                     value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
+                    given = leaves_of(args)  # the very objects, to tell a leaf the call put in place of one
                     with jits_counted(built):
                         value = fn(*args, **kwargs)
-                    value = (value, args) if request["return_args"] else value
+                    value = (value, replaced_marked(given, args)) if request["return_args"] else value
                 reply = {"value": value}
             except (Exception, SystemExit) as exc:  # the learner's code raised: described, for the checker to judge
                 reply = {"raised": self.describe_raised(exc)}
@@ -409,6 +410,28 @@ class SlowWithoutJit(Stand):
 
     def observed(self) -> dict:
         return {"runs": self.runs, "jit_wraps": self.jit_wraps}
+
+
+REPLACED = "replaced by the call"  # a leaf of the arguments that the call swapped for another object
+
+
+def leaves_of(tree: Any) -> list:
+    """The leaves of `tree`, as objects (`jax.tree.leaves`)."""
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def replaced_marked(given: list, args: Any) -> Any:
+    """`args` as the call left them, each leaf it swapped for another object written as REPLACED, whatever its value:
+    `params["b"] = params["b"] + 0.0` changes the caller's dict though every value stays (a container whose shape
+    changed is left to its values to tell)."""
+    import jax
+
+    leaves, tree = jax.tree.flatten(args)
+    if len(leaves) != len(given):
+        return args
+    return jax.tree.unflatten(tree, [leaf if leaf is old else REPLACED for old, leaf in zip(given, leaves)])
 
 
 @contextlib.contextmanager
