@@ -144,7 +144,7 @@ class Prober:
                     value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
                     given = leaves_of(args)  # the very objects, to tell a leaf the call put in place of one
-                    with jits_counted(built):
+                    with jits_counted(built, self.namespace):
                         value = fn(*args, **kwargs)
                     value = (value, replaced_marked(given, args)) if request["return_args"] else value
                 reply = {"value": value}
@@ -435,11 +435,11 @@ def replaced_marked(given: list, args: Any) -> Any:
 
 
 @contextlib.contextmanager
-def jits_counted(stands: list) -> Any:
+def jits_counted(stands: list, namespace: dict) -> Any:
     """For one call: `jax.jit` counting the wraps of each stand-in that counts them, then the real `jax.jit`.
 
-    The learner's `jax.jit(f)` looks `jax.jit` up when it runs, and so goes through it; a file that bound it once
-    (`from jax import jit`) keeps the real one, and counts none.
+    Put in place as `jax.jit`, which the file's `jax.jit(f)` looks up when it runs, and under each name of the file
+    bound to it (`from jax import jit`); a name bound in another way (an alias held in a class) keeps the real one.
     """
     import jax
 
@@ -455,11 +455,14 @@ def jits_counted(stands: list) -> Any:
             stand.jit_wraps += fun is stand
         return real(fun, *args, **kwargs)
 
+    names = [name for name, value in namespace.items() if value is real]
     jax.jit = jit
+    namespace.update(dict.fromkeys(names, jit))
     try:
         yield
     finally:
         jax.jit = real
+        namespace.update(dict.fromkeys(names, real))
 
 
 OPTAX_PARTS = ("sgd", "adam", "adamw", "clip_by_global_norm")  # what an optimizer prop may be built of
