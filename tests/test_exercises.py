@@ -316,6 +316,24 @@ def wrong_verdict(number: int, wrong: str, lang: str, tmp_path: Path) -> Verdict
     return check_file(exercise, path)
 
 
+@pytest.mark.parametrize("compare_jit", [
+    # jax.jit's decorator form: jax.jit(**options) takes no function, then returns the one that does
+    "def compare_jit(f, *args, repeats=10):\n"
+    "    return {'nojit': time_call(f, *args, repeats=repeats),\n"
+    "            'jit': time_call(jax.jit(keep_unused=False)(f), *args, repeats=repeats)}\n",
+    # a jitted f made once more outside the timing (a first look at its output): the timed one is still made once
+    "def compare_jit(f, *args, repeats=10):\n"
+    "    jax.block_until_ready(jax.jit(f)(*args))\n"
+    "    return {'nojit': time_call(f, *args, repeats=repeats),\n"
+    "            'jit': time_call(jax.jit(f), *args, repeats=repeats)}\n",
+], ids=["decorator-form", "one-wrap-more"])
+def test_a_right_compare_jit_written_otherwise_passes(compare_jit, tmp_path):
+    """Counting jax.jit's wraps (probe.jits_counted) judges only a wrap for every timed call."""
+    exercise = by_number(14)
+    verdict = check_file(exercise, write(tmp_path, exercise, exercise.reference() + "\n\n" + compare_jit))
+    assert verdict.passed, verdict.message
+
+
 @pytest.mark.parametrize("lang, says, where", [("en", "use jax.lax.cond (jnp.where would compute both", "jnp.where or"),
                                                ("es", "usa jax.lax.cond (jnp.where calcularía las dos", "o jnp.where")])
 def test_exercise_9s_python_if_is_told_lax_cond_not_the_where_it_rejects(lang, says, where, tmp_path):

@@ -143,7 +143,10 @@ class Prober:
                 elif op == "calls":
                     value = shapes_seen(self.namespace.get(request["inner"]), lambda: fn(*args, **kwargs))
                 else:
-                    given = leaves_of(args)  # the very objects, to tell a leaf the call put in place of one
+                    if request["return_args"]:
+                        import jax
+
+                        given = jax.tree.leaves(args)  # the very objects, to tell a leaf the call put in place of one
                     with jits_counted(built, self.namespace):
                         value = fn(*args, **kwargs)
                     value = (value, replaced_marked(given, args)) if request["return_args"] else value
@@ -342,7 +345,16 @@ class Stand:
         return {}
 
 
-class FakeJitted(Stand):
+class JitCounted(Stand):
+    """A stand-in that counts how many `jax.jit` of it the learner's code made during the call (`jits_counted`)."""
+
+    jit_wraps = 0
+
+    def observed(self) -> dict:
+        return {"jit_wraps": self.jit_wraps}
+
+
+class FakeJitted(JitCounted):
     """A stand-in for a jitted function whose cost the checker knows (exercise 14).
 
     Its first call "compiles" (`compile_s`, synchronous, as tracing and compiling are); every call
@@ -355,7 +367,6 @@ class FakeJitted(Stand):
         self.compile_s, self.work_s, self.spread = compile_s, work_s, tuple(spread)  # call k works work_s * spread[k % n]
         self.pair = pair  # results as (array, number), as a function returning a loss and more does
         self.calls = self.waits = 0
-        self.jit_wraps = 0  # how many `jax.jit(f)` the learner's code made of it (`jits_counted`)
         self.busy_until = 0.0
         self.first: FakeResult | None = None
         self.warm_up_waited = True  # the first result was waited for before the second call
@@ -372,8 +383,8 @@ class FakeJitted(Stand):
         return (result, 0.0) if self.pair else result
 
     def observed(self) -> dict:
-        return {"calls": self.calls, "waits": self.waits, "warm_up_waited": self.warm_up_waited,
-                "jit_wraps": self.jit_wraps}
+        return {**super().observed(), "calls": self.calls, "waits": self.waits,
+                "warm_up_waited": self.warm_up_waited}
 
 
 class FakeResult:
@@ -390,13 +401,12 @@ class FakeResult:
         return self
 
 
-class SlowWithoutJit(Stand):
+class SlowWithoutJit(JitCounted):
     """f(x) = tanh(x) @ tanh(x).T, which sleeps `eager_s` whenever it runs without jit (exercise 14's compare_jit),
     and records each run: traced (inside jax.jit) or not."""
 
     def __init__(self, eager_s: float) -> None:
         self.eager_s, self.runs = eager_s, []
-        self.jit_wraps = 0  # how many `jax.jit(f)` the learner's code made of it (`jits_counted`)
 
     def __call__(self, x):
         import jax
@@ -409,17 +419,10 @@ class SlowWithoutJit(Stand):
         return jnp.tanh(x) @ jnp.tanh(x).T
 
     def observed(self) -> dict:
-        return {"runs": self.runs, "jit_wraps": self.jit_wraps}
+        return {**super().observed(), "runs": self.runs}
 
 
 REPLACED = "replaced by the call"  # a leaf of the arguments that the call swapped for another object
-
-
-def leaves_of(tree: Any) -> list:
-    """The leaves of `tree`, as objects (`jax.tree.leaves`)."""
-    import jax
-
-    return jax.tree.leaves(tree)
 
 
 def replaced_marked(given: list, args: Any) -> Any:
@@ -443,17 +446,17 @@ def jits_counted(stands: list, namespace: dict) -> Any:
     """
     import jax
 
-    counting = [stand for stand in stands if hasattr(stand, "jit_wraps")]
+    counting = [stand for stand in stands if isinstance(stand, JitCounted)]
     if not counting:
         yield
         return
     real = jax.jit
 
     @functools.wraps(real)
-    def jit(fun: Any, *args: Any, **kwargs: Any) -> Any:
+    def jit(*args: Any, **kwargs: Any) -> Any:  # `jax.jit(**options)` alone returns a decorator: no function yet
         for stand in counting:
-            stand.jit_wraps += fun is stand
-        return real(fun, *args, **kwargs)
+            stand.jit_wraps += bool(args) and args[0] is stand
+        return real(*args, **kwargs)
 
     names = [name for name, value in namespace.items() if value is real]
     jax.jit = jit
