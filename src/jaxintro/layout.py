@@ -50,7 +50,7 @@ def jitted_draw(model: Model) -> Callable[[jax.Array], tuple]:
     return _draw_program(model, jax.config.jax_default_prng_impl)
 
 
-@functools.cache
+@functools.cache  # keyed by the Model object: `models.model_for` gives one per description, so a run's twin hits
 def _draw_program(model: Model, prng_impl: str) -> Callable[[jax.Array], tuple]:
     def draw(seed: jax.Array) -> tuple:
         init_key, key = jax.random.split(jax.random.key(seed))
