@@ -3,8 +3,9 @@
 `Trainer.create` picks a layout once: `OneModel` here (the `data` mesh; every device holds the
 parameters and splits each batch, through `shard_map` with `pmean` or a sharded `jit`), or
 `members.Members` (the `members` mesh; each device trains its share of the members whole). The
-trainer calls its layout and the layout never calls back: both are built from the config, the model
-and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
+trainer calls its layout and the layout never calls back, but for `cost_steps`, which is handed the trainer's
+`compile_step` (a model's single-run step, as one model and groups of one member run it): both are built from the
+config, the model and the optimizer, and wrap the lesson's step and epoch (`jaxintro.lesson`) without changing them.
 
 A layout has: `mesh`; `copies` (how many copies of each model one memory holds, for the memory
 estimate); `init()`, `plan_fn(num_examples)`, `jit_epoch()`, `place(state, dataset)`, `jit_eval()`,
