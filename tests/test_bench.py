@@ -137,7 +137,7 @@ def test_the_parent_opens_no_device_its_children_do(tmp_path):
 
 
 def test_a_crashed_row_is_a_failure_not_a_skip(tmp_path, capsys, monkeypatch):
-    def crash(name, plan_path, timeout=1200.0):
+    def crash(name, plan_path, timeout=1200.0, cache=None):
         return bench.RowResult(name, error="exit 1: RuntimeError: boom")
 
     monkeypatch.setattr(bench, "run_row_subprocess", crash)
@@ -165,7 +165,7 @@ def test_a_failed_timed_train_process_is_one_error_line(monkeypatch, tmp_path):
 def test_rounds_report_the_spread_of_each_row_and_ratio(tmp_path, capsys, monkeypatch):
     speeds = iter([2.0, 1.0, 3.0, 1.2, 2.5, 1.1])  # (jit-step, scan-epoch) per round
 
-    def row(name, plan_path, timeout=1200.0):
+    def row(name, plan_path, timeout=1200.0, cache=None):
         return bench.RowResult(name, compile_seconds=1.0, ms_per_step=next(speeds), samples_per_second=1.0,
                                peak_rss_mb=1.0)
 
@@ -354,3 +354,29 @@ def test_the_table_writes_numbers_as_the_language_does(lang, cells, capsys):
     i18n.set_language(lang)  # put back to English after every test (conftest's isolated_cache)
     print_table([row], 205.1, 2048, 128.9e6)
     assert cells in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["scan-epoch", "spread-seeds-8"])  # the second sets JAX up itself (`configure_jax`)
+def test_the_rows_of_a_run_share_one_compile_cache(name, tmp_path, plan, monkeypatch):
+    """A program one child compiled, the next loads from the run's cache (compiled once, written once); the user's
+    own `JAX_COMPILATION_CACHE_DIR` is not that cache (a row's compile would then be a load from an earlier run)."""
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "users"))
+    plan_path, cache = tmp_path / "plan.npz", tmp_path / "xla"
+    plan.save(plan_path)
+    entries = []
+    for _round in range(2):
+        row = bench.run_row_subprocess(name, plan_path, cache=cache)
+        assert row.error is None and row.ms_per_step > 0, row.error
+        entries.append(sorted(p.name for p in cache.iterdir()))
+    assert entries[0] and entries[1] == entries[0]  # the second child compiled nothing new
+    assert not (tmp_path / "users").exists()
+    assert "JAX_COMPILATION_CACHE_DIR" not in bench.child_env(cpu_only=False, cache=None)
+
+
+def test_a_rows_compile_is_its_first_rounds(plan):
+    """The later rounds load the row's programs: the compile reported is the first round's, the speed the median's."""
+    rounds = [bench.RowResult("scan-epoch", compile_seconds=c, ms_per_step=ms) for c, ms in [(2.0, 3.0), (0.1, 1.0),
+                                                                                             (0.2, 2.0)]]
+    row = bench.median_round(rounds)
+    assert (row.compile_seconds, row.ms_per_step) == (2.0, 2.0)
+    assert rounds[2].compile_seconds == 0.2  # the rounds themselves are kept as measured

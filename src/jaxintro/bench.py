@@ -10,7 +10,9 @@ Rows:
 - `matmul-only`: the step's eight matmuls alone at its shapes, scanned over an epoch: `scan-epoch`'s ceiling;
 - `torch-eager` / `torch-compile`: PyTorch on the CPU, the same MLP, init, batches and Adam.
 
-Each row runs in its own process, so its peak RSS is its own and no row warms another's caches.
+Each row runs in its own process, so its peak RSS is its own and no row warms another's memory or threads. The
+children share one persistent compile cache, fresh for each `bench` run: a program two rows (or two rounds) run is
+compiled by the first (the epoch's shuffle, the matmul rate's product), the others load it.
 The parent never opens a device (one process at a time may hold a TPU chip; a GPU's preallocated
 memory would starve the children): the plan (the initial weights, drawn on the host's CPU as `train`
 draws them) and the float32 matmul rate come from children; the parent turns times into rates.
@@ -62,26 +64,41 @@ def matmul_size() -> int:
     return 2048 if jax.default_backend() == "cpu" else 8192
 
 
-def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: float = 600.0) -> tuple[float, int]:
+def measure_matmul_gflops(n: int | None = None, repeats: int = 10, timeout: float = 600.0, *,
+                          cache: Path | None = None) -> tuple[float, int]:
     """The machine's float32 matmul rate (`matmul_gflops`) and the product's side, measured in a child process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "matmul.json"
-        in_child(N_("measuring the matmul rate"), ["matmul", str(n or 0), str(repeats), str(out)], out, timeout)
+        in_child(N_("measuring the matmul rate"), ["matmul", str(n or 0), str(repeats), str(out)], out, timeout,
+                 cache=cache)
         rate = json.loads(out.read_text())
         return float(rate["gflops"]), int(rate["n"])
 
 
-def child(args: list[str], timeout: float, *, cpu_only: bool = False) -> subprocess.CompletedProcess:
-    """`python -m jaxintro.bench ARGS` in a fresh process (its own memory, caches, threads and device); `cpu_only`:
-    it never opens an accelerator (opening a TPU costs seconds, and one process at a time may hold it)."""
+def child(args: list[str], timeout: float, *, cpu_only: bool = False,
+          cache: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m jaxintro.bench ARGS` in a fresh process (its own memory, threads and device); `cpu_only`: it never
+    opens an accelerator (opening a TPU costs seconds, and one process at a time may hold it); `cache`: the
+    persistent compile cache's folder (else none)."""
     command = [sys.executable, "-m", "jaxintro.bench", *args]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"} if cpu_only else None
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=child_env(cpu_only=cpu_only, cache=cache))
 
 
-def in_child(what: str, args: list[str], out: Path, timeout: float, *, cpu_only: bool = False) -> None:
+def child_env(*, cpu_only: bool, cache: Path | None) -> dict[str, str]:
+    """A child's environment: JAX's own settings, which it reads as it starts."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"} if cpu_only else dict(os.environ)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the user's cache would make a row's compile a load
+    if cache is not None:  # every program cached, however fast it compiles (JAX's default skips those under 1 s)
+        env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return env
+
+
+def in_child(what: str, args: list[str], out: Path, timeout: float, *, cpu_only: bool = False,
+             cache: Path | None = None) -> None:
     """`child(ARGS)`, which writes `out`; a JaxintroError naming `what` if it does not."""
-    if (proc := child(args, timeout, cpu_only=cpu_only)).returncode != 0 or not out.exists():
+    if (proc := child(args, timeout, cpu_only=cpu_only, cache=cache)).returncode != 0 or not out.exists():
         raise JaxintroError(_("bench: {what} failed (exit {code}): {line}").format(
             what=_(what), code=proc.returncode, line=last_line(proc.stderr or proc.stdout)))
 
@@ -108,12 +125,12 @@ def matmul_gflops(n: int | None = None, repeats: int = 10) -> float:
 
 
 def plan_in_child(x: np.ndarray, y: np.ndarray, folder: Path, *, seed: int, repeats: int, nojit_steps: int,
-                  timeout: float = 600.0) -> Plan:
+                  timeout: float = 600.0, cache: Path | None = None) -> Plan:
     """`make_plan` in a child process on the CPU, where `train` draws its initial weights too (the same bits)."""
     data, out = folder / "data.npz", folder / "plan.npz"
     np.savez(data, x=x, y=y)
     in_child(N_("making the plan"), ["plan", str(data), str(out), str(seed), str(repeats), str(nojit_steps)], out,
-             timeout, cpu_only=True)
+             timeout, cpu_only=True, cache=cache)
     return Plan.load(out)
 
 
@@ -346,11 +363,12 @@ def run_row(name: str, plan: Plan) -> RowResult:
     return result
 
 
-def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> RowResult:
+def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0, *,
+                       cache: Path | None = None) -> RowResult:
     """Run one row in a fresh Python process (`child`); a failure is the row's error, not the benchmark's."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        proc = child([name, str(plan_path), str(out)], timeout)
+        proc = child([name, str(plan_path), str(out)], timeout, cache=cache)
         if proc.returncode != 0 or not out.exists():
             return RowResult(name, error=_("exit {code}: {line}").format(code=proc.returncode,
                                                                         line=last_line(proc.stderr or proc.stdout)))
@@ -358,11 +376,13 @@ def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0) -> R
 
 
 def median_round(results: list[RowResult]) -> RowResult:
-    """A row's result from the round with its median speed (the first failure or skip, if any)."""
+    """A row's result from the round with its median speed (the first failure or skip, if any), with the first
+    round's compile: the later rounds load the row's programs from the run's compile cache."""
     bad = [r for r in results if r.skipped or r.error]
     if bad:
         return bad[0]
-    return sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
+    median = sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
+    return dataclasses.replace(median, compile_seconds=results[0].compile_seconds)
 
 
 def range_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:
@@ -411,8 +431,9 @@ def main() -> None:
         # Before JAX starts, as `jaxintro train` does: the CPU devices the members spread over.
         from jaxintro.members import cpu_devices_wanted
 
+        cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")  # the run's shared cache, which `child` names
         configure_jax(cpu_devices=cpu_devices_wanted(TrainConfig(seeds=int(name.rsplit("-", 1)[1]))),
-                      compile_cache=False)
+                      compile_cache=cache is not None, cache_dir=Path(cache) if cache else None)
     result = run_row(name, plan)
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 

@@ -9,10 +9,7 @@ its best setting's seeds), so every field means the same thing for every kind of
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,26 +47,9 @@ def print_header(config: TrainConfig, dataset: Any, run_dir: Path) -> int:
     return spread
 
 
-def preload_plots() -> None:
-    """Import matplotlib in a thread, while the model is built, placed and compiled: the plot then costs only its
-    drawing.
-
-    An import in the main thread waits for this one (Python locks a module while it loads). Not a daemon: a run that
-    ends early (a model refused for its memory, Ctrl-C) waits for the import to finish, since a daemon thread stopped
-    inside a C extension's import as the interpreter shuts down can abort the process ("terminate called ...")."""
-    threading.Thread(target=_import_plots, name="preload-plots").start()
-
-
-def _import_plots() -> None:
-    """Import `jaxintro.plots` (and so matplotlib), or leave it: a failure is `plot_curves`'s to report, in the run's
-    own words, not a thread's traceback in the middle of the epochs."""
-    with contextlib.suppress(Exception):
-        importlib.import_module("jaxintro.plots")
-
-
 def plot_curves(config: TrainConfig, dataset: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:
     """`curves.png`: loss and accuracy per epoch (several members: each faint, their mean bold)."""
-    from jaxintro.plots import plot_curves as plot  # loaded by `preload_plots` where the run began it
+    from jaxintro.plots import plot_curves as plot  # `train` began importing it in a thread (matplotlib's import)
 
     with run_write("curves.png", run_dir):
         plot(rows, run_dir / "curves.png", title=curves_title(config, dataset))

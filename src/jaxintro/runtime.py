@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
 from pathlib import Path
 
@@ -24,9 +26,9 @@ def _on_event(event: str, **_: object) -> None:
 
 
 def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: int = 1,
-                  matmul_precision: str = "default") -> Path | None:
+                  matmul_precision: str = "default", cache_dir: Path | None = None) -> Path | None:
     """Set JAX up before first use: the CPU device count, float32 matmuls' precision (`--matmul-precision`) and the
-    persistent compile cache (its folder, or None).
+    persistent compile cache (its folder, `cache_dir` or the user cache's; or None).
 
     `devices` must exist (`--devices`); `cpu_devices` are created if JAX has not started yet, else the
     devices it has are used (members spread over what there is).
@@ -47,7 +49,7 @@ def configure_jax(*, devices: int = 1, compile_cache: bool = True, cpu_devices: 
 
     compilation_cache.reset_cache()
     jax.config.update("jax_enable_compilation_cache", compile_cache)
-    return enable_compile_cache() if compile_cache else None
+    return enable_compile_cache(cache_dir) if compile_cache else None
 
 
 def set_matmul_precision(precision: str) -> None:
@@ -73,6 +75,23 @@ def enable_compile_cache(directory: Path | None = None) -> Path:
             jax.monitoring.register_event_listener(_on_event)
             _listening = True
     return directory
+
+
+def import_in_background(module: str) -> None:
+    """Import `module` in a thread, so that its import overlaps work that waits on something else (opening a chip,
+    reading the data, compiling); an `import` of it in the main thread then waits only for what is left.
+
+    An import in the main thread waits for this one (Python locks a module while it loads). Not a daemon: a command
+    that ends early (a model refused for its memory, Ctrl-C) waits for the import to finish, since a daemon thread
+    stopped inside a C extension's import as the interpreter shuts down can abort the process ("terminate called
+    ..."). A failure is left to that later import, which reports it in the command's own words, not a thread's
+    traceback in the middle of the epochs."""
+    threading.Thread(target=_import_quietly, args=(module,), name=f"import-{module}").start()
+
+
+def _import_quietly(module: str) -> None:
+    with contextlib.suppress(Exception):
+        importlib.import_module(module)
 
 
 def peak_rss_mb() -> float:

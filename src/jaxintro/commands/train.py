@@ -183,9 +183,13 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     """Train the resolved run, checkpoint it by the save policy, plot its curves, and print (and save) its summary."""
     import jax
 
+    from jaxintro.runtime import import_in_background
     from jaxintro.train import Trainer, hold_out
 
     clock = {"start": time.perf_counter()}
+    # Orbax's import (checkpoints) and matplotlib's (the plot) take seconds on a TPU's host: each overlaps work
+    # that waits on something else, Orbax's the opening of the devices and the data's reading.
+    import_in_background("jaxintro.checkpoint")
     jax.devices()  # opens the devices now, where the time breakdown names it (a TPU's runtime takes seconds)
     clock["data"] = time.perf_counter()
     # `--validation N`: the last N training images are held out to choose with; the model trains on the rest.
@@ -193,7 +197,7 @@ def train_run(args: argparse.Namespace, config: TrainConfig, run_dir: Path, *, r
     config = dataclasses.replace(config, validation=config.validation_images(len(dataset.x_train)))
     dataset, validation = hold_out(dataset, config.validation, config.batch_size)
     if jax.process_index() == 0:  # the one that plots, once the data is there (a refused folder waits for no import)
-        report.preload_plots()  # matplotlib's import overlaps the init and the compile
+        import_in_background("jaxintro.plots")  # overlaps the init and the compile
     clock["data_done"] = time.perf_counter()
     trainer = Trainer.create(config, dataset)  # a model too big for memory is refused here, before any header
     state, rows = resumed_state(trainer, run_dir) if resuming else (None, [])
