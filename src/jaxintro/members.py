@@ -90,7 +90,7 @@ def init_members(config: TrainConfig, model: Model, tx: optax.GradientTransforma
     """
     members = member_grid(config)
     params, key = jitted_draw(model)(np.asarray([m.seed for m in members], np.uint32))
-    opt_state = jax.vmap(tx.init)(params)
+    opt_state = jax.jit(jax.vmap(tx.init))(params)  # one program, as `layout.jitted_draw` says
     if config.sweep:
         opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
                                      jnp.asarray([m.weight_decay for m in members], jnp.float32))
