@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import jax
@@ -264,3 +265,35 @@ def test_predict_says_what_its_run_dir_and_images_are(capsys):
         main(["predict", "--help"])
     out = capsys.readouterr().out
     assert "a run folder of `jaxintro train`" in out and "PNG or JPEG files of one digit each" in out
+
+
+def test_a_module_imported_in_the_background_runs_once_and_a_failure_is_left_to_the_main_import(
+        tmp_path, monkeypatch, capsys):
+    """`runtime.import_in_background` (Orbax and matplotlib in `train`): the main thread's `import` then finds the
+    module the thread loaded, executed once; one that fails prints nothing from the thread, and the main thread's
+    own import raises its error where the command can say it in its own words."""
+    import threading
+
+    from jaxintro.runtime import import_in_background
+
+    (tmp_path / "bg_counted.py").write_text("import builtins, threading, time\ntime.sleep(0.2)\n"
+                                             "builtins.bg_runs = getattr(builtins, 'bg_runs', []) + "
+                                             "[threading.current_thread().name]\n")
+    (tmp_path / "bg_broken.py").write_text("raise RuntimeError('no such library')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    uncaught = []  # what a thread's uncaught exception would print (a traceback in the middle of the epochs)
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    for name in ("bg_counted", "bg_broken"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        import_in_background(name)
+    import bg_counted  # noqa: F401  waits for the thread's import, which holds the module's lock
+    import builtins
+
+    assert builtins.bg_runs == ["import-bg_counted"]  # once, in the thread
+    for thread in threading.enumerate():
+        if thread.name.startswith("import-bg_"):
+            thread.join()
+    assert uncaught == [] and capsys.readouterr().err == ""
+    with pytest.raises(RuntimeError, match="no such library"):
+        import bg_broken  # noqa: F401
+    del builtins.bg_runs
