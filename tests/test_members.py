@@ -213,7 +213,7 @@ def test_members_start_stacked_each_as_its_single_run_bit_for_bit(impl):
     config = TrainConfig(seeds=3, seed=5)
     model, tx, one = tiny_init(config)
     with jax.default_prng_impl(impl):
-        params, opt_state, keys = init_members(config, model, tx)
+        params, opt_state, keys = init_members(config, model)
         singles = [one(5 + k) for k in range(3)]
     assert keys.shape == (3,)
     for k, (one_params, one_opt_state, one_key) in enumerate(singles):
@@ -258,7 +258,7 @@ def test_a_sweeps_members_carry_their_own_learning_rate_and_weight_decay(x64):
     config = TrainConfig(lr_grid=(1e-3, 3e-3), weight_decay_grid=(0.0, 0.1), optimizer="adamw", seed=2)
     model, tx, one = tiny_init(config)
     with jax.enable_x64(x64):  # JAX_ENABLE_X64=1 makes float64 the default: the rates stay float32, as the steps
-        params, opt_state, keys = init_members(config, model, tx)
+        params, opt_state, keys = init_members(config, model)
     hyper = opt_state.hyperparams
     assert (hyper["learning_rate"].dtype, hyper["weight_decay"].dtype) == (jnp.float32, jnp.float32)
     np.testing.assert_array_equal(hyper["learning_rate"], np.float32([1e-3, 1e-3, 3e-3, 3e-3]))
@@ -344,7 +344,7 @@ def test_the_members_layout_is_a_members_mesh_holding_each_member_once():
     assert (layout.config, layout.model, layout.tx) == (config, model, tx)
     assert layout.mesh.axis_names == (MEMBERS,) and layout.mesh.size == 1 and layout.copies == 1
     params = layout.init()[0]
-    assert_trees_equal(params, init_members(config, model, tx)[0])
+    assert_trees_equal(params, init_members(config, model)[0])
     for k in range(3):  # seeds 0, 1, 2
         assert_trees_equal(member(params, k), one(k)[0])
 

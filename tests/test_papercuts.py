@@ -272,22 +272,26 @@ def test_a_module_imported_in_the_background_runs_once_and_a_failure_is_left_to_
     """`runtime.import_in_background` (Orbax and matplotlib in `train`): the main thread's `import` then finds the
     module the thread loaded, executed once; one that fails prints nothing from the thread, and the main thread's
     own import raises its error where the command can say it in its own words."""
+    import builtins
     import threading
 
     from jaxintro.runtime import import_in_background
 
-    (tmp_path / "bg_counted.py").write_text("import builtins, threading, time\ntime.sleep(0.2)\n"
-                                             "builtins.bg_runs = getattr(builtins, 'bg_runs', []) + "
-                                             "[threading.current_thread().name]\n")
+    started = threading.Event()  # the thread holds the module's import lock once its code runs
+    monkeypatch.setattr(builtins, "bg_started", started, raising=False)
+    monkeypatch.setattr(builtins, "bg_runs", [], raising=False)
+    (tmp_path / "bg_counted.py").write_text("import builtins, threading, time\nbuiltins.bg_started.set()\n"
+                                             "time.sleep(0.2)\nbuiltins.bg_runs.append(threading.current_thread().name)\n")
     (tmp_path / "bg_broken.py").write_text("raise RuntimeError('no such library')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     uncaught = []  # what a thread's uncaught exception would print (a traceback in the middle of the epochs)
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
     for name in ("bg_counted", "bg_broken"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.setitem(sys.modules, name, None)  # restored (removed) after the test
+        del sys.modules[name]
         import_in_background(name)
+    assert started.wait(10)
     import bg_counted  # noqa: F401  waits for the thread's import, which holds the module's lock
-    import builtins
 
     assert builtins.bg_runs == ["import-bg_counted"]  # once, in the thread
     for thread in threading.enumerate():
@@ -296,4 +300,3 @@ def test_a_module_imported_in_the_background_runs_once_and_a_failure_is_left_to_
     assert uncaught == [] and capsys.readouterr().err == ""
     with pytest.raises(RuntimeError, match="no such library"):
         import bg_broken  # noqa: F401
-    del builtins.bg_runs

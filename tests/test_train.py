@@ -512,3 +512,22 @@ def test_held_out_images_are_the_last_of_the_training_set_and_leave_at_least_a_b
     with pytest.raises(ConfigError, match=r"--validation 45 leaves 5 of the 50 training images of toy, fewer than a "
                                           r"batch \(8\); hold out at most 42"):
         hold_out(dataset, 45, batch_size=8)
+
+
+@pytest.mark.parametrize("optimizer,schedule,clip_norm,lr_grid", [
+    ("adam", "constant", None, ()), ("adamw", "warmup-cosine", 1.0, ()), ("sgd", "warmup-cosine", None, ()),
+    ("adamw", "constant", 0.5, (1e-3, 3e-3))])
+def test_the_optimizers_state_as_one_program_is_the_optimizers_own_init(optimizer, schedule, clip_norm, lr_grid):
+    """`optim.init_program` builds the state from the hyperparameters' values as inputs, with a schedule of any
+    length (the state must not depend on it): it must equal, leaf for leaf, dtype and all, the run's own optimizer's
+    `init` (a state that read the schedule's length would fail here)."""
+    from jaxintro.optim import build_optimizer, init_program
+
+    config = TrainConfig(optimizer=optimizer, schedule=schedule, clip_norm=clip_norm, lr_grid=lr_grid, lr=2e-3,
+                         weight_decay=0.05)
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    got, want = init_program(config)(params), build_optimizer(config, 4680).init(params)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape)
+        np.testing.assert_array_equal(a, b)

@@ -377,12 +377,14 @@ def run_row_subprocess(name: str, plan_path: Path, timeout: float = 1200.0, *,
 
 def median_round(results: list[RowResult]) -> RowResult:
     """A row's result from the round with its median speed (the first failure or skip, if any), with the first
-    round's compile: the later rounds load the row's programs from the run's compile cache."""
+    round's compile (the later rounds load the row's programs from the run's compile cache) and the largest peak RSS
+    (the compiling round's holds the compiler's memory)."""
     bad = [r for r in results if r.skipped or r.error]
     if bad:
         return bad[0]
     median = sorted(results, key=lambda r: r.ms_per_step)[len(results) // 2]
-    return dataclasses.replace(median, compile_seconds=results[0].compile_seconds)
+    return dataclasses.replace(median, compile_seconds=results[0].compile_seconds,
+                               peak_rss_mb=max(r.peak_rss_mb for r in results))
 
 
 def range_over_rounds(rounds: list[list[RowResult]]) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def group_size(config: TrainConfig, devices: int = 1) -> int:
 # ---------------------------------------------------------------- the members layout
 
 
-def init_members(config: TrainConfig, model: Model, tx: optax.GradientTransformation) -> tuple:
+def init_members(config: TrainConfig, model: Model) -> tuple:
     """`(params, opt_state, key)` of every member, stacked on a leading axis: the weights of every member's seed
     drawn in turn by one program (`layout.jitted_draw`), then the optimizer's states.
 
@@ -145,7 +145,7 @@ class Members:
 
     def init(self) -> tuple:
         """Every member as its single run starts (`init_members`)."""
-        return init_members(self.config, self.model, self.tx)
+        return init_members(self.config, self.model)
 
     def cost_steps(self, state: Any, batch: tuple, compile_step: Callable) -> list[tuple[Any, int]]:
         """The compiled steps whose cost analyses add up to one step of every member, each with how many times it

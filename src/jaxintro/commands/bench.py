@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     # This process opens no device (see `jaxintro.bench`): the plan and the matmul rate come from children, which
     # share one compile cache, empty at the start: each program compiles once, in the first child that runs it.
     with tempfile.TemporaryDirectory() as tmp:
-        cache = Path(tmp) / "xla"
+        cache = Path(tmp).resolve() / "xla"  # JAX keys its entries by the folder's path: one spelling for every child
         plan = bench.plan_in_child(dataset.x_train, dataset.y_train, Path(tmp), seed=args.seed, repeats=args.repeats,
                                    nojit_steps=args.nojit_steps, cache=cache)
         print_plan(args, dataset, plan)
