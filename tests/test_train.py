@@ -444,7 +444,7 @@ def test_the_shuffle_is_one_program_another_model_or_rate_finds_in_the_cache(tin
 def test_a_new_rate_weight_decay_or_clip_norm_draws_the_initial_weights_with_the_cached_program(seeds, tiny, tmp_path):
     """The initial weights' program takes a seed, not the optimizer: hyperparameters baked into it made every new
     --lr compile it again (0.8 s on the CPU), where the epoch's own program already came from the cache. The
-    optimizer's state is a program of its own whose inputs are the hyperparameters' values (`optim.init_program`):
+    optimizer's state is a program of its own whose inputs are the hyperparameters' values (`optim.init_with_inputs`):
     new values compile nothing there either. (Clipping turned on where it was off is another optimizer: it compiles
     anew, as the epoch does.)"""
     from jax.experimental.compilation_cache import compilation_cache
@@ -518,15 +518,16 @@ def test_held_out_images_are_the_last_of_the_training_set_and_leave_at_least_a_b
     ("adam", "constant", None, ()), ("adamw", "warmup-cosine", 1.0, ()), ("sgd", "warmup-cosine", None, ()),
     ("adamw", "constant", 0.5, (1e-3, 3e-3))])
 def test_the_optimizers_state_as_one_program_is_the_optimizers_own_init(optimizer, schedule, clip_norm, lr_grid):
-    """`optim.init_program` builds the state from the hyperparameters' values as inputs, with a schedule of any
+    """`optim.init_with_inputs` builds the state from the hyperparameters' values as inputs, with a schedule of any
     length (the state must not depend on it): it must equal, leaf for leaf, dtype and all, the run's own optimizer's
     `init` (a state that read the schedule's length would fail here)."""
-    from jaxintro.optim import build_optimizer, init_program
+    from jaxintro.optim import build_optimizer, hyperparams, init_with_inputs
 
     config = TrainConfig(optimizer=optimizer, schedule=schedule, clip_norm=clip_norm, lr_grid=lr_grid, lr=2e-3,
                          weight_decay=0.05)
     params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
-    got, want = init_program(config)(params), build_optimizer(config, 4680).init(params)
+    got = jax.jit(init_with_inputs(config))(params, hyperparams(config))
+    want = build_optimizer(config, 4680).init(params)
     assert jax.tree.structure(got) == jax.tree.structure(want)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert (a.dtype, a.shape) == (b.dtype, b.shape)

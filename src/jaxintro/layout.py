@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from jaxintro.config import TrainConfig, check_batch_split
 from jaxintro.lesson import plan_epoch, train_epoch, train_step
 from jaxintro.models.base import Model
-from jaxintro.optim import init_program
+from jaxintro.optim import hyperparams, init_with_inputs
 from jaxintro.parallel import AXIS, make_mesh, replicate
 from jaxintro.record import EpochMetrics, Scores, check_finite, one_model_row
 from jaxintro.scoring import jit_count_correct
@@ -47,7 +47,7 @@ def jitted_draw(model: Model) -> Callable[[jax.Array], tuple]:
     In turn (`lax.map`), not vmapped: each member's bits are then its single run's whatever the PRNG (a vmap over
     `rbg` keys draws others). The optimizer's state is left out: inside, its hyperparameters would be constants of
     the program, and a new `--lr` would compile it again. It is a small program of its own, the hyperparameters its
-    inputs (`optim.init_program`).
+    inputs (`optim.init_with_inputs`).
     """
     # The PRNG is read when the draw is traced, and jit does not trace again when it changes: a key of the cache.
     return _draw_program(model, jax.config.jax_default_prng_impl)
@@ -133,7 +133,7 @@ class OneModel:
     def init(self) -> tuple:
         """`(params, opt_state, key)` of the run's seed: the weights by `jitted_draw`, then the optimizer's state."""
         params, key = jitted_draw(self.model)(np.uint32(self.config.seed))
-        return params, init_program(self.config)(params), key
+        return params, jax.jit(init_with_inputs(self.config))(params, hyperparams(self.config)), key
 
     def cost_steps(self, state: Any, batch: tuple, compile_step: Callable) -> list[tuple[Any, int]]:
         """The step whose cost analysis is one step of the run: its own (`compile_step`), once."""

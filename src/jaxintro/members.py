@@ -34,7 +34,7 @@ from jaxintro.i18n import _
 from jaxintro.layout import bound_epoch, bound_plan, bound_step, jitted_draw
 from jaxintro.lesson import step_key
 from jaxintro.models.base import Model
-from jaxintro.optim import init_program, with_hyperparams
+from jaxintro.optim import hyperparams, init_with_inputs, with_hyperparams
 from jaxintro.parallel import MEMBERS, make_mesh, replicate, usable_cores
 from jaxintro.record import EpochMetrics, Scores, check_members_finite, headline_over, members_row
 from jaxintro.scoring import jit_count_correct
@@ -90,7 +90,7 @@ def init_members(config: TrainConfig, model: Model) -> tuple:
     """
     members = member_grid(config)
     params, key = jitted_draw(model)(np.asarray([m.seed for m in members], np.uint32))
-    opt_state = init_program(config, members=True)(params)
+    opt_state = jax.jit(jax.vmap(init_with_inputs(config), in_axes=(0, None)))(params, hyperparams(config))
     if config.sweep:
         opt_state = with_hyperparams(opt_state, jnp.asarray([m.lr for m in members], jnp.float32),
                                      jnp.asarray([m.weight_decay for m in members], jnp.float32))

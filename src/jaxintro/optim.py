@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import optax
 
@@ -39,9 +38,9 @@ def build_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTran
     return optax.inject_hyperparams(_factory(config, total_steps))(**hyperparams(config))
 
 
-def init_program(config: TrainConfig, *, members: bool = False) -> Callable[[Any], Any]:
-    """`params -> build_optimizer(config, ...).init(params)` as one compiled program whose inputs are the parameters
-    and the hyperparameters' values (`hyperparams`); with `members`, vmapped over the leading member axis of `params`.
+def init_with_inputs(config: TrainConfig) -> Callable[[Any, dict[str, Any]], Any]:
+    """`(params, values) -> build_optimizer(config, ...).init(params)`, the hyperparameters' values (`hyperparams`)
+    an input: the layouts jit it into one small program.
 
     Op by op, each of the state's ops was a program of its own, each loaded from the persistent cache (0.14-0.26 s
     on a CPU, 0.02-0.04 s as one program); with the values as constants of the program, a new `--lr` would compile
@@ -51,8 +50,7 @@ def init_program(config: TrainConfig, *, members: bool = False) -> Callable[[Any
     def init(params: Any, values: dict[str, Any]) -> Any:
         return optax.inject_hyperparams(_factory(config, total_steps=1))(**values).init(params)
 
-    program = jax.jit(jax.vmap(init, in_axes=(0, None)) if members else init)
-    return lambda params: program(params, hyperparams(config))
+    return init
 
 
 def _factory(config: TrainConfig, total_steps: int) -> Callable[..., optax.GradientTransformation]:
